@@ -1,0 +1,48 @@
+# FluxVM. `make test` runs everything; `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+export PATH := $(HOME)/go/bin:$(PATH)
+
+.PHONY: help build test unit bench guest-image proto lint deps clean
+
+help:
+	@echo "make build        build fluxvm-agent and fluxvm-guest into $(BIN)/"
+	@echo "make test         install what is missing, build the guest image, run every test"
+	@echo "make bench        boot and plugin benchmarks, with ratios (docs/benchmarks.md)"
+	@echo "make guest-image  build the minimal Linux guest image (cached)"
+	@echo "make proto        regenerate the driver contract's Go code"
+	@echo "make lint         gofmt, go vet, staticcheck"
+
+deps:
+	@scripts/deps.sh
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+guest-image: deps
+	@scripts/guest-image.sh
+
+# The real-VM tests boot QEMU under TCG; two packages at a time is what two
+# cores take.
+test: deps guest-image
+	$(GO) test -p 2 -timeout 25m ./...
+	cd examples/driver-example && $(GO) test -timeout 10m ./...
+
+bench: deps guest-image
+	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 30m ./drivers/qemu/ ./drivers/sim/
+
+proto: deps
+	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	@command -v protoc-gen-go-grpc >/dev/null || $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	cd plugins/driver/proto && protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative driver.proto
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
+	staticcheck ./...
+
+clean:
+	rm -rf $(BIN)

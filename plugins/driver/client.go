@@ -1,0 +1,205 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+)
+
+// grpcClient is the agent's side: a Driver that forwards every call to a
+// plugin process.
+type grpcClient struct {
+	c pb.DriverClient
+}
+
+var _ Driver = (*grpcClient)(nil)
+
+func (c *grpcClient) PluginInfo(ctx context.Context) (*pb.PluginInfoResponse, error) {
+	r, err := c.c.PluginInfo(ctx, &pb.PluginInfoRequest{})
+	return r, fromStatus(err)
+}
+
+func (c *grpcClient) ConfigSchema(ctx context.Context) (*pb.ConfigSchemaResponse, error) {
+	r, err := c.c.ConfigSchema(ctx, &pb.ConfigSchemaRequest{})
+	return r, fromStatus(err)
+}
+
+func (c *grpcClient) SetConfig(ctx context.Context, req *pb.SetConfigRequest) error {
+	_, err := c.c.SetConfig(ctx, req)
+	return fromStatus(err)
+}
+
+func (c *grpcClient) Capabilities(ctx context.Context) (*pb.CapabilitiesResponse, error) {
+	r, err := c.c.Capabilities(ctx, &pb.CapabilitiesRequest{})
+	return r, fromStatus(err)
+}
+
+func (c *grpcClient) Fingerprint(ctx context.Context) (<-chan *pb.FingerprintResponse, error) {
+	stream, err := c.c.Fingerprint(ctx, &pb.FingerprintRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return relay(ctx, stream.Recv), nil
+}
+
+func (c *grpcClient) CreateVM(ctx context.Context, spec *pb.VMSpec) (*pb.VMStatus, error) {
+	r, err := c.c.CreateVM(ctx, &pb.CreateVMRequest{Spec: spec})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Status, nil
+}
+
+func (c *grpcClient) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStatus, error) {
+	r, err := c.c.StartVM(ctx, &pb.StartVMRequest{Id: id})
+	if err != nil {
+		return nil, nil, fromStatus(err)
+	}
+	return r.Handle, r.Status, nil
+}
+
+func (c *grpcClient) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus, error) {
+	r, err := c.c.RecoverVM(ctx, &pb.RecoverVMRequest{Handle: h})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Status, nil
+}
+
+func (c *grpcClient) WaitVM(ctx context.Context, id string) (*pb.ExitResult, error) {
+	r, err := c.c.WaitVM(ctx, &pb.WaitVMRequest{Id: id})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Exit, nil
+}
+
+func (c *grpcClient) WaitReady(ctx context.Context, id string) (map[string]string, error) {
+	r, err := c.c.WaitReady(ctx, &pb.WaitReadyRequest{Id: id})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Guest, nil
+}
+
+func (c *grpcClient) StopVM(ctx context.Context, id string, timeout time.Duration) (*pb.ExitResult, error) {
+	r, err := c.c.StopVM(ctx, &pb.StopVMRequest{Id: id, TimeoutMs: timeout.Milliseconds()})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Exit, nil
+}
+
+func (c *grpcClient) DestroyVM(ctx context.Context, id string, force bool) error {
+	_, err := c.c.DestroyVM(ctx, &pb.DestroyVMRequest{Id: id, Force: force})
+	return fromStatus(err)
+}
+
+func (c *grpcClient) InspectVM(ctx context.Context, id string) (*pb.VMStatus, error) {
+	r, err := c.c.InspectVM(ctx, &pb.InspectVMRequest{Id: id})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Status, nil
+}
+
+func (c *grpcClient) ListVMs(ctx context.Context) ([]*pb.VMStatus, error) {
+	r, err := c.c.ListVMs(ctx, &pb.ListVMsRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Vms, nil
+}
+
+func (c *grpcClient) Events(ctx context.Context) (<-chan *pb.Event, error) {
+	stream, err := c.c.Events(ctx, &pb.EventsRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return relay(ctx, stream.Recv), nil
+}
+
+func (c *grpcClient) ConsoleLog(ctx context.Context, id string, maxBytes int64) ([]byte, error) {
+	r, err := c.c.ConsoleLog(ctx, &pb.ConsoleLogRequest{Id: id, MaxBytes: maxBytes})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return r.Data, nil
+}
+
+func (c *grpcClient) PauseVM(ctx context.Context, id string) error {
+	_, err := c.c.PauseVM(ctx, &pb.PauseVMRequest{Id: id})
+	return fromStatus(err)
+}
+
+func (c *grpcClient) ResumeVM(ctx context.Context, id string) error {
+	_, err := c.c.ResumeVM(ctx, &pb.ResumeVMRequest{Id: id})
+	return fromStatus(err)
+}
+
+func (c *grpcClient) Screenshot(ctx context.Context, id string) (*pb.ScreenshotResponse, error) {
+	r, err := c.c.Screenshot(ctx, &pb.ScreenshotRequest{Id: id})
+	return r, fromStatus(err)
+}
+
+func (c *grpcClient) SendInput(ctx context.Context, id string, actions []*pb.InputAction) error {
+	_, err := c.c.SendInput(ctx, &pb.SendInputRequest{Id: id, Actions: actions})
+	return fromStatus(err)
+}
+
+func (c *grpcClient) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr io.Writer) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.c.Exec(ctx, req)
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			return 0, Errorf(ErrUnavailable, "exec in vm %s: the plugin ended the stream without an exit code", req.Id)
+		}
+		if err != nil {
+			return 0, fromStatus(err)
+		}
+		if len(m.Stdout) > 0 && stdout != nil {
+			if _, err := stdout.Write(m.Stdout); err != nil {
+				return 0, fmt.Errorf("exec in vm %s: write stdout: %w", req.Id, err)
+			}
+		}
+		if len(m.Stderr) > 0 && stderr != nil {
+			if _, err := stderr.Write(m.Stderr); err != nil {
+				return 0, fmt.Errorf("exec in vm %s: write stderr: %w", req.Id, err)
+			}
+		}
+		if m.Exited {
+			return int(m.ExitCode), nil
+		}
+	}
+}
+
+// relay copies a server stream into a channel that closes when the stream
+// ends or ctx is done.
+func relay[T any](ctx context.Context, recv func() (*T, error)) <-chan *T {
+	ch := make(chan *T, 16)
+	go func() {
+		defer close(ch)
+		for {
+			m, err := recv()
+			if err != nil {
+				// io.EOF or a broken plugin: either way the stream is over,
+				// and the caller sees the channel close.
+				return
+			}
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}

@@ -1,0 +1,623 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/plugins/driver"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"github.com/fluxvm/fluxvm/plugins/driver/reaper"
+	"google.golang.org/protobuf/proto"
+)
+
+// suite carries what the tests share: the harness and the plugin process of
+// the moment (recovery tests replace it).
+type suite struct {
+	h    Harness
+	caps *pb.CapabilitiesResponse
+	info *pb.PluginInfoResponse
+}
+
+// Run checks the driver against the contract. Tests that need a capability
+// run only when the driver claims it, and then must pass.
+func Run(t *testing.T, h Harness) {
+	if h.Launch == nil || h.Spec == nil {
+		t.Fatal("drivertest: Harness.Launch and Harness.Spec are required")
+	}
+	if h.StateDir == "" {
+		h.StateDir = t.TempDir()
+	}
+	if h.ReadyTimeout == 0 {
+		h.ReadyTimeout = 2 * time.Minute
+	}
+	if h.Config == nil {
+		h.Config = []byte("{}")
+	}
+	// VMs whose plugin the suite kills are re-parented to this process;
+	// reap them when they end (see package reaper).
+	if err := reaper.Start(); err != nil {
+		t.Logf("drivertest: cannot become a child subreaper (%v); killed VMs may linger as zombies", err)
+	}
+	s := &suite{h: h}
+	p := s.launch(t)
+	ctx := t.Context()
+	var err error
+	if s.info, err = p.PluginInfo(ctx); err != nil {
+		t.Fatalf("PluginInfo: %v", err)
+	}
+	if s.caps, err = p.Capabilities(ctx); err != nil {
+		t.Fatalf("Capabilities: %v", err)
+	}
+	t.Logf("driver %s %s, capabilities: %v", s.info.Name, s.info.Version, s.caps)
+
+	t.Run("PluginInfoNamesDriverAndVersions", s.testInfo)
+	t.Run("ConfigSchemaIsWellFormed", s.testSchema)
+	t.Run("SetConfigRefusesBadConfig", s.testBadConfig)
+	t.Run("FingerprintSendsAtOnce", s.testFingerprint)
+	t.Run("CreateRefusesBadSpecs", s.testBadSpecs)
+	t.Run("UnclaimedCapabilitiesAreRefused", s.testUnclaimed)
+	t.Run("Lifecycle", s.testLifecycle)
+	t.Run("RecoverRefusesBadHandles", s.testBadHandles)
+	t.Run("DestroyWorksWhenProcessIsGone", s.testDestroyAfterCrash)
+}
+
+// launch starts a plugin process and configures it.
+func (s *suite) launch(t *testing.T) *driver.Plugin {
+	t.Helper()
+	p := s.h.Launch(t)
+	// Not t.Context(): clean-ups launch plugins too, after it is cancelled.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.SetConfig(ctx, &pb.SetConfigRequest{
+		ConfigJson: s.h.Config,
+		Agent:      &pb.AgentContext{StateDir: s.h.StateDir, NodeName: "drivertest", LogLevel: "debug"},
+	}); err != nil {
+		t.Fatalf("SetConfig: %v", err)
+	}
+	return p
+}
+
+func (s *suite) testInfo(t *testing.T) {
+	if !regexp.MustCompile(`^[a-z0-9_-]+$`).MatchString(s.info.Name) {
+		t.Errorf("name %q is not [a-z0-9_-]+", s.info.Name)
+	}
+	if !slices.Contains(s.info.ApiVersions, driver.APIVersion) {
+		t.Errorf("api_versions %v lacks %d", s.info.ApiVersions, driver.APIVersion)
+	}
+	if s.info.HandleVersion < 1 {
+		t.Errorf("handle_version is %d, want ≥ 1", s.info.HandleVersion)
+	}
+	if s.info.Version == "" || s.info.Description == "" {
+		t.Errorf("version %q and description %q must be set", s.info.Version, s.info.Description)
+	}
+}
+
+func (s *suite) testSchema(t *testing.T) {
+	p := s.launch(t)
+	schema, err := p.ConfigSchema(t.Context())
+	if err != nil {
+		t.Fatalf("ConfigSchema: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, a := range schema.Attributes {
+		if a.Name == "" || seen[a.Name] {
+			t.Errorf("attribute name %q is empty or repeated", a.Name)
+		}
+		seen[a.Name] = true
+		if !slices.Contains([]string{"string", "number", "bool", "list(string)", "map(string)"}, a.Type) {
+			t.Errorf("attribute %s: unknown type %q", a.Name, a.Type)
+		}
+		if a.DefaultJson != "" && !json.Valid([]byte(a.DefaultJson)) {
+			t.Errorf("attribute %s: default %q is not JSON", a.Name, a.DefaultJson)
+		}
+		if a.Description == "" {
+			t.Errorf("attribute %s has no description", a.Name)
+		}
+	}
+}
+
+func (s *suite) testBadConfig(t *testing.T) {
+	p := s.h.Launch(t)
+	for _, bad := range []string{`not json`, `{"no_such_attribute_anywhere": 1}`} {
+		err := p.SetConfig(t.Context(), &pb.SetConfigRequest{
+			ConfigJson: []byte(bad),
+			Agent:      &pb.AgentContext{StateDir: s.h.StateDir, NodeName: "drivertest"},
+		})
+		if !errors.Is(err, driver.ErrInvalid) {
+			t.Errorf("SetConfig(%s) = %v, want an ErrInvalid error", bad, err)
+		}
+	}
+}
+
+func (s *suite) testFingerprint(t *testing.T) {
+	p := s.launch(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ch, err := p.Fingerprint(ctx)
+	if err != nil {
+		t.Fatalf("Fingerprint: %v", err)
+	}
+	select {
+	case fp, ok := <-ch:
+		if !ok {
+			t.Fatal("fingerprint stream ended before its first message")
+		}
+		if fp.Health == pb.Health_HEALTH_UNSPECIFIED {
+			t.Error("first fingerprint has no health")
+		}
+		if fp.Health != pb.Health_HEALTH_HEALTHY {
+			t.Fatalf("driver is not healthy on this host: %s (%s)", fp.Health, fp.Description)
+		}
+		if fp.Resources.GetVcpus() <= 0 || fp.Resources.GetMemoryMib() <= 0 {
+			t.Errorf("healthy fingerprint reports no resources: %v", fp.Resources)
+		}
+	case <-ctx.Done():
+		t.Fatal("no fingerprint within 30s: the first must be sent at once")
+	}
+}
+
+// vmID makes a VM id unique to this run and test.
+func vmID(short string) string {
+	return short + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+}
+
+func (s *suite) workspace(id string) string { return filepath.Join(s.h.StateDir, "vms", id) }
+
+func (s *suite) testBadSpecs(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	mutate := func(f func(*pb.VMSpec)) *pb.VMSpec {
+		spec := proto.Clone(s.h.Spec(vmID("bad"))).(*pb.VMSpec)
+		f(spec)
+		return spec
+	}
+	cases := []struct {
+		name string
+		spec *pb.VMSpec
+		want error
+	}{
+		{"empty id", mutate(func(v *pb.VMSpec) { v.Id = "" }), driver.ErrInvalid},
+		{"id with slash", mutate(func(v *pb.VMSpec) { v.Id = "../escape" }), driver.ErrInvalid},
+		{"zero vcpus", mutate(func(v *pb.VMSpec) { v.Vcpus = 0 }), driver.ErrInvalid},
+		{"negative memory", mutate(func(v *pb.VMSpec) { v.MemoryMib = -1 }), driver.ErrInvalid},
+		{"unknown guest os", mutate(func(v *pb.VMSpec) { v.GuestOs = "plan9" }), driver.ErrInvalid},
+		{"missing image", mutate(func(v *pb.VMSpec) { v.Image = "/nonexistent/fluxvm/image.qcow2" }), driver.ErrNotFound},
+		{"unknown driver field", mutate(func(v *pb.VMSpec) { v.DriverConfigJson = []byte(`{"no_such_field": true}`) }), driver.ErrInvalid},
+		{"driver config not json", mutate(func(v *pb.VMSpec) { v.DriverConfigJson = []byte(`{`) }), driver.ErrInvalid},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			_, err := p.CreateVM(ctx, c.spec)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("CreateVM = %v, want %v", err, c.want)
+			}
+			if err.Error() == "" {
+				t.Error("the error has no message")
+			}
+			if c.spec.Id != "" && !strings.Contains(c.spec.Id, "/") {
+				if _, statErr := os.Stat(s.workspace(c.spec.Id)); statErr == nil {
+					t.Errorf("a failed create left %s behind", s.workspace(c.spec.Id))
+				}
+			}
+		})
+	}
+	t.Run("duplicate_id", func(t *testing.T) {
+		spec := s.h.Spec(vmID("dup"))
+		if _, err := p.CreateVM(ctx, spec); err != nil {
+			t.Fatalf("first CreateVM: %v", err)
+		}
+		defer p.DestroyVM(context.Background(), spec.Id, true)
+		if _, err := p.CreateVM(ctx, spec); !errors.Is(err, driver.ErrExists) {
+			t.Fatalf("second CreateVM = %v, want ErrExists", err)
+		}
+	})
+	t.Run("unknown_vm", func(t *testing.T) {
+		if _, err := p.InspectVM(ctx, "no-such-vm"); !errors.Is(err, driver.ErrNotFound) {
+			t.Errorf("InspectVM(unknown) = %v, want ErrNotFound", err)
+		}
+		if _, _, err := p.StartVM(ctx, "no-such-vm"); !errors.Is(err, driver.ErrNotFound) {
+			t.Errorf("StartVM(unknown) = %v, want ErrNotFound", err)
+		}
+		if err := p.DestroyVM(ctx, "no-such-vm", true); err != nil {
+			t.Errorf("DestroyVM(unknown) = %v, want success", err)
+		}
+	})
+}
+
+func (s *suite) testUnclaimed(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	check := func(rpc string, claimed bool, err error) {
+		if !claimed && !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("%s without the capability = %v, want ErrUnsupported", rpc, err)
+		}
+	}
+	check("PauseVM", s.caps.Pause, p.PauseVM(ctx, "no-such-vm"))
+	_, err := p.Screenshot(ctx, "no-such-vm")
+	check("Screenshot", s.caps.Screenshot, err)
+	check("SendInput", s.caps.Input, p.SendInput(ctx, "no-such-vm", nil))
+	_, err = p.Exec(ctx, &pb.ExecRequest{Id: "no-such-vm", Argv: []string{"true"}}, nil, nil)
+	check("Exec", s.caps.Exec, err)
+}
+
+// events collects a plugin's event stream in the background.
+type events struct {
+	ch   <-chan *pb.Event
+	seen []*pb.Event
+}
+
+func (e *events) waitFor(t *testing.T, vm, typ string, timeout time.Duration) {
+	t.Helper()
+	if slices.ContainsFunc(e.seen, func(ev *pb.Event) bool { return ev.VmId == vm && ev.Type == typ }) {
+		return
+	}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-e.ch:
+			if !ok {
+				t.Fatalf("event stream ended before %q for %s", typ, vm)
+			}
+			e.seen = append(e.seen, ev)
+			if ev.VmId == vm && ev.Type == typ {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %q event for %s within %v (saw %v)", typ, vm, timeout, e.seen)
+		}
+	}
+}
+
+func (s *suite) testLifecycle(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	evCh, err := p.Events(ctx)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	ev := &events{ch: evCh}
+	spec := s.h.Spec(vmID("life"))
+	st, err := p.CreateVM(ctx, spec)
+	if err != nil {
+		t.Fatalf("CreateVM: %v", err)
+	}
+	// If the test stops half-way, a fresh plugin removes the VM.
+	t.Cleanup(func() { _ = s.launch(t).DestroyVM(context.Background(), spec.Id, true) })
+	if st.State != pb.VMState_VM_STATE_CREATED {
+		t.Errorf("after create the state is %s, want CREATED", st.State)
+	}
+	handle, st, err := p.StartVM(ctx, spec.Id)
+	if err != nil {
+		t.Fatalf("StartVM: %v", err)
+	}
+	if handle.GetVersion() < 1 || handle.GetDriver() != s.info.Name || handle.GetVmId() != spec.Id {
+		t.Fatalf("handle %v must carry version ≥ 1, driver %q and vm id %q", handle, s.info.Name, spec.Id)
+	}
+	if st.State != pb.VMState_VM_STATE_RUNNING {
+		t.Errorf("after start the state is %s, want RUNNING", st.State)
+	}
+	if _, _, err := p.StartVM(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
+		t.Errorf("starting a running VM = %v, want ErrState", err)
+	}
+	s.waitReady(t, p, spec.Id)
+	ev.waitFor(t, spec.Id, "started", 10*time.Second)
+	s.checkRunning(t, p, spec)
+
+	if s.caps.Pause {
+		if err := p.PauseVM(ctx, spec.Id); err != nil {
+			t.Fatalf("PauseVM: %v", err)
+		}
+		s.wantState(t, p, spec.Id, pb.VMState_VM_STATE_PAUSED)
+		if err := p.PauseVM(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
+			t.Errorf("pausing a paused VM = %v, want ErrState", err)
+		}
+		ev.waitFor(t, spec.Id, "paused", 10*time.Second)
+		if err := p.ResumeVM(ctx, spec.Id); err != nil {
+			t.Fatalf("ResumeVM: %v", err)
+		}
+		s.wantState(t, p, spec.Id, pb.VMState_VM_STATE_RUNNING)
+		if err := p.ResumeVM(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
+			t.Errorf("resuming a running VM = %v, want ErrState", err)
+		}
+		ev.waitFor(t, spec.Id, "resumed", 10*time.Second)
+		s.checkExec(t, p, spec.Id)
+	}
+
+	// Kill the plugin process: the VM must keep running, and a new plugin
+	// process must take it back from the handle.
+	pid := p.Pid()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill plugin %d: %v", pid, err)
+	}
+	waitGone(t, pid, 10*time.Second)
+	vmPid := 0
+	if v, ok := st.Attributes["pid"]; ok {
+		vmPid, _ = strconv.Atoi(v)
+		if !alive(vmPid) {
+			t.Fatalf("the VM process %d died with its plugin", vmPid)
+		}
+	}
+	p = s.launch(t)
+	rst, err := p.RecoverVM(ctx, handle)
+	if err != nil {
+		t.Fatalf("RecoverVM after the plugin was killed: %v", err)
+	}
+	if rst.State != pb.VMState_VM_STATE_RUNNING {
+		t.Fatalf("recovered VM is %s, want RUNNING", rst.State)
+	}
+	list, err := p.ListVMs(ctx)
+	if err != nil || !slices.ContainsFunc(list, func(v *pb.VMStatus) bool { return v.Id == spec.Id }) {
+		t.Errorf("ListVMs after recovery = %v, %v; want it to hold %s", list, err, spec.Id)
+	}
+	s.waitReady(t, p, spec.Id)
+	s.checkExec(t, p, spec.Id)
+
+	evCh, err = p.Events(ctx)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	ev = &events{ch: evCh}
+	exit, err := p.StopVM(ctx, spec.Id, 30*time.Second)
+	if err != nil {
+		t.Fatalf("StopVM: %v", err)
+	}
+	if exit.GetReason() == "" {
+		t.Error("StopVM returned no exit reason")
+	}
+	s.wantState(t, p, spec.Id, pb.VMState_VM_STATE_STOPPED)
+	ev.waitFor(t, spec.Id, "stopped", 10*time.Second)
+	if vmPid != 0 {
+		waitGone(t, vmPid, 10*time.Second)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if _, err := p.WaitVM(wctx, spec.Id); err != nil {
+		t.Errorf("WaitVM on a stopped VM must return at once: %v", err)
+	}
+	cancel()
+	if _, err := p.StopVM(ctx, spec.Id, time.Second); err != nil {
+		t.Errorf("stopping a stopped VM = %v, want success", err)
+	}
+	if log, err := p.ConsoleLog(ctx, spec.Id, 4096); err != nil {
+		t.Errorf("ConsoleLog of a stopped VM: %v", err)
+	} else if len(log) > 4096 {
+		t.Errorf("ConsoleLog returned %d bytes, asked for at most 4096", len(log))
+	}
+
+	// A stopped VM starts again.
+	_, st, err = p.StartVM(ctx, spec.Id)
+	if err != nil {
+		t.Fatalf("StartVM after stop: %v", err)
+	}
+	s.waitReady(t, p, spec.Id)
+	if v, ok := st.Attributes["pid"]; ok {
+		vmPid, _ = strconv.Atoi(v)
+	}
+	if err := p.DestroyVM(ctx, spec.Id, false); !errors.Is(err, driver.ErrState) {
+		t.Errorf("destroying a running VM without force = %v, want ErrState", err)
+	}
+	if err := p.DestroyVM(ctx, spec.Id, true); err != nil {
+		t.Fatalf("DestroyVM: %v", err)
+	}
+	s.checkGone(t, p, spec.Id, vmPid)
+}
+
+func (s *suite) waitReady(t *testing.T, p *driver.Plugin, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), s.h.ReadyTimeout)
+	defer cancel()
+	start := time.Now()
+	guest, err := p.WaitReady(ctx, id)
+	if err != nil {
+		log, _ := p.ConsoleLog(context.Background(), id, 4096)
+		t.Fatalf("WaitReady(%s): %v\nconsole:\n%s", id, err, log)
+	}
+	t.Logf("%s ready after %v: %v", id, time.Since(start).Round(time.Millisecond), guest)
+	st, err := p.InspectVM(t.Context(), id)
+	if err != nil {
+		t.Fatalf("InspectVM: %v", err)
+	}
+	if !st.AgentReady {
+		t.Errorf("InspectVM after WaitReady says agent_ready=false")
+	}
+}
+
+func (s *suite) wantState(t *testing.T, p *driver.Plugin, id string, want pb.VMState) {
+	t.Helper()
+	st, err := p.InspectVM(t.Context(), id)
+	if err != nil {
+		t.Fatalf("InspectVM(%s): %v", id, err)
+	}
+	if st.State != want {
+		t.Fatalf("VM %s is %s, want %s", id, st.State, want)
+	}
+}
+
+// checkRunning exercises every claimed capability on a running VM.
+func (s *suite) checkRunning(t *testing.T, p *driver.Plugin, spec *pb.VMSpec) {
+	t.Helper()
+	ctx := t.Context()
+	st, err := p.InspectVM(ctx, spec.Id)
+	if err != nil {
+		t.Fatalf("InspectVM: %v", err)
+	}
+	if st.Spec.GetId() != spec.Id || st.Spec.GetVcpus() != spec.Vcpus || st.Spec.GetMemoryMib() != spec.MemoryMib {
+		t.Errorf("InspectVM spec = %v, want the created spec %v", st.Spec, spec)
+	}
+	if ws, ok := st.Attributes["workspace"]; ok && ws != s.workspace(spec.Id) {
+		t.Errorf("workspace attribute %q, want %q", ws, s.workspace(spec.Id))
+	}
+	if s.caps.Exec {
+		s.checkExec(t, p, spec.Id)
+	}
+	if s.caps.Screenshot && spec.Display {
+		shot, err := p.Screenshot(ctx, spec.Id)
+		if err != nil {
+			t.Fatalf("Screenshot: %v", err)
+		}
+		img, err := png.Decode(bytes.NewReader(shot.Png))
+		if err != nil {
+			t.Fatalf("the screenshot is not a PNG: %v", err)
+		}
+		if b := img.Bounds(); b.Dx() != int(shot.Width) || b.Dy() != int(shot.Height) || b.Dx() == 0 {
+			t.Errorf("screenshot is %dx%d, response says %dx%d", b.Dx(), b.Dy(), shot.Width, shot.Height)
+		}
+	}
+	if s.caps.Input && spec.Display {
+		actions := []*pb.InputAction{
+			{Kind: "key", Keys: []string{"shift", "a"}},
+			{Kind: "text", Text: "hello"},
+			{Kind: "move", X: 10, Y: 10},
+			{Kind: "click", Button: "left", X: 20, Y: 20},
+			{Kind: "scroll", Dy: -1},
+		}
+		if err := p.SendInput(ctx, spec.Id, actions); err != nil {
+			t.Errorf("SendInput: %v", err)
+		}
+		err := p.SendInput(ctx, spec.Id, []*pb.InputAction{{Kind: "key", Keys: []string{"no-such-key"}}})
+		if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "no-such-key") {
+			t.Errorf("SendInput(unknown key) = %v, want ErrInvalid naming the key", err)
+		}
+	}
+}
+
+func (s *suite) checkExec(t *testing.T, p *driver.Plugin, id string) {
+	t.Helper()
+	if !s.caps.Exec {
+		return
+	}
+	ctx := t.Context()
+	var out, errOut bytes.Buffer
+	code, err := p.Exec(ctx, &pb.ExecRequest{Id: id, Argv: []string{"uname", "-a"}}, &out, &errOut)
+	if err != nil || code != 0 || !strings.Contains(out.String(), "Linux") {
+		t.Fatalf("exec uname -a = %d, %v, stdout %q, stderr %q; want 0 and Linux", code, err, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Shell: "echo out; echo err >&2; exit 3"}, &out, &errOut)
+	if err != nil || code != 3 || out.String() != "out\n" || errOut.String() != "err\n" {
+		t.Fatalf("exec 'exit 3' = %d, %v, stdout %q, stderr %q; want 3, out, err", code, err, out.String(), errOut.String())
+	}
+	out.Reset()
+	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Argv: []string{"cat"}, Stdin: []byte("from stdin")}, &out, nil)
+	if err != nil || code != 0 || out.String() != "from stdin" {
+		t.Errorf("exec cat with stdin = %d, %v, %q", code, err, out.String())
+	}
+	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Argv: []string{"sleep", "30"}, TimeoutMs: 300}, nil, nil)
+	if err != nil || code != 124 {
+		t.Errorf("exec past its timeout = %d, %v; want 124", code, err)
+	}
+}
+
+// checkGone asserts that a destroyed VM left nothing: no status, no
+// workspace, no process.
+func (s *suite) checkGone(t *testing.T, p *driver.Plugin, id string, pid int) {
+	t.Helper()
+	if _, err := p.InspectVM(t.Context(), id); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("InspectVM after destroy = %v, want ErrNotFound", err)
+	}
+	if _, err := os.Stat(s.workspace(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("workspace %s is still there after destroy (%v)", s.workspace(id), err)
+	}
+	if pid != 0 {
+		waitGone(t, pid, 10*time.Second)
+	}
+}
+
+func (s *suite) testBadHandles(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	spec := s.h.Spec(vmID("handle"))
+	if _, err := p.CreateVM(ctx, spec); err != nil {
+		t.Fatalf("CreateVM: %v", err)
+	}
+	defer p.DestroyVM(context.Background(), spec.Id, true)
+	h, _, err := p.StartVM(ctx, spec.Id)
+	if err != nil {
+		t.Fatalf("StartVM: %v", err)
+	}
+	cases := []struct {
+		name string
+		edit func(*pb.Handle)
+		want error
+	}{
+		{"newer version", func(h *pb.Handle) { h.Version = s.info.HandleVersion + 1 }, driver.ErrState},
+		{"other driver", func(h *pb.Handle) { h.Driver = "not-" + s.info.Name }, driver.ErrState},
+		{"corrupt state", func(h *pb.Handle) { h.State = []byte("\x00garbage{") }, driver.ErrInvalid},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			bad := proto.Clone(h).(*pb.Handle)
+			c.edit(bad)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			if _, err := p.RecoverVM(ctx, bad); !errors.Is(err, c.want) {
+				t.Errorf("RecoverVM = %v, want %v", err, c.want)
+			}
+		})
+	}
+}
+
+func (s *suite) testDestroyAfterCrash(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	spec := s.h.Spec(vmID("crash"))
+	if _, err := p.CreateVM(ctx, spec); err != nil {
+		t.Fatalf("CreateVM: %v", err)
+	}
+	_, st, err := p.StartVM(ctx, spec.Id)
+	if err != nil {
+		t.Fatalf("StartVM: %v", err)
+	}
+	// The VM's process dies, then its plugin: a fresh plugin process that
+	// never saw the VM must still clean it up.
+	pid := 0
+	if v, ok := st.Attributes["pid"]; ok {
+		pid, _ = strconv.Atoi(v)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill VM process %d: %v", pid, err)
+		}
+		waitGone(t, pid, 10*time.Second)
+	}
+	p.Kill()
+	p = s.launch(t)
+	if err := p.DestroyVM(ctx, spec.Id, true); err != nil {
+		t.Fatalf("DestroyVM by a plugin that never saw the VM: %v", err)
+	}
+	if _, err := os.Stat(s.workspace(spec.Id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("workspace %s is still there after destroy (%v)", s.workspace(spec.Id), err)
+	}
+}
+
+// alive reports whether a process exists and has not exited (a zombie has).
+func alive(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || !strings.HasPrefix(strings.TrimSpace(s[i+1:]), "Z")
+}
+
+func waitGone(t *testing.T, pid int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs after %v", pid, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

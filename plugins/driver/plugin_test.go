@@ -1,0 +1,78 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLaunchFailsClearlyWithoutHang starts binaries that are not FluxVM
+// plugins: each must fail with an error that says so, well within the
+// start timeout and never by hanging.
+func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		name    string
+		cmd     *exec.Cmd
+		wantMsg string
+	}{
+		{"exits at once", exec.Command(script("exit", "exit 1")), "handshake"},
+		{"prints garbage", exec.Command(script("garbage", "echo 'hello, I am not a plugin'; sleep 30")), "handshake"},
+		{"wrong protocol version", exec.Command(script("oldproto", "echo '1|99|unix|/tmp/x.sock|grpc|'; sleep 30")), "handshake"},
+		{"never answers", exec.Command(script("silent", "sleep 30")), "handshake"},
+		{"missing binary", exec.Command(filepath.Join(dir, "does-not-exist")), "handshake"},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			start := time.Now()
+			p, err := Launch(context.Background(), LaunchConfig{Cmd: c.cmd, StartTimeout: 3 * time.Second})
+			if err == nil {
+				p.Kill()
+				t.Fatal("Launch succeeded, want an error")
+			}
+			if !strings.Contains(err.Error(), c.wantMsg) {
+				t.Errorf("error %q does not mention %q", err, c.wantMsg)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("Launch took %v to fail", d)
+			}
+		})
+	}
+}
+
+// TestErrorKindsCrossTheWire checks that every sentinel survives the trip
+// through a gRPC status and back, message intact.
+func TestErrorKindsCrossTheWire(t *testing.T) {
+	for _, kc := range kindCodes {
+		sent := Errorf(kc.kind, "vm x: something about %s", kc.kind)
+		got := fromStatus(toStatus(sent))
+		if !errors.Is(got, kc.kind) {
+			t.Errorf("%v came back as %v", kc.kind, got)
+		}
+		if got.Error() != sent.Error() {
+			t.Errorf("message %q came back as %q", sent, got)
+		}
+	}
+	wrapped := errors.Join(errors.New("context"), Errorf(ErrNotFound, "no vm"))
+	if got := fromStatus(toStatus(wrapped)); !errors.Is(got, ErrNotFound) {
+		t.Errorf("a wrapped ErrNotFound came back as %v", got)
+	}
+	if got := fromStatus(toStatus(context.DeadlineExceeded)); !errors.Is(got, ErrTimeout) {
+		t.Errorf("a deadline came back as %v, want ErrTimeout", got)
+	}
+	if got := fromStatus(toStatus(errors.New("plain"))); got.Error() != "plain" {
+		t.Errorf("a plain error came back as %q", got)
+	}
+}
