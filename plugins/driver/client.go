@@ -119,6 +119,11 @@ func (c *grpcClient) Events(ctx context.Context) (<-chan *pb.Event, error) {
 	if err != nil {
 		return nil, fromStatus(err)
 	}
+	// Wait for the plugin's header: it is sent once the plugin subscribed, so
+	// no event after this call returns is lost.
+	if _, err := stream.Header(); err != nil {
+		return nil, fromStatus(err)
+	}
 	return relay(ctx, stream.Recv), nil
 }
 

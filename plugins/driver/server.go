@@ -101,6 +101,10 @@ func (s *grpcServer) Events(_ *pb.EventsRequest, stream pb.Driver_EventsServer) 
 	if err != nil {
 		return toStatus(err)
 	}
+	// Tell the client the subscription stands (see grpcClient.Events).
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
 	for ev := range ch {
 		if err := stream.Send(ev); err != nil {
 			return err

@@ -22,7 +22,7 @@ import (
 type Harness struct {
 	// Launch starts a new plugin process of the driver. The suite kills
 	// plugin processes to test recovery, so each call must start a fresh one.
-	Launch func(t *testing.T) *driver.Plugin
+	Launch func(t testing.TB) *driver.Plugin
 	// Config is the driver's configuration, as JSON, for SetConfig.
 	Config []byte
 	// StateDir is handed to SetConfig; the suite makes a temporary one if
@@ -37,8 +37,8 @@ type Harness struct {
 
 // LaunchCommand returns a Harness.Launch that runs the given command as the
 // plugin, logs its output through the test and kills it when the test ends.
-func LaunchCommand(name string, args ...string) func(t *testing.T) *driver.Plugin {
-	return func(t *testing.T) *driver.Plugin {
+func LaunchCommand(name string, args ...string) func(t testing.TB) *driver.Plugin {
+	return func(t testing.TB) *driver.Plugin {
 		t.Helper()
 		logger := hclog.New(&hclog.LoggerOptions{Name: filepath.Base(name), Level: hclog.Debug, Output: testWriter{t}})
 		p, err := driver.Launch(context.Background(), driver.LaunchConfig{Cmd: exec.Command(name, args...), Logger: logger})
@@ -51,7 +51,7 @@ func LaunchCommand(name string, args ...string) func(t *testing.T) *driver.Plugi
 }
 
 // testWriter sends plugin log lines to the test log while the test runs.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	defer func() { _ = recover() }() // a plugin may log after its test ended
@@ -78,7 +78,11 @@ func Build(t testing.TB, dir, pkg string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(out, filepath.Base(pkg))
+	name := filepath.Base(pkg)
+	if name == "." || name == "/" {
+		name = "plugin"
+	}
+	bin := filepath.Join(out, name)
 	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = dir
 	if msg, err := cmd.CombinedOutput(); err != nil {
