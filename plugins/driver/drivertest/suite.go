@@ -69,6 +69,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CreateRefusesBadSpecs", s.testBadSpecs)
 	t.Run("UnclaimedCapabilitiesAreRefused", s.testUnclaimed)
 	t.Run("Lifecycle", s.testLifecycle)
+	if s.caps.Headless && (s.caps.Screenshot || s.caps.Input) {
+		t.Run("NoScreenWithoutDisplay", s.testHeadless)
+	}
 	t.Run("RecoverRefusesBadHandles", s.testBadHandles)
 	t.Run("DestroyWorksWhenProcessIsGone", s.testDestroyAfterCrash)
 }
@@ -389,6 +392,11 @@ func (s *suite) testLifecycle(t *testing.T) {
 	if _, err := p.StopVM(ctx, spec.Id, time.Second); err != nil {
 		t.Errorf("stopping a stopped VM = %v, want success", err)
 	}
+	if s.caps.Pause {
+		if err := p.PauseVM(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
+			t.Errorf("pausing a stopped VM = %v, want ErrState", err)
+		}
+	}
 	if log, err := p.ConsoleLog(ctx, spec.Id, 4096); err != nil {
 		t.Errorf("ConsoleLog of a stopped VM: %v", err)
 	} else if len(log) > 4096 {
@@ -411,6 +419,31 @@ func (s *suite) testLifecycle(t *testing.T) {
 		t.Fatalf("DestroyVM: %v", err)
 	}
 	s.checkGone(t, p, spec.Id, vmPid)
+	if _, err := p.RecoverVM(ctx, handle); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("RecoverVM of a destroyed VM = %v, want ErrNotFound", err)
+	}
+}
+
+func (s *suite) testHeadless(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	spec := proto.Clone(s.h.Spec(vmID("headless"))).(*pb.VMSpec)
+	spec.Display = false
+	if _, err := p.CreateVM(ctx, spec); err != nil {
+		t.Fatalf("CreateVM without a display: %v", err)
+	}
+	defer p.DestroyVM(context.Background(), spec.Id, true)
+	if s.caps.Screenshot {
+		if _, err := p.Screenshot(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
+			t.Errorf("Screenshot of a VM without a display = %v, want ErrState", err)
+		}
+	}
+	if s.caps.Input {
+		err := p.SendInput(ctx, spec.Id, []*pb.InputAction{{Kind: "text", Text: "x"}})
+		if !errors.Is(err, driver.ErrState) {
+			t.Errorf("SendInput to a VM without a display = %v, want ErrState", err)
+		}
+	}
 }
 
 func (s *suite) waitReady(t *testing.T, p *driver.Plugin, id string) {
