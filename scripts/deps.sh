@@ -12,6 +12,7 @@ declare -A need=(
   [protoc]=protobuf-compiler
   [zstd]=zstd
   [xz]=xz-utils
+  [as]=binutils
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -1,0 +1,37 @@
+// Command fluxvm-guest is the FluxVM guest agent. In the FluxVM initramfs it is /init
+// (PID 1); with -port it serves one port as an ordinary process, for testing.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/fluxvm/fluxvm/guest/agent"
+)
+
+func main() {
+	port := flag.String("port", "", "serve this agent port (a virtio-serial device or a unix socket) without PID 1 duties")
+	version := flag.Bool("version", false, "print the agent version and exit")
+	flag.Parse()
+	if *version {
+		fmt.Println(agent.Version)
+		return
+	}
+	ctx := context.Background()
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "fluxvm-guest: "+format+"\n", args...) }
+	var err error
+	switch {
+	case *port != "":
+		err = agent.RunPort(ctx, *port, logf)
+	case os.Getpid() == 1:
+		err = agent.RunInit(ctx)
+	default:
+		err = fmt.Errorf("not running as PID 1; pass -port PATH to serve an agent port as a normal process")
+	}
+	if err != nil {
+		logf("%v", err)
+		os.Exit(1)
+	}
+}

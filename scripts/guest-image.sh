@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Builds the minimal Linux guest image bundle FluxVM boots: an uncompressed vmlinux
+# (PVH entry, fast under TCG), a small uncompressed initramfs whose /init is the
+# fluxvm-guest agent, an empty qcow2 data disk and fluxvm-image.json.
+#
+# Idempotent: when the manifest matches the kernel package and the agent sources it
+# exits at once; when only the agent changed it rebuilds only the initramfs. Every
+# output is built in a temporary directory and renamed into place.
+#
+#   FLUXVM_IMAGE_DIR  output (default /var/cache/fluxvm/images/debian-minimal)
+#   FLUXVM_CACHE_DIR  downloads and extracted kernels (default /var/cache/fluxvm)
+set -euo pipefail
+
+OUT=${FLUXVM_IMAGE_DIR:-/var/cache/fluxvm/images/debian-minimal}
+CACHE=${FLUXVM_CACHE_DIR:-/var/cache/fluxvm}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+NAME=debian-minimal
+CMDLINE="console=ttyS0 quiet panic=-1"
+# In load order; dependencies found in the modules' own metadata are added first.
+MODULES="virtio_ring virtio virtio_mmio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_console virtio_blk failover net_failover virtio_net"
+
+say() { echo "guest-image: $*"; }
+die() { echo "guest-image: error: $*" >&2; exit 1; }
+
+need() { # need COMMAND PACKAGE
+	command -v "$1" >/dev/null 2>&1 || die "$1 not found; install it: apt-get install $2"
+}
+need busybox busybox-static
+need cpio cpio
+need qemu-img qemu-utils
+need go golang
+need apt-cache apt
+need dpkg-deb dpkg
+need xz xz-utils
+need zstd zstd
+need sha256sum coreutils
+[ -x /bin/busybox ] || die "/bin/busybox is missing; install it: apt-get install busybox-static"
+if command -v file >/dev/null 2>&1 && ! file -L /bin/busybox | grep -q 'statically linked'; then
+	die "/bin/busybox is not statically linked; install busybox-static (not busybox)"
+fi
+
+# --- what should be built ----------------------------------------------------------
+
+agent_hash() {
+	(cd "$REPO" && find guest cmd/fluxvm-guest -name '*.go' ! -name '*_test.go' -type f | LC_ALL=C sort |
+		xargs sha256sum | sha256sum | cut -d' ' -f1)
+}
+AGENT_HASH=$(agent_hash)
+SCRIPT_HASH=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
+
+BUSYBOX_VER=$(dpkg-query -W -f='${Version}' busybox-static)
+
+manifest_field() { # manifest_field FILE KEY -> value of a string field
+	sed -n "s/^ *\"$2\": *\"\([^\"]*\)\".*/\\1/p" "$1" | head -n1
+}
+
+M="$OUT/fluxvm-image.json"
+image_matches() { # everything but the kernel package matches the manifest
+	[ -f "$M" ] && [ -f "$OUT/vmlinux" ] && [ -f "$OUT/initrd.cpio" ] && [ -f "$OUT/disk.qcow2" ] &&
+		[ "$(manifest_field "$M" agent_source_sha256)" = "$AGENT_HASH" ] &&
+		[ "$(manifest_field "$M" script_sha256)" = "$SCRIPT_HASH" ] &&
+		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ]
+}
+# apt-cache takes about a second here (no binary package cache), so skip it while the
+# apt lists are older than the manifest: the kernel it resolves cannot have changed.
+if image_matches && [ -z "$(find /var/lib/apt/lists -maxdepth 1 -type f -newer "$M" -print -quit 2>/dev/null)" ]; then
+	echo "guest image up to date: $OUT"
+	exit 0
+fi
+
+KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+[ -n "$KPKG" ] || die "cannot resolve the kernel package of linux-image-amd64 (apt-cache depends); run apt-get update"
+KVER_PKG=$(apt-cache show --no-all-versions "$KPKG" 2>/dev/null | awk '/^Version:/ {print $2; exit}')
+[ -n "$KVER_PKG" ] || die "apt-cache show $KPKG gave no version; run apt-get update"
+
+if image_matches && [ "$(manifest_field "$M" kernel_package)" = "$KPKG" ] &&
+	[ "$(manifest_field "$M" kernel_package_version)" = "$KVER_PKG" ]; then
+	touch "$M"
+	echo "guest image up to date: $OUT"
+	exit 0
+fi
+
+mkdir -p "$CACHE/debs" "$CACHE/kernels" "$(dirname "$OUT")"
+WORK=$(mktemp -d "$CACHE/.guest-image.XXXXXX")
+NEW=
+trap 'rm -rf "$WORK" ${NEW:+"$NEW"}' EXIT
+
+# --- kernel: vmlinux + the modules we need, cached per package version ----------------
+
+KCACHE="$CACHE/kernels/${KPKG}_${KVER_PKG}"
+if [ ! -f "$KCACHE/done" ]; then
+	DEB="$CACHE/debs/${KPKG}_${KVER_PKG}_amd64.deb"
+	if [ ! -f "$DEB" ]; then
+		say "downloading $KPKG $KVER_PKG"
+		[ "$(id -u)" = 0 ] || die "downloading the kernel package needs root (apt); run as root"
+		if ! (cd "$WORK" && apt-get download -q "$KPKG=$KVER_PKG" >/dev/null 2>&1); then
+			say "download failed; running apt-get update"
+			apt-get update -q >/dev/null || die "apt-get update failed"
+			(cd "$WORK" && apt-get download -q "$KPKG=$KVER_PKG" >/dev/null) || die "apt-get download $KPKG failed"
+		fi
+		mv "$WORK"/"${KPKG}"_*.deb "$DEB.tmp"
+		mv "$DEB.tmp" "$DEB"
+	fi
+	say "extracting $KPKG"
+	dpkg-deb -x "$DEB" "$WORK/pkg"
+	KREL=$(ls "$WORK/pkg/lib/modules" | head -n1)
+	[ -n "$KREL" ] || die "$DEB has no /lib/modules/<version>"
+	VMLINUZ="$WORK/pkg/boot/vmlinuz-$KREL"
+	[ -f "$VMLINUZ" ] || die "$DEB has no /boot/vmlinuz-$KREL"
+
+	KC="$WORK/kcache"
+	mkdir -p "$KC/modules"
+	# Like the kernel's scripts/extract-vmlinux: find a compressed payload by its magic
+	# and unpack from there, ignoring what trails it; keep the first result that is ELF.
+	say "unpacking vmlinux"
+	try_unpack() { # try_unpack MAGIC-REGEX COMMAND...
+		local magic=$1
+		shift
+		local off
+		for off in $(LC_ALL=C grep -obUaP "$magic" "$VMLINUZ" 2>/dev/null | cut -d: -f1 | head -n 5); do
+			tail -c +$((off + 1)) "$VMLINUZ" | "$@" >"$KC/vmlinux" 2>/dev/null || true
+			if [ "$(head -c 4 "$KC/vmlinux" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ]; then
+				return 0
+			fi
+		done
+		return 1
+	}
+	try_unpack '\xFD7zXZ\x00' xz -dc --single-stream ||
+		try_unpack '\x28\xb5\x2f\xfd' zstd -dc ||
+		try_unpack '\x1f\x8b\x08' gzip -dc ||
+		die "could not find an xz, zstd or gzip compressed ELF kernel inside $VMLINUZ"
+
+	# Modules: plain .ko files, plus what they depend on (modules.dep when the package
+	# has it, else the depends= field of each module's .modinfo), dependencies first.
+	MODROOT="$WORK/pkg/lib/modules/$KREL"
+	declare -A FILE=() DONE=()
+	while IFS= read -r f; do
+		n=$(basename "$f")
+		n=${n%.xz}
+		n=${n%.zst}
+		n=${n%.ko}
+		FILE[${n//-/_}]=$f
+	done < <(find "$MODROOT/kernel" -name '*.ko' -o -name '*.ko.xz' -o -name '*.ko.zst')
+	ORDER=()
+	deps_of() {
+		local f=${FILE[$1]} rel
+		if [ -f "$MODROOT/modules.dep" ]; then
+			rel=${f#"$MODROOT"/}
+			sed -n "s#^$rel: *##p" "$MODROOT/modules.dep" | tr ' ' '\n' | sed -e 's#.*/##' -e 's/\.ko.*//' -e 's/-/_/g'
+			return
+		fi
+		case "$f" in
+		*.xz) xz -dc "$f" ;;
+		*.zst) zstd -dc "$f" ;;
+		*) cat "$f" ;;
+		esac | tr '\0' '\n' | sed -n 's/^depends=//p' | head -n1 | tr ',' '\n' | sed 's/-/_/g'
+	}
+	add_module() {
+		local n=$1 d
+		[ -z "${DONE[$n]:-}" ] || return 0
+		DONE[$n]=1
+		if [ -z "${FILE[$n]:-}" ]; then
+			if grep -qE "/${n}\.ko$|/${n//_/-}\.ko$" "$MODROOT/modules.builtin" 2>/dev/null; then
+				return 0 # built into the kernel
+			fi
+			die "module $n is neither in $KPKG nor built in"
+		fi
+		for d in $(deps_of "$n"); do
+			[ -n "$d" ] && add_module "$d"
+		done
+		ORDER+=("$n")
+	}
+	for n in $MODULES; do add_module "$n"; done
+	for n in "${ORDER[@]}"; do
+		f=${FILE[$n]}
+		rel=${f#"$MODROOT"/}
+		rel=${rel%.xz}
+		rel=${rel%.zst}
+		mkdir -p "$KC/modules/$(dirname "$rel")"
+		case "$f" in
+		*.xz) xz -dc "$f" >"$KC/modules/$rel" ;;
+		*.zst) zstd -dc "$f" >"$KC/modules/$rel" ;;
+		*) cp "$f" "$KC/modules/$rel" ;;
+		esac
+		echo "$n" >>"$KC/modules.list"
+	done
+	cp "$MODROOT/modules.builtin" "$KC/modules/" 2>/dev/null || true
+	echo "$KREL" >"$KC/release"
+	touch "$KC/done"
+	rm -rf "$KCACHE"
+	mv "$KC" "$KCACHE"
+	rm -rf "$WORK/pkg"
+fi
+KREL=$(cat "$KCACHE/release")
+
+# --- initramfs ------------------------------------------------------------------------
+
+say "building fluxvm-guest"
+(cd "$REPO" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$WORK/fluxvm-guest" ./cmd/fluxvm-guest)
+
+say "building initrd.cpio"
+R="$WORK/root"
+mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,etc/fluxvm,dev,proc,sys,tmp,run,root,lib/modules}
+install -m 0755 "$WORK/fluxvm-guest" "$R/init"
+install -m 0755 /bin/busybox "$R/bin/busybox"
+for a in $(/bin/busybox --list); do
+	case "$a" in busybox | init | linuxrc) continue ;; esac
+	[ -e "$R/bin/$a" ] || ln -s busybox "$R/bin/$a"
+done
+cp -a "$KCACHE/modules" "$R/lib/modules/$KREL"
+cp "$KCACHE/modules.list" "$R/etc/fluxvm/modules"
+echo "root:x:0:0:root:/root:/bin/sh" >"$R/etc/passwd"
+echo "root:x:0:" >"$R/etc/group"
+echo "fluxvm" >"$R/etc/hostname"
+printf 'NAME="FluxVM minimal"\nPRETTY_NAME="FluxVM minimal (Debian %s kernel)"\nID=fluxvm-minimal\n' "$KREL" >"$R/etc/os-release"
+chmod 1777 "$R/tmp"
+chmod 0700 "$R/root"
+# The kernel hands /dev/console to init before anything is mounted; without the node
+# early errors go nowhere. mknod needs root: skip it otherwise.
+mknod -m 0600 "$R/dev/console" c 5 1 2>/dev/null || true
+REPRO=
+cpio --help 2>/dev/null | grep -q -- --reproducible && REPRO=--reproducible
+(cd "$R" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet $REPRO >"$WORK/initrd.cpio")
+
+# --- assemble -------------------------------------------------------------------------
+
+NEW=$(mktemp -d "$(dirname "$OUT")/.$(basename "$OUT").new.XXXXXX")
+mv "$WORK/initrd.cpio" "$NEW/initrd.cpio"
+cp "$KCACHE/vmlinux" "$NEW/vmlinux"
+qemu-img create -q -f qcow2 "$NEW/disk.qcow2" 1G
+GOVER=$(cd "$REPO" && go env GOVERSION)
+cat >"$NEW/fluxvm-image.json" <<EOF
+{
+  "format_version": 1,
+  "name": "$NAME",
+  "guest_os": "linux",
+  "arch": "x86_64",
+  "kernel": "vmlinux",
+  "initrd": "initrd.cpio",
+  "disk": "disk.qcow2",
+  "cmdline": "$CMDLINE",
+  "agent": "virtio-serial:org.fluxvm.agent",
+  "kernel_version": "$KREL",
+  "modules": [$(sed 's/.*/"&"/' "$KCACHE/modules.list" | paste -sd, | sed 's/,/, /g')],
+  "built_from": {
+    "kernel_package": "$KPKG",
+    "kernel_package_version": "$KVER_PKG",
+    "busybox_version": "$BUSYBOX_VER",
+    "agent_source_sha256": "$AGENT_HASH",
+    "script_sha256": "$SCRIPT_HASH",
+    "go_version": "$GOVER"
+  }
+}
+EOF
+chmod 0755 "$NEW"
+if [ -d "$OUT" ]; then
+	OLD="$(dirname "$OUT")/.$(basename "$OUT").old.$$"
+	mv "$OUT" "$OLD"
+	mv "$NEW" "$OUT"
+	rm -rf "$OLD"
+else
+	mv "$NEW" "$OUT"
+fi
+NEW=
+say "built $OUT (kernel $KREL, initrd $(du -h "$OUT/initrd.cpio" | cut -f1), modules: $(paste -sd' ' "$KCACHE/modules.list"))"
