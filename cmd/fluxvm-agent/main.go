@@ -1,0 +1,80 @@
+// Command fluxvm-agent is FluxVM's server binary. Its subcommands run the node
+// agent, central, and the built-in plugins:
+//
+//	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
+//	fluxvm-agent plugin sim               the simulated driver plugin
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/fluxvm/fluxvm/drivers/qemu"
+	"github.com/fluxvm/fluxvm/drivers/sim"
+	"github.com/fluxvm/fluxvm/plugins/driver"
+	"github.com/hashicorp/go-hclog"
+)
+
+// builtinDrivers are the driver plugins this binary carries.
+var builtinDrivers = map[string]func(hclog.Logger) driver.Driver{
+	"qemu": qemu.New,
+	"sim":  sim.New,
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "plugin":
+		os.Exit(runPlugin(os.Args[2:]))
+	case "version", "-version", "--version":
+		fmt.Println("fluxvm-agent", version)
+	case "-h", "-help", "--help", "help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "fluxvm-agent: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+}
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "0.1.0-dev"
+
+func usage() {
+	fmt.Fprintf(os.Stderr, `usage:
+  fluxvm-agent plugin NAME
+  fluxvm-agent version
+
+built-in plugins: %v
+`, driverNames())
+}
+
+// runPlugin serves a built-in driver over go-plugin. Started by hand, it
+// explains that the node agent starts it.
+func runPlugin(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintf(os.Stderr, "usage: fluxvm-agent plugin NAME (one of %v)\n", driverNames())
+		return 2
+	}
+	newDriver, ok := builtinDrivers[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "fluxvm-agent: no built-in plugin %q (built-in: %v)\n", args[0], driverNames())
+		return 2
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: args[0], Level: hclog.Trace, Output: os.Stderr, JSONFormat: true})
+	driver.Serve(newDriver(logger), logger)
+	return 0
+}
+
+func driverNames() []string {
+	var names []string
+	for n := range builtinDrivers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,186 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/fluxvm/fluxvm/guest/protocol"
+	"github.com/fluxvm/fluxvm/plugins/driver"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+)
+
+// agentClient returns the VM's guest agent connection, dialling it when there
+// is none. QEMU's chardev socket takes one client at a time, so WaitReady,
+// Exec and StopVM share this one.
+func (v *vm) agentClient(ctx context.Context) (*protocol.Client, error) {
+	v.agentMu.Lock()
+	defer v.agentMu.Unlock()
+	if v.agent != nil {
+		return v.agent, nil
+	}
+	// QEMU made the socket before QMP answered, so a dial that does not
+	// connect at once will not; bound it so a wedged socket reports quickly.
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := protocol.Dial(dctx, filepath.Join(v.ws, agentSock))
+	if err != nil {
+		return nil, err
+	}
+	v.agent = c
+	return c, nil
+}
+
+// dropAgent forgets a connection that failed, so the next call redials.
+func (v *vm) dropAgent(c *protocol.Client) {
+	v.agentMu.Lock()
+	defer v.agentMu.Unlock()
+	if v.agent == c {
+		_ = c.Close()
+		v.agent = nil
+	}
+}
+
+// closeAgent closes the guest agent connection, if any.
+func (v *vm) closeAgent() {
+	v.agentMu.Lock()
+	defer v.agentMu.Unlock()
+	if v.agent != nil {
+		_ = v.agent.Close()
+		v.agent = nil
+	}
+}
+
+// runningCtx returns a context that also ends when the VM's process does.
+func (v *vm) runningCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	v.mu.Lock()
+	done, state := v.done, v.state
+	v.mu.Unlock()
+	if state != pb.VMState_VM_STATE_RUNNING && state != pb.VMState_VM_STATE_PAUSED {
+		return nil, nil, driver.Errorf(driver.ErrState, "vm %s is %s, not running", v.id, stateName(state))
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	return rctx, cancel, nil
+}
+
+// stopped reports whether the VM's process has ended.
+func (v *vm) stopped() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.state != pb.VMState_VM_STATE_RUNNING && v.state != pb.VMState_VM_STATE_PAUSED
+}
+
+// WaitReady waits until the guest agent answers, redialling when the
+// connection drops (QEMU keeps the socket while the guest boots).
+func (d *Driver) WaitReady(ctx context.Context, id string) (map[string]string, error) {
+	v, err := d.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel, err := v.runningCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	for {
+		c, err := v.agentClient(rctx)
+		var info *protocol.Info
+		if err == nil {
+			info, err = c.WaitReady(rctx)
+			if err != nil && errors.Is(err, protocol.ErrClosed) {
+				v.dropAgent(c)
+			}
+		}
+		if err == nil {
+			v.mu.Lock()
+			first := !v.agentReady
+			v.agentReady = true
+			v.mu.Unlock()
+			if first {
+				d.emit(id, "guest-ready", info.AgentVersion)
+			}
+			return map[string]string{
+				"agent_version": info.AgentVersion,
+				"kernel":        info.Kernel,
+				"hostname":      info.Hostname,
+				"os":            info.OS,
+				"uptime":        strconv.FormatFloat(info.Uptime, 'f', 2, 64),
+			}, nil
+		}
+		switch {
+		case v.stopped():
+			return nil, driver.Errorf(driver.ErrState, "vm %s stopped while waiting for its guest agent", id)
+		case ctx.Err() == context.DeadlineExceeded:
+			return nil, driver.Errorf(driver.ErrTimeout, "vm %s: the guest agent did not answer in time", id)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		}
+		select {
+		case <-rctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Exec runs a command in the guest through its agent.
+func (d *Driver) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr io.Writer) (int, error) {
+	v, err := d.lookup(req.GetId())
+	if err != nil {
+		return -1, err
+	}
+	preq := &protocol.ExecRequest{
+		Argv:      req.Argv,
+		Shell:     req.Shell,
+		Env:       req.Env,
+		Stdin:     req.Stdin,
+		TimeoutMS: req.TimeoutMs,
+		Dir:       req.Dir,
+	}
+	if err := preq.Validate(); err != nil {
+		return -1, driver.Errorf(driver.ErrInvalid, "exec in vm %s: %v", v.id, err)
+	}
+	v.mu.Lock()
+	state := v.state
+	v.mu.Unlock()
+	if state == pb.VMState_VM_STATE_PAUSED {
+		return -1, driver.Errorf(driver.ErrState, "vm %s is paused; resume it to run commands", v.id)
+	}
+	rctx, cancel, err := v.runningCtx(ctx)
+	if err != nil {
+		return -1, err
+	}
+	defer cancel()
+	c, err := v.agentClient(rctx)
+	if err != nil {
+		if v.stopped() {
+			return -1, driver.Errorf(driver.ErrState, "vm %s is not running", v.id)
+		}
+		return -1, driver.Errorf(driver.ErrUnavailable, "exec in vm %s: cannot reach the guest agent: %v", v.id, err)
+	}
+	code, err := c.Exec(rctx, preq, stdout, stderr)
+	switch {
+	case err == nil:
+		return code, nil
+	case errors.Is(err, protocol.ErrTimeout):
+		return protocol.CodeTimeout, nil
+	case ctx.Err() != nil:
+		return -1, ctx.Err()
+	case v.stopped():
+		return -1, driver.Errorf(driver.ErrState, "vm %s stopped while the command ran", v.id)
+	case errors.Is(err, protocol.ErrClosed):
+		v.dropAgent(c)
+		return -1, driver.Errorf(driver.ErrUnavailable, "exec in vm %s: the guest agent connection dropped: %v", v.id, err)
+	}
+	return -1, fmt.Errorf("exec in vm %s: %w", v.id, err)
+}

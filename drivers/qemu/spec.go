@@ -1,0 +1,272 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/fluxvm/fluxvm/guest/image"
+	"github.com/fluxvm/fluxvm/plugins/driver"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// vmConfig is the spec's driver_config_json: the driver-specific fields.
+type vmConfig struct {
+	// Machine overrides the driver's machine type: "microvm" or "pc".
+	Machine string `json:"machine"`
+	// ExtraCmdline is appended to the kernel command line (image bundles only).
+	ExtraCmdline string `json:"extra_cmdline"`
+}
+
+// vmRecord is spec.json: the spec and everything CreateVM derived from it, so
+// any later plugin process can start, recover or destroy the VM.
+type vmRecord struct {
+	Spec      json.RawMessage `json:"spec"` // protojson of pb.VMSpec
+	UUID      string          `json:"uuid"`
+	Machine   string          `json:"machine"`
+	Kernel    string          `json:"kernel,omitempty"`
+	Initrd    string          `json:"initrd,omitempty"`
+	Cmdline   string          `json:"cmdline,omitempty"` // the image's, before tuning
+	Extra     string          `json:"extra_cmdline,omitempty"`
+	AgentPort string          `json:"agent_port"`
+	Disk      string          `json:"disk,omitempty"` // the overlay; empty when the image has no disk
+	Backing   string          `json:"backing,omitempty"`
+	MAC       string          `json:"mac,omitempty"`
+	CreatedAt int64           `json:"created_at_unix_nano"`
+}
+
+// validateSpec checks a spec against the contract and this host and returns
+// the record CreateVM will write (without the overlay made yet).
+func validateSpec(ctx context.Context, cfg Config, spec *pb.VMSpec) (*vmRecord, string, error) {
+	if spec == nil {
+		return nil, "", driver.Errorf(driver.ErrInvalid, "no vm spec given")
+	}
+	if !idPattern.MatchString(spec.Id) {
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm id %q does not match [a-z0-9][a-z0-9-]{0,62}", spec.Id)
+	}
+	switch spec.GuestOs {
+	case "", "linux":
+	default:
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: guest_os %q is not supported by the qemu driver (linux only)", spec.Id, spec.GuestOs)
+	}
+	if spec.Vcpus < 1 {
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: vcpus %d must be at least 1", spec.Id, spec.Vcpus)
+	}
+	if n := int64(runtime.NumCPU()); spec.Vcpus > n {
+		return nil, "", driver.Errorf(driver.ErrNoCapacity, "vm %s: vcpus %d is more than this host's %d", spec.Id, spec.Vcpus, n)
+	}
+	if spec.MemoryMib < 64 {
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: memory_mib %d must be at least 64", spec.Id, spec.MemoryMib)
+	}
+	if m := hostMemoryMiB(); m > 0 && spec.MemoryMib > m {
+		return nil, "", driver.Errorf(driver.ErrNoCapacity, "vm %s: memory_mib %d is more than this host's %d MiB", spec.Id, spec.MemoryMib, m)
+	}
+	rec := &vmRecord{Machine: cfg.Machine, AgentPort: "org.fluxvm.agent", CreatedAt: time.Now().UnixNano()}
+	switch spec.GetNetwork().GetMode() {
+	case "", "none":
+	case "user":
+		rec.MAC = spec.GetNetwork().GetMac()
+		if rec.MAC == "" {
+			rec.MAC = macFor(spec.Id)
+		} else if hw, err := net.ParseMAC(rec.MAC); err != nil || len(hw) != 6 {
+			return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network.mac %q is not a MAC address", spec.Id, rec.MAC)
+		}
+	case "tap":
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode \"tap\" is not supported yet by the qemu driver", spec.Id)
+	default:
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode %q is not one of none, user, tap", spec.Id, spec.GetNetwork().GetMode())
+	}
+	var vc vmConfig
+	if len(bytes.TrimSpace(spec.DriverConfigJson)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(spec.DriverConfigJson))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&vc); err != nil {
+			return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: driver_config_json: %s", spec.Id, jsonProblem(err))
+		}
+	}
+	switch vc.Machine {
+	case "":
+	case machineMicrovm, machinePC:
+		rec.Machine = vc.Machine
+	default:
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: driver_config_json: machine %q is not one of microvm, pc", spec.Id, vc.Machine)
+	}
+	if strings.ContainsAny(vc.ExtraCmdline, "\x00\n") {
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: driver_config_json: extra_cmdline must be one line", spec.Id)
+	}
+	rec.Extra = vc.ExtraCmdline
+
+	disk, err := resolveImage(cfg, spec, rec, vc)
+	if err != nil {
+		return nil, "", err
+	}
+	if disk != "" {
+		format, err := imageFormat(ctx, cfg.QEMUImg, disk)
+		if err != nil {
+			return nil, "", fmt.Errorf("vm %s: %w", spec.Id, err)
+		}
+		rec.Backing = disk
+		return rec, format, nil
+	}
+	return rec, "", nil
+}
+
+// resolveImage checks spec.image and fills the record's boot fields. It
+// returns the disk to put the overlay over ("" for none).
+func resolveImage(cfg Config, spec *pb.VMSpec, rec *vmRecord, vc vmConfig) (string, error) {
+	path := spec.Image
+	if path == "" {
+		return "", driver.Errorf(driver.ErrInvalid, "vm %s: no image given", spec.Id)
+	}
+	if !filepath.IsAbs(path) {
+		return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %q is not an absolute path", spec.Id, path)
+	}
+	path = filepath.Clean(path)
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", driver.Errorf(driver.ErrNotFound, "vm %s: image %s does not exist", spec.Id, path)
+	}
+	if err != nil {
+		return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s: %v", spec.Id, path, err)
+	}
+	if len(cfg.ImageDirs) > 0 {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s: %v", spec.Id, path, err)
+		}
+		allowed := false
+		for _, dir := range cfg.ImageDirs {
+			if rd, err := filepath.EvalSymlinks(dir); err == nil {
+				dir = rd
+			}
+			if rel, err := filepath.Rel(dir, real); err == nil && filepath.IsLocal(rel) || real == dir {
+				allowed = true
+				break
+			}
+		}
+		if !allowed {
+			return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s is outside the allowed image_dirs %v", spec.Id, path, cfg.ImageDirs)
+		}
+	}
+	if !fi.IsDir() {
+		// A plain disk image boots through the firmware, which microvm lacks.
+		if vc.Machine == machineMicrovm {
+			return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s is a disk image, which boots on machine \"pc\" only", spec.Id, path)
+		}
+		rec.Machine = machinePC
+		return path, nil
+	}
+	m, err := image.Load(path)
+	if errors.Is(err, image.ErrNotBuilt) {
+		return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s is a directory without %s", spec.Id, path, image.ManifestFile)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return "", driver.Errorf(driver.ErrNotFound, "vm %s: image %s is incomplete: %v", spec.Id, path, err)
+	}
+	if err != nil {
+		return "", driver.Errorf(driver.ErrInvalid, "vm %s: %v", spec.Id, err)
+	}
+	if spec.GuestOs != "" && m.GuestOS != spec.GuestOs {
+		return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s holds a %s guest, the spec asks for %s", spec.Id, path, m.GuestOS, spec.GuestOs)
+	}
+	rec.Kernel, rec.Initrd, rec.Cmdline, rec.AgentPort = m.Path("kernel"), m.Path("initrd"), m.Cmdline, m.AgentPort()
+	return m.Path("disk"), nil
+}
+
+// imageFormat asks qemu-img for a disk image's format ("qcow2", "raw", ...).
+func imageFormat(ctx context.Context, qemuImg, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, qemuImg, "info", "-U", "--output=json", path).Output()
+	if err != nil {
+		return "", fmt.Errorf("qemu-img info %s: %v%s", path, err, exitStderr(err))
+	}
+	var info struct {
+		Format string `json:"format"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil || info.Format == "" {
+		return "", fmt.Errorf("qemu-img info %s: no format in its output", path)
+	}
+	return info.Format, nil
+}
+
+// createOverlay makes the VM's copy-on-write disk over the image's.
+func createOverlay(ctx context.Context, qemuImg, backing, format, overlay string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, qemuImg, "create", "-q", "-f", "qcow2", "-F", format, "-b", backing, overlay).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("qemu-img create overlay over %s: %v: %s", backing, err, strings.TrimSpace(string(out)))
+	}
+	return os.Chmod(overlay, 0o600)
+}
+
+// exitStderr returns ": <stderr>" of a failed exec.Cmd.Output, or "".
+func exitStderr(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return ": " + strings.TrimSpace(string(ee.Stderr))
+	}
+	return ""
+}
+
+// macFor derives a stable, locally administered MAC from the VM id.
+func macFor(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
+}
+
+// newUUID returns a random RFC 4122 version 4 UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// marshalSpec and unmarshalSpec store the spec in spec.json.
+func marshalSpec(spec *pb.VMSpec) (json.RawMessage, error) {
+	return protojson.Marshal(spec)
+}
+
+func unmarshalSpec(raw json.RawMessage) (*pb.VMSpec, error) {
+	spec := &pb.VMSpec{}
+	if err := protojson.Unmarshal(raw, spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// writeFileAtomic writes data to path through a temporary file, mode 0600.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
