@@ -84,7 +84,7 @@ func TestRealVMDetails(t *testing.T) {
 		t.Error("the verdict was not cached in accel.json")
 	}
 
-	spec := &pb.VMSpec{Id: "details", Image: img, Vcpus: 1, MemoryMib: 256, Display: true}
+	spec := &pb.VMSpec{Id: "details", Image: img, Vcpus: 1, MemoryMib: 256, Display: true, Network: &pb.Network{Mode: "user"}}
 	if _, err := d.CreateVM(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +98,12 @@ func TestRealVMDetails(t *testing.T) {
 	if _, err := d.WaitReady(ctx, spec.Id); err != nil {
 		log, _ := d.ConsoleLog(ctx, spec.Id, 4096)
 		t.Fatalf("WaitReady: %v\n%s", err, log)
+	}
+	// User-mode networking: the driver configured the NIC through the agent.
+	var netOut bytes.Buffer
+	if code, err := d.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Shell: "ip -4 addr show; ip route"}, &netOut, &netOut); err != nil || code != 0 ||
+		!strings.Contains(netOut.String(), "10.0.2.15/24") || !strings.Contains(netOut.String(), "default via 10.0.2.2") {
+		t.Errorf("guest network after ready = %d, %v:\n%s", code, err, netOut.String())
 	}
 	st, _ := d.InspectVM(ctx, spec.Id)
 	for _, k := range []string{"pid", "workspace", "accel", "machine", "qmp_socket", "vnc_socket", "console_log"} {

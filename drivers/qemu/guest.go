@@ -107,16 +107,18 @@ func (d *Driver) WaitReady(ctx context.Context, id string) (map[string]string, e
 			first := !v.agentReady
 			v.agentReady = true
 			v.mu.Unlock()
-			if first {
-				d.emit(id, "guest-ready", info.AgentVersion)
-			}
-			return map[string]string{
+			guest := map[string]string{
 				"agent_version": info.AgentVersion,
 				"kernel":        info.Kernel,
 				"hostname":      info.Hostname,
 				"os":            info.OS,
 				"uptime":        strconv.FormatFloat(info.Uptime, 'f', 2, 64),
-			}, nil
+			}
+			if first {
+				d.setUpNetwork(rctx, v, c, guest)
+				d.emit(id, "guest-ready", info.AgentVersion)
+			}
+			return guest, nil
 		}
 		switch {
 		case v.stopped():
@@ -183,4 +185,31 @@ func (d *Driver) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr i
 		return -1, driver.Errorf(driver.ErrUnavailable, "exec in vm %s: the guest agent connection dropped: %v", v.id, err)
 	}
 	return -1, fmt.Errorf("exec in vm %s: %w", v.id, err)
+}
+
+// QEMU user-mode networking's fixed addresses (slirp's defaults).
+const (
+	userNetAddress = "10.0.2.15/24"
+	userNetGateway = "10.0.2.2"
+	userNetDNS     = "10.0.2.3"
+)
+
+// setUpNetwork configures the guest's NIC through its agent once it first
+// answers. A failure does not fail readiness (commands still run); it is
+// reported in the guest map and as an event.
+func (d *Driver) setUpNetwork(ctx context.Context, v *vm, c *protocol.Client, guest map[string]string) {
+	if v.spec.GetNetwork().GetMode() != "user" {
+		return
+	}
+	err := c.ConfigureNetwork(ctx, &protocol.NetworkConfig{
+		Interfaces: []protocol.Interface{{MAC: v.rec.MAC, Addresses: []string{userNetAddress}, Gateway: userNetGateway}},
+		DNS:        []string{userNetDNS},
+	})
+	if err != nil {
+		guest["network"] = "error: " + err.Error()
+		d.emit(v.id, "network-failed", err.Error())
+		d.logger.Warn("guest network set-up failed", "vm", v.id, "error", err)
+		return
+	}
+	guest["network"] = userNetAddress
 }

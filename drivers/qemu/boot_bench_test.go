@@ -1,0 +1,167 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/guest/image"
+	"github.com/fluxvm/fluxvm/guest/protocol"
+	"github.com/fluxvm/fluxvm/plugins/driver"
+	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+)
+
+// BenchmarkBoot measures, in one run and interleaved so that load on the
+// machine hits all three alike, the time from starting a VM of the guest
+// image to its guest agent answering:
+//
+//   - driver:  StartVM + WaitReady through a real plugin process;
+//   - raw:     qemu-system-x86_64 run by hand with the very command line the
+//     driver uses (same image, same devices), to the same point;
+//   - fastest: the fastest known raw command for a stock Debian kernel here
+//     (ARCHITECTURE.md, "Boot speed"), with the same kernel and initramfs.
+//
+// It reports the medians and the ratios driver/raw (what the driver adds)
+// and driver/fastest (what our default command line costs).
+func BenchmarkBoot(b *testing.B) {
+	m, err := image.Load(image.DefaultDir())
+	if err != nil {
+		b.Fatalf("guest image: %v (run make guest-image)", err)
+	}
+	bin := drivertest.Build(b, "../..", "./cmd/fluxvm-agent")
+	stateDir := b.TempDir()
+	p := drivertest.LaunchCommand(bin, "plugin", "qemu")(b)
+	ctx := context.Background()
+	if err := p.SetConfig(ctx, &pb.SetConfigRequest{
+		ConfigJson: []byte(`{"machine": "microvm"}`),
+		Agent:      &pb.AgentContext{StateDir: stateDir, NodeName: "bench"},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	accel := waitAccel(b, p)
+	b.Logf("accel %s", accel)
+
+	var drv, raw, fastest []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("bench-%d", i)
+		spec := &pb.VMSpec{Id: id, GuestOs: "linux", Image: m.Dir(), Vcpus: 1, MemoryMib: 256, Network: &pb.Network{Mode: "none"}}
+		if _, err := p.CreateVM(ctx, spec); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, _, err := p.StartVM(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		if _, err := p.WaitReady(rctx, id); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+		drv = append(drv, time.Since(start))
+		st, err := p.InspectVM(ctx, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		// The raw run reuses the driver's own command line for this VM, in a
+		// workspace of its own.
+		ws := filepath.Join(b.TempDir(), "ws")
+		if err := os.MkdirAll(ws, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		overlay := filepath.Join(ws, overlayFile)
+		if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", m.Path("disk"), overlay).CombinedOutput(); err != nil {
+			b.Fatalf("qemu-img: %v: %s", err, out)
+		}
+		l := launch{
+			ID: id + "-raw", UUID: "2b5e7f9c-0000-4000-8000-00000000000" + strconv.Itoa(i%10), Workspace: ws,
+			Machine: machineMicrovm, Accel: accel, VCPUs: 1, MemoryMiB: 256,
+			Kernel: m.Path("kernel"), Initrd: m.Path("initrd"), AgentPort: m.AgentPort(), Disk: overlay, Network: "none",
+			Cmdline: kernelCmdline(m.Cmdline, "", hostTSCkHz(), machineMicrovm, false),
+		}
+		if got := st.Attributes["workspace"]; got == "" {
+			b.Fatal("the driver reports no workspace")
+		}
+		// Only one VM runs at a time, so the runs do not slow each other.
+		if err := p.DestroyVM(ctx, id, true); err != nil {
+			b.Fatal(err)
+		}
+		raw = append(raw, bootRaw(b, l.args(), filepath.Join(ws, agentSock)))
+
+		fdir := b.TempDir()
+		fastest = append(fastest, bootRaw(b, []string{
+			"-M", "microvm", "-accel", accel, "-m", "256", "-no-reboot", "-nodefaults", "-no-user-config", "-display", "none",
+			"-kernel", m.Path("kernel"), "-initrd", m.Path("initrd"),
+			"-append", "console=ttyS0 quiet panic=-1 tsc_early_khz=" + strconv.FormatInt(hostTSCkHz(), 10) +
+				" tsc=reliable no_timer_check i8042.noaux i8042.nokbd pci=lastbus=0 random.trust_cpu=on noreplace-smp",
+			"-serial", "file:" + filepath.Join(fdir, "console.log"),
+			"-device", "virtio-serial-device",
+			"-chardev", "socket,id=ga,path=" + filepath.Join(fdir, "agent.sock") + ",server=on,wait=off",
+			"-device", "virtserialport,chardev=ga,name=" + m.AgentPort(),
+		}, filepath.Join(fdir, "agent.sock")))
+	}
+	b.StopTimer()
+	md, mr, mf := median(drv), median(raw), median(fastest)
+	b.ReportMetric(md.Seconds(), "driver-s")
+	b.ReportMetric(mr.Seconds(), "raw-s")
+	b.ReportMetric(mf.Seconds(), "fastest-s")
+	b.ReportMetric(md.Seconds()/mr.Seconds(), "driver/raw")
+	b.ReportMetric(md.Seconds()/mf.Seconds(), "driver/fastest")
+	b.Logf("medians of %d: driver %v, raw same command %v, fastest known %v; driver/raw %.3f (goal ≤ 1.05), driver/fastest %.3f (goal ≤ 1.15)",
+		b.N, md.Round(time.Millisecond), mr.Round(time.Millisecond), mf.Round(time.Millisecond),
+		md.Seconds()/mr.Seconds(), md.Seconds()/mf.Seconds())
+}
+
+// waitAccel reads the acceleration verdict from the fingerprint, waiting out
+// the probe.
+func waitAccel(b *testing.B, p *driver.Plugin) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fps, err := p.Fingerprint(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for fp := range fps {
+		if a := fp.Attributes["qemu.accel"]; a == "kvm" || a == "tcg" {
+			return a
+		}
+	}
+	b.Fatal("no acceleration verdict within a minute")
+	return ""
+}
+
+// bootRaw runs QEMU with args until the guest agent on sock answers, and
+// returns how long that took from the start of the process.
+func bootRaw(b *testing.B, args []string, sock string) time.Duration {
+	cmd := exec.Command("qemu-system-x86_64", args...)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := protocol.Dial(ctx, sock)
+	if err != nil {
+		b.Fatalf("raw boot: dial agent: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.WaitReady(ctx); err != nil {
+		b.Fatalf("raw boot: %v", err)
+	}
+	return time.Since(start)
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
