@@ -29,8 +29,10 @@ test: deps guest-image
 	$(GO) test -p 2 -timeout 25m ./...
 	cd examples/driver-example && $(GO) test -timeout 10m ./...
 
+# Each benchmark measures its baseline in the same run and prints the ratio.
 bench: deps guest-image
-	$(GO) test -run '^$$' -bench . -benchtime 5x -timeout 30m ./drivers/qemu/ ./drivers/sim/
+	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 5x -timeout 30m ./drivers/qemu/
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./drivers/sim/
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12

@@ -40,7 +40,11 @@ type Harness struct {
 func LaunchCommand(name string, args ...string) func(t testing.TB) *driver.Plugin {
 	return func(t testing.TB) *driver.Plugin {
 		t.Helper()
-		logger := hclog.New(&hclog.LoggerOptions{Name: filepath.Base(name), Level: hclog.Debug, Output: testWriter{t}})
+		level := hclog.Debug
+		if _, ok := t.(*testing.B); ok {
+			level = hclog.Warn // benchmark logs are always printed
+		}
+		logger := hclog.New(&hclog.LoggerOptions{Name: filepath.Base(name), Level: level, Output: testWriter{t}})
 		p, err := driver.Launch(context.Background(), driver.LaunchConfig{Cmd: exec.Command(name, args...), Logger: logger})
 		if err != nil {
 			t.Fatalf("launch plugin %s: %v", name, err)
