@@ -1,15 +1,23 @@
 // Command fluxvm-agent is FluxVM's server binary. Its subcommands run the node
 // agent, central, and the built-in plugins:
 //
+//	fluxvm-agent node -config agent.hcl   the node agent
+//	fluxvm-agent node -check -config F    validate a node config and exit
 //	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
 //	fluxvm-agent plugin sim               the simulated driver plugin
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"sort"
+	"syscall"
 
+	"github.com/fluxvm/fluxvm/agent"
+	"github.com/fluxvm/fluxvm/agent/config"
 	"github.com/fluxvm/fluxvm/drivers/qemu"
 	"github.com/fluxvm/fluxvm/drivers/sim"
 	"github.com/fluxvm/fluxvm/plugins/driver"
@@ -28,6 +36,8 @@ func main() {
 		os.Exit(2)
 	}
 	switch os.Args[1] {
+	case "node":
+		os.Exit(runNode(os.Args[2:]))
 	case "plugin":
 		os.Exit(runPlugin(os.Args[2:]))
 	case "version", "-version", "--version":
@@ -46,11 +56,65 @@ var version = "0.1.0-dev"
 
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
+  fluxvm-agent node -config agent.hcl [-check]
   fluxvm-agent plugin NAME
   fluxvm-agent version
 
 built-in plugins: %v
 `, driverNames())
+}
+
+// runNode runs the node agent, or with -check validates its config.
+func runNode(args []string) int {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "the node's HCL config file (required)")
+	check := fs.Bool("check", false, "validate the config (and each plugin block against its plugin) and exit")
+	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(os.Stderr, "fluxvm-agent node: -config is required (see examples/agent-linux.hcl)")
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fluxvm-agent node: %v\n", err)
+		return 1
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fluxvm-agent node: %v\n", err)
+		return 1
+	}
+	opts := agent.Options{
+		Executable: exe, BuiltinPlugins: driverNames(), Version: version,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *check {
+		if err := agent.Check(ctx, cfg, opts); err != nil {
+			fmt.Fprintf(os.Stderr, "fluxvm-agent node: %v\n", err)
+			return 1
+		}
+		fmt.Printf("%s: ok (%s)\n", *cfgPath, cfg)
+		return 0
+	}
+	if err := agent.Run(ctx, cfg, opts); err != nil {
+		fmt.Fprintf(os.Stderr, "fluxvm-agent node: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func driverNames() []string {
+	var names []string
+	for n := range builtinDrivers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // runPlugin serves a built-in driver over go-plugin. Started by hand, it
@@ -68,13 +132,4 @@ func runPlugin(args []string) int {
 	logger := hclog.New(&hclog.LoggerOptions{Name: args[0], Level: hclog.Trace, Output: os.Stderr, JSONFormat: true})
 	driver.Serve(newDriver(logger), logger)
 	return 0
-}
-
-func driverNames() []string {
-	var names []string
-	for n := range builtinDrivers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }

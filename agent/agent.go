@@ -1,0 +1,201 @@
+// Package agent is the node agent (`fluxvm-agent node`): it wires the local
+// store, the driver plugins, the VM manager and the node API together, and
+// recovers every VM when it starts.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/fluxvm/fluxvm/agent/api"
+	"github.com/fluxvm/fluxvm/agent/config"
+	"github.com/fluxvm/fluxvm/agent/pluginhost"
+	"github.com/fluxvm/fluxvm/agent/store"
+	"github.com/fluxvm/fluxvm/agent/vmm"
+	"github.com/fluxvm/fluxvm/plugins/driver"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"github.com/fluxvm/fluxvm/plugins/driver/reaper"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/hashicorp/go-hclog"
+)
+
+// DefaultImageDir is where images may come from when the config names none.
+const DefaultImageDir = "/var/cache/fluxvm/images"
+
+// Options are what the agent takes besides its config file.
+type Options struct {
+	// Executable is this binary, which runs the built-in plugins as
+	// `EXECUTABLE plugin NAME`.
+	Executable string
+	// BuiltinPlugins are the names the binary carries.
+	BuiltinPlugins []string
+	Version        string
+	Logger         hclog.Logger
+	// Listening, if set, receives the API's address once it listens.
+	Listening func(addr string)
+}
+
+// Run runs the node agent until ctx ends. VMs keep running after it returns.
+func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Info})
+	}
+	if err := reaper.Start(); err != nil {
+		log.Warn("cannot become a child subreaper; VMs orphaned by a plugin crash may linger as zombies", "error", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(cfg.StateDir, store.FileName))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	plugins, order, err := Plugins(cfg, opts)
+	if err != nil {
+		return err
+	}
+	imageDirs := cfg.Policy.AllowedImageDirs
+	if len(imageDirs) == 0 {
+		imageDirs = []string{DefaultImageDir}
+	}
+	var mgr *vmm.Manager
+	host := pluginhost.New(pluginhost.Options{
+		StateDir: cfg.StateDir, NodeName: cfg.Name, Logger: log.Named("plugins"),
+		Ready: func(ctx context.Context, name string, d driver.Driver) { mgr.Recover(ctx, name, d) },
+	})
+	mgr = vmm.New(vmm.Options{
+		Store: st, Drivers: host, DriverOrder: order, AllowedImageDirs: imageDirs,
+		Reserved: sdk.Resources{VCPUs: cfg.Reserved.VCPUs, MemoryMiB: cfg.Reserved.MemoryMiB},
+		NodeName: cfg.Name, Version: opts.Version, Labels: cfg.Labels, Logger: log.Named("vms"),
+	})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := host.Start(ctx, plugins); err != nil {
+		return err
+	}
+	defer host.Close()
+	go mgr.Run(ctx, time.Second)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("node api: %w", err)
+	}
+	srv := &http.Server{
+		Handler: api.New(api.Options{
+			Manager: mgr, AdminTokens: reveal(cfg.Tokens.Admin), ReadOnlyTokens: reveal(cfg.Tokens.ReadOnly),
+			Logger: log.Named("api"), Version: opts.Version,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	log.Info("node api listening", "addr", ln.Addr().String(), "node", cfg.Name)
+	if opts.Listening != nil {
+		opts.Listening(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return fmt.Errorf("node api: %w", err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	log.Info("node agent stopped; VMs keep running")
+	return nil
+}
+
+func reveal(s []config.Secret) []string {
+	out := make([]string, len(s))
+	for i, t := range s {
+		out[i] = t.Reveal()
+	}
+	return out
+}
+
+// Plugins turns the config's plugin blocks into plugins to launch: built-in
+// ones run as `EXECUTABLE plugin NAME`, others from plugin_dir. It also
+// returns their names in config order.
+func Plugins(cfg *config.Config, opts Options) ([]pluginhost.Plugin, []string, error) {
+	var out []pluginhost.Plugin
+	var order []string
+	for _, p := range cfg.Plugins {
+		name := p.Name
+		var command func() *exec.Cmd
+		if bin, ok := thirdParty(cfg.PluginDir, name); ok {
+			command = func() *exec.Cmd { return exec.Command(bin) }
+		} else if slices.Contains(opts.BuiltinPlugins, name) {
+			command = func() *exec.Cmd { return exec.Command(opts.Executable, "plugin", name) }
+		} else {
+			where := "no plugin_dir is set"
+			if cfg.PluginDir != "" {
+				where = "no executable " + filepath.Join(cfg.PluginDir, name) + " exists"
+			}
+			return nil, nil, fmt.Errorf("%s: plugin %q is not built in (built-in: %v) and %s",
+				p.DeclRange.String(), name, opts.BuiltinPlugins, where)
+		}
+		out = append(out, pluginhost.Plugin{
+			Name: name, Command: command,
+			Config: func(schema *pb.ConfigSchemaResponse) ([]byte, error) {
+				js, diags := cfg.DecodePluginConfig(name, schema)
+				if diags.HasErrors() {
+					return nil, config.DiagnosticsError(diags)
+				}
+				return js, nil
+			},
+		})
+		order = append(order, name)
+	}
+	if len(out) == 0 {
+		return nil, nil, errors.New(`the config has no plugin block: add one, e.g. plugin "qemu" {}`)
+	}
+	return out, order, nil
+}
+
+// thirdParty finds an executable for the named plugin in dir.
+func thirdParty(dir, name string) (string, bool) {
+	if dir == "" {
+		return "", false
+	}
+	p := filepath.Join(dir, name)
+	if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return p, true
+	}
+	return "", false
+}
+
+// Check validates a config fully, as `fluxvm-agent node -check` does: the
+// file, and each plugin block against its plugin's own schema (the plugins
+// are started for that and stopped again).
+func Check(ctx context.Context, cfg *config.Config, opts Options) error {
+	plugins, _, err := Plugins(cfg, opts)
+	if err != nil {
+		return err
+	}
+	for _, p := range plugins {
+		proc, err := driver.Launch(ctx, driver.LaunchConfig{Cmd: p.Command()})
+		if err != nil {
+			return fmt.Errorf("plugin %s: %w", p.Name, err)
+		}
+		schema, err := proc.ConfigSchema(ctx)
+		if err == nil {
+			_, err = p.Config(schema)
+		}
+		proc.Kill()
+		if err != nil {
+			return fmt.Errorf("plugin %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,649 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/agent/pluginhost"
+	"github.com/fluxvm/fluxvm/agent/store"
+	"github.com/fluxvm/fluxvm/agent/vmm"
+	"github.com/fluxvm/fluxvm/plugins/driver"
+	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/hashicorp/go-hclog"
+)
+
+const (
+	adminToken    = "admin-token-0123456789abcdef"
+	readOnlyToken = "readonly-token-0123456789abcd"
+)
+
+func init() {
+	openapi3filter.RegisterBodyDecoder("image/png", openapi3filter.FileBodyDecoder)
+}
+
+// clock is the manager's injected clock; tests move it forward.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// env is a node API on a real stack: bbolt store, plugin host running the
+// real sim driver plugin process, VM manager, HTTP server.
+type env struct {
+	t        *testing.T
+	srv      *httptest.Server
+	manager  *vmm.Manager
+	clock    *clock
+	imageDir string
+	image    string
+	logs     *syncBuffer
+	doc      *openapi3.T
+	router   routers.Router
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// newEnv builds the stack; extra, if set, adds routes before the server is
+// wrapped (to test the middleware with a handler that panics).
+func newEnv(t *testing.T, extra func(s *server)) *env {
+	t.Helper()
+	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imageDir := t.TempDir()
+	image := filepath.Join(imageDir, "disk.img")
+	if err := os.WriteFile(image, []byte("not really a disk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: logs})
+	clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+
+	var mgr *vmm.Manager
+	host := pluginhost.New(pluginhost.Options{
+		StateDir: filepath.Join(dir, "state"), NodeName: "node-test", Logger: logger.Named("plugins"),
+		Ready: func(ctx context.Context, name string, d driver.Driver) { mgr.Recover(ctx, name, d) },
+	})
+	mgr = vmm.New(vmm.Options{
+		Store: st, Drivers: host, DriverOrder: []string{"sim"}, AllowedImageDirs: []string{imageDir},
+		NodeName: "node-test", Version: "test", Logger: logger.Named("vmm"), Now: clk.Now,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	err = host.Start(ctx, []pluginhost.Plugin{{
+		Name:    "sim",
+		Command: func() *exec.Cmd { return exec.Command(bin, "plugin", "sim") },
+		Config:  func(*pb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
+	}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+
+	s := newServer(Options{Manager: mgr, AdminTokens: []string{adminToken}, ReadOnlyTokens: []string{readOnlyToken},
+		Logger: logger.Named("api"), Version: "test"})
+	s.routes()
+	if extra != nil {
+		extra(s)
+	}
+	srv := httptest.NewServer(s.handler())
+
+	doc, err := openapi3.NewLoader().LoadFromFile("../../schemas/node-openapi.yaml")
+	if err != nil {
+		t.Fatalf("load spec: %v", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("spec is not valid OpenAPI: %v", err)
+	}
+	doc.Servers = openapi3.Servers{{URL: srv.URL}}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		host.Close()
+		host.Wait()
+		_ = st.Close()
+	})
+	return &env{t: t, srv: srv, manager: mgr, clock: clk, imageDir: imageDir, image: image, logs: logs, doc: doc, router: router}
+}
+
+// req is one API call.
+type req struct {
+	method, path string
+	token        string // "" for none
+	ctype        string // defaults to application/json when there is a body
+	body         []byte
+}
+
+// resp is a response, already checked against the spec.
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+	// specErr is what the spec says of the request (nil: a valid request).
+	specErr error
+}
+
+func (r resp) errorBody(t *testing.T) sdk.ErrorBody {
+	t.Helper()
+	var e sdk.ErrorBody
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("error body %q: %v", r.body, err)
+	}
+	return e
+}
+
+var specOptions = &openapi3filter.Options{
+	IncludeResponseStatus: true,
+	MultiError:            true,
+	AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+		h := in.RequestValidationInput.Request.Header.Get("Authorization")
+		if !strings.HasPrefix(h, "Bearer ") || len(h) == len("Bearer ") {
+			return errors.New("no bearer token")
+		}
+		return nil
+	},
+}
+
+// call sends a request and validates it and its response against
+// schemas/node-openapi.yaml. The response must match the spec (status
+// listed, body matching its schema) or the test fails; whether the request
+// matched is returned, since tests send invalid requests on purpose.
+func (e *env) call(r req) resp {
+	e.t.Helper()
+	newRequest := func() *http.Request {
+		var body io.Reader
+		if r.body != nil {
+			body = bytes.NewReader(r.body)
+		}
+		hr, err := http.NewRequest(r.method, e.srv.URL+r.path, body)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if r.token != "" {
+			hr.Header.Set("Authorization", "Bearer "+r.token)
+		}
+		if r.body != nil {
+			ct := r.ctype
+			if ct == "" {
+				ct = "application/json"
+			}
+			hr.Header.Set("Content-Type", ct)
+		}
+		return hr
+	}
+
+	ctx := context.Background()
+	probe := newRequest()
+	route, params, routeErr := e.router.FindRoute(probe)
+	var input *openapi3filter.RequestValidationInput
+	var specErr error
+	if routeErr == nil {
+		input = &openapi3filter.RequestValidationInput{Request: probe, PathParams: params, Route: route, Options: specOptions}
+		specErr = openapi3filter.ValidateRequest(ctx, input)
+	} else {
+		specErr = fmt.Errorf("no such route in the spec: %w", routeErr)
+	}
+
+	hr, err := http.DefaultClient.Do(newRequest())
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", r.method, r.path, err)
+	}
+	body, err := io.ReadAll(hr.Body)
+	_ = hr.Body.Close()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := resp{status: hr.StatusCode, header: hr.Header, body: body, specErr: specErr}
+
+	if routeErr == nil {
+		err := openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: input, Status: hr.StatusCode, Header: hr.Header,
+			Body: io.NopCloser(bytes.NewReader(body)), Options: specOptions,
+		})
+		if err != nil {
+			e.t.Fatalf("%s %s -> %d %s\ndoes not match schemas/node-openapi.yaml: %v", r.method, r.path, hr.StatusCode, body, err)
+		}
+	} else {
+		// Routes outside the spec (404, 405) still answer the spec's error body.
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			e.t.Fatalf("%s %s -> %d: body is not JSON: %q", r.method, r.path, hr.StatusCode, body)
+		}
+		if err := e.doc.Components.Schemas["Error"].Value.VisitJSON(v); err != nil || hr.StatusCode < 400 {
+			e.t.Fatalf("%s %s -> %d %s: not an error body of the spec: %v", r.method, r.path, hr.StatusCode, body, err)
+		}
+	}
+	return out
+}
+
+// must sends a request the spec accepts and expects the status.
+func (e *env) must(r req, status int) resp {
+	e.t.Helper()
+	out := e.call(r)
+	if out.specErr != nil {
+		e.t.Fatalf("%s %s: the spec refuses this request: %v", r.method, r.path, out.specErr)
+	}
+	if out.status != status {
+		e.t.Fatalf("%s %s -> %d %s, want %d", r.method, r.path, out.status, out.body, status)
+	}
+	return out
+}
+
+func (e *env) vm(r req, status int) *sdk.VM {
+	e.t.Helper()
+	out := e.must(r, status)
+	var vm sdk.VM
+	if err := json.Unmarshal(out.body, &vm); err != nil {
+		e.t.Fatal(err)
+	}
+	return &vm
+}
+
+func (e *env) list() []*sdk.VM {
+	e.t.Helper()
+	out := e.must(req{method: "GET", path: "/v1/vms", token: readOnlyToken}, 200)
+	var l vmList
+	if err := json.Unmarshal(out.body, &l); err != nil {
+		e.t.Fatal(err)
+	}
+	return l.VMs
+}
+
+func (e *env) create(name string, extra string) *sdk.VM {
+	e.t.Helper()
+	body := fmt.Sprintf(`{"name": %q, "image": %q, "vcpus": 2, "memory_mib": 512%s}`, name, e.image, extra)
+	return e.vm(req{method: "POST", path: "/v1/vms", token: adminToken, body: []byte(body)}, 201)
+}
+
+func jsonBody(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func TestVMLifecycleThroughTheAPI(t *testing.T) {
+	e := newEnv(t, nil)
+
+	var h sdk.NodeHealth
+	_ = json.Unmarshal(e.must(req{method: "GET", path: "/v1/health", token: readOnlyToken}, 200).body, &h)
+	if len(h.Drivers) != 1 || h.Drivers[0].Name != "sim" || h.Drivers[0].Health != "healthy" || !h.Drivers[0].Simulated {
+		t.Fatalf("health drivers = %+v", h.Drivers)
+	}
+	if h.Capacity.Total.VCPUs <= 0 || h.Capacity.Free.VCPUs != h.Capacity.Total.VCPUs {
+		t.Fatalf("capacity = %+v", h.Capacity)
+	}
+
+	created := e.create("web-1", `, "display": true, "labels": {"app": "web"}`)
+	if created.State != sdk.StateRunning || created.Driver != "sim" || created.Labels["app"] != "web" || !strings.HasPrefix(created.ID, "vm-") {
+		t.Fatalf("created = %+v", created)
+	}
+	id := created.ID
+
+	byID := e.vm(req{method: "GET", path: "/v1/vms/" + id, token: readOnlyToken}, 200)
+	byName := e.vm(req{method: "GET", path: "/v1/vms/web-1", token: adminToken}, 200)
+	if byID.ID != id || byName.ID != id {
+		t.Fatalf("get by id = %s, by name = %s, want %s", byID.ID, byName.ID, id)
+	}
+	if vms := e.list(); len(vms) != 1 || vms[0].ID != id {
+		t.Fatalf("list = %+v", vms)
+	}
+
+	steps := []struct {
+		path  string
+		body  []byte
+		state string
+	}{
+		{"pause", nil, sdk.StatePaused},
+		{"resume", nil, sdk.StateRunning},
+		{"stop", []byte(`{"timeout_seconds": 5}`), sdk.StateStopped},
+		{"start", nil, sdk.StateRunning},
+		{"restart", nil, sdk.StateRunning},
+		{"stop", nil, sdk.StateStopped},
+		{"start", []byte(`{}`), sdk.StateRunning},
+	}
+	for _, s := range steps {
+		vm := e.vm(req{method: "POST", path: "/v1/vms/" + id + "/" + s.path, token: adminToken, body: s.body}, 200)
+		if vm.State != s.state {
+			t.Fatalf("after %s: state %s, want %s", s.path, vm.State, s.state)
+		}
+	}
+	// Starting a running VM is a state conflict.
+	conflict := e.call(req{method: "POST", path: "/v1/vms/" + id + "/start", token: adminToken})
+	if conflict.status != 409 {
+		t.Fatalf("start of a running VM -> %d %s", conflict.status, conflict.body)
+	}
+
+	logs := e.must(req{method: "GET", path: "/v1/vms/" + id + "/logs?lines=2", token: readOnlyToken}, 200)
+	if ct := logs.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("logs content type %q", ct)
+	}
+	if n := strings.Count(string(logs.body), "\n"); n != 2 {
+		t.Fatalf("lines=2 gave %d lines: %q", n, logs.body)
+	}
+	all := e.must(req{method: "GET", path: "/v1/vms/" + id + "/logs", token: readOnlyToken}, 200)
+	if n := strings.Count(string(all.body), "\n"); n <= 2 || !strings.Contains(string(all.body), "simulated") {
+		t.Fatalf("default logs (%d lines): %q", n, all.body)
+	}
+
+	shot := e.must(req{method: "GET", path: "/v1/vms/" + id + "/screenshot", token: readOnlyToken}, 200)
+	img, err := png.Decode(bytes.NewReader(shot.body))
+	if err != nil {
+		t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	w := img.Bounds().Dx()
+	small := e.must(req{method: "GET", path: fmt.Sprintf("/v1/vms/%s/screenshot?max_width=%d", id, w/2), token: readOnlyToken}, 200)
+	simg, err := png.Decode(bytes.NewReader(small.body))
+	if err != nil {
+		t.Fatalf("scaled screenshot is not a PNG: %v", err)
+	}
+	if simg.Bounds().Dx() != w/2 || simg.Bounds().Dy() >= img.Bounds().Dy() {
+		t.Fatalf("max_width=%d gave %v from %v", w/2, simg.Bounds(), img.Bounds())
+	}
+
+	e.must(req{method: "POST", path: "/v1/vms/" + id + "/input", token: adminToken,
+		body: []byte(`{"actions": [{"kind": "text", "text": "hello"}, {"kind": "key", "keys": ["enter"]}]}`)}, 204)
+
+	e.must(req{method: "DELETE", path: "/v1/vms/web-1", token: adminToken}, 204)
+	notFound := e.must(req{method: "GET", path: "/v1/vms/" + id, token: adminToken}, 404)
+	if eb := notFound.errorBody(t); !strings.Contains(eb.Error, id) || eb.Hint == "" {
+		t.Fatalf("404 body = %+v", eb)
+	}
+	if vms := e.list(); len(vms) != 0 {
+		t.Fatalf("list after delete = %+v", vms)
+	}
+}
+
+func TestBadRequestsAreRefusedWithHintsAndChangeNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	base := e.create("base", `, "display": false`)
+	outside := filepath.Join(t.TempDir(), "elsewhere.img")
+	if err := os.WriteFile(outside, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	create := func(fields string) []byte {
+		return []byte(fmt.Sprintf(`{"name": "new-vm", "image": %q, "vcpus": 1, "memory_mib": 128%s}`, e.image, fields))
+	}
+	createWith := func(m map[string]any) []byte {
+		r := map[string]any{"name": "new-vm", "image": e.image, "vcpus": 1, "memory_mib": 128}
+		for k, v := range m {
+			r[k] = v
+		}
+		return jsonBody(r)
+	}
+	big := []byte(`{"name": "` + strings.Repeat("a", 2<<20) + `"}`)
+
+	cases := []struct {
+		name      string
+		r         req
+		status    int
+		errHas    string // in the error message
+		hintHas   string // in the hint
+		specValid bool   // the spec accepts the request (the server alone refuses it)
+	}{
+		{"malformed JSON", req{method: "POST", path: "/v1/vms", token: adminToken, body: []byte(`{"name": "x",`)}, 400, "JSON", "", false},
+		{"invalid JSON syntax", req{method: "POST", path: "/v1/vms", token: adminToken, body: []byte(`{"name" "x"}`)}, 400, "not valid JSON", "syntax", false},
+		{"unknown field", req{method: "POST", path: "/v1/vms", token: adminToken, body: create(`, "colour": "red"`)}, 400, `"colour"`, "memory_mib", false},
+		{"wrong type", req{method: "POST", path: "/v1/vms", token: adminToken, body: create(`, "display": "yes"`)}, 400, `"display"`, "", false},
+		{"wrong content type", req{method: "POST", path: "/v1/vms", token: adminToken, ctype: "text/plain", body: create("")}, 415, "JSON", "application/json", false},
+		{"body too large", req{method: "POST", path: "/v1/vms", token: adminToken, body: big}, 413, "larger", "1 MiB", false},
+		{"trailing data", req{method: "POST", path: "/v1/vms", token: adminToken, body: append(create(""), []byte(` {}`)...)}, 400, "more than one", "", true},
+		{"empty body", req{method: "POST", path: "/v1/vms", token: adminToken, body: []byte{}}, 400, "required", "application/json", false},
+		{"array instead of object", req{method: "POST", path: "/v1/vms", token: adminToken, body: []byte(`[1]`)}, 400, "object", "", false},
+		{"negative vcpus", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"vcpus": -1})}, 400, "vcpus", "vCPU", false},
+		{"memory bigger than the node", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"memory_mib": 10 << 20})}, 400, "memory_mib", "at most", true},
+		{"vcpus more than free", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"vcpus": 64})}, 409, "free vCPUs", "free now", true},
+		{"zero memory", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"memory_mib": 0})}, 400, "memory_mib", "64", false},
+		{"image outside allowed dirs", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"image": outside})}, 403, "outside", e.imageDir, true},
+		{"relative image path", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"image": "images/disk.img"})}, 400, "absolute", "absolute", false},
+		{"missing image", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"image": filepath.Join(e.imageDir, "nope.img")})}, 400, "does not exist", e.imageDir, true},
+		{"duplicate name", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"name": "base"})}, 409, "already exists", "another name", true},
+		{"bad name", req{method: "POST", path: "/v1/vms", token: adminToken, body: createWith(map[string]any{"name": "no spaces"})}, 400, "name", "letters", false},
+		{"no token", req{method: "GET", path: "/v1/vms"}, 401, "missing or invalid token", "tokens { admin = [...] }", false},
+		{"bad token", req{method: "GET", path: "/v1/vms", token: "not-a-known-token-at-all"}, 401, "missing or invalid token", "Authorization: Bearer", true},
+		{"no token on metrics", req{method: "GET", path: "/metrics"}, 401, "missing or invalid token", "Bearer", false},
+		{"read-only token on POST", req{method: "POST", path: "/v1/vms", token: readOnlyToken, body: create("")}, 403, "read-only", "admin token", true},
+		{"read-only token on DELETE", req{method: "DELETE", path: "/v1/vms/base", token: readOnlyToken}, 403, "read-only", "admin token", true},
+		{"read-only token on GET", req{method: "GET", path: "/v1/vms/base", token: readOnlyToken}, 200, "", "", true},
+		{"unknown VM", req{method: "GET", path: "/v1/vms/vm-nosuchvm", token: adminToken}, 404, "vm-nosuchvm", "GET /v1/vms", true},
+		{"stop unknown VM", req{method: "POST", path: "/v1/vms/nosuch/stop", token: adminToken}, 404, "nosuch", "", true},
+		{"bad lines", req{method: "GET", path: "/v1/vms/base/logs?lines=abc", token: adminToken}, 400, "lines", "?lines=", false},
+		{"zero lines", req{method: "GET", path: "/v1/vms/base/logs?lines=0", token: adminToken}, 400, "lines", "", false},
+		{"bad max_width", req{method: "GET", path: "/v1/vms/base/screenshot?max_width=-1", token: adminToken}, 400, "max_width", "", false},
+		{"exec on sim", req{method: "POST", path: "/v1/vms/base/exec", token: adminToken, body: []byte(`{"command": ["uname", "-a"], "timeout_seconds": 5}`)}, 501, "cannot run commands", "capability", true},
+		{"exec with a shell string on sim", req{method: "POST", path: "/v1/vms/base/exec", token: adminToken, body: []byte(`{"command": "uname -a"}`)}, 501, "exec", "capabilities", true},
+		{"exec command of the wrong type", req{method: "POST", path: "/v1/vms/base/exec", token: adminToken, body: []byte(`{"command": {"secret": "s3cr3t-cmd"}}`)}, 400, `"command"`, "", false},
+		{"exec without command", req{method: "POST", path: "/v1/vms/base/exec", token: adminToken, body: []byte(`{}`)}, 400, "command", "uname", false},
+		{"screenshot without display", req{method: "GET", path: "/v1/vms/base/screenshot", token: adminToken}, 409, "display", "", true},
+		{"input without display", req{method: "POST", path: "/v1/vms/base/input", token: adminToken, body: []byte(`{"actions": [{"kind": "text", "text": "hi"}]}`)}, 409, "display", "", true},
+		{"input without actions", req{method: "POST", path: "/v1/vms/base/input", token: adminToken, body: []byte(`{"actions": []}`)}, 400, "actions", "kind", false},
+		{"stop with negative timeout", req{method: "POST", path: "/v1/vms/base/stop", token: adminToken, body: []byte(`{"timeout_seconds": -1}`)}, 400, "timeout_seconds", "", false},
+		{"stop with unknown field", req{method: "POST", path: "/v1/vms/base/stop", token: adminToken, body: []byte(`{"force": true}`)}, 400, `"force"`, "timeout_seconds", false},
+		{"pause with a body", req{method: "POST", path: "/v1/vms/base/pause", token: adminToken, body: []byte(`{"x": 1}`)}, 400, `"x"`, "no fields", true},
+		{"unknown route", req{method: "GET", path: "/v1/nothing", token: adminToken}, 404, "no such endpoint", "/v1", false},
+		{"wrong method", req{method: "PUT", path: "/v1/vms", token: adminToken, body: []byte(`{}`)}, 405, "PUT", "GET, POST", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e.t = t
+			out := e.call(c.r)
+			if out.status != c.status {
+				t.Fatalf("status %d, want %d; body %s", out.status, c.status, out.body)
+			}
+			if (out.specErr == nil) != c.specValid {
+				t.Fatalf("the spec says of this request: %v; want valid=%v", out.specErr, c.specValid)
+			}
+			if c.status >= 400 {
+				eb := out.errorBody(t)
+				if !strings.Contains(eb.Error, c.errHas) || !strings.Contains(eb.Hint, c.hintHas) {
+					t.Fatalf("error body %+v, want error with %q and hint with %q", eb, c.errHas, c.hintHas)
+				}
+				if c.status != 500 && eb.Hint == "" {
+					t.Fatalf("error without a hint: %+v", eb)
+				}
+				if strings.Contains(string(out.body), "s3cr3t-cmd") {
+					t.Fatalf("error body quotes the request's command: %s", out.body)
+				}
+			}
+			if c.status == 405 {
+				if allow := out.header.Get("Allow"); allow != "GET, POST" {
+					t.Fatalf("Allow = %q", allow)
+				}
+			}
+			// The server still serves, and nothing was created.
+			e.must(req{method: "GET", path: "/v1/health", token: readOnlyToken}, 200)
+			if vms := e.list(); len(vms) != 1 || vms[0].ID != base.ID {
+				t.Fatalf("VMs after the bad request: %+v", vms)
+			}
+		})
+	}
+	e.t = t
+
+	// Tokens and bodies never reach the log.
+	logs := e.logs.String()
+	for _, secret := range []string{adminToken, readOnlyToken, "not-a-known-token-at-all", "s3cr3t-cmd", "colour"} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("the log holds %q:\n%s", secret, logs)
+		}
+	}
+	if !strings.Contains(logs, "route=/v1/vms/{id}/exec") || !strings.Contains(logs, "status=501") {
+		t.Fatalf("request log lines missing:\n%s", logs)
+	}
+}
+
+func TestTTLDeletesVMWhenTheClockPassesIt(t *testing.T) {
+	e := newEnv(t, nil)
+	vm := e.create("short-lived", `, "ttl_seconds": 1`)
+	if vm.ExpiresAt == nil || !vm.ExpiresAt.Equal(e.clock.Now().Add(time.Second)) {
+		t.Fatalf("expires_at = %v, want clock + 1s", vm.ExpiresAt)
+	}
+	keeper := e.create("keeper", "")
+	if n := e.manager.ExpireOnce(context.Background()); n != 0 {
+		t.Fatalf("ExpireOnce before the TTL deleted %d", n)
+	}
+	e.must(req{method: "GET", path: "/v1/vms/short-lived", token: adminToken}, 200)
+	e.clock.Add(2 * time.Second)
+	if n := e.manager.ExpireOnce(context.Background()); n != 1 {
+		t.Fatalf("ExpireOnce after the TTL deleted %d, want 1", n)
+	}
+	e.must(req{method: "GET", path: "/v1/vms/" + vm.ID, token: adminToken}, 404)
+	if vms := e.list(); len(vms) != 1 || vms[0].ID != keeper.ID {
+		t.Fatalf("left after expiry: %+v", vms)
+	}
+}
+
+func TestMetricsNeedATokenAndNameTheNode(t *testing.T) {
+	e := newEnv(t, nil)
+	e.create("m-1", "")
+	e.create("m-2", "")
+	e.must(req{method: "POST", path: "/v1/vms/m-2/stop", token: adminToken}, 200)
+	e.call(req{method: "GET", path: "/v1/vms/nope", token: adminToken})
+
+	out := e.must(req{method: "GET", path: "/metrics", token: readOnlyToken}, 200)
+	text := string(out.body)
+	for _, want := range []string{
+		`fluxvm_node_vms{state="running"} 1`,
+		`fluxvm_node_vms{state="stopped"} 1`,
+		`fluxvm_node_capacity_vcpus{kind="total"}`,
+		`fluxvm_node_capacity_vcpus{kind="free"}`,
+		`fluxvm_node_capacity_vcpus{kind="reserved"} 0`,
+		`fluxvm_node_capacity_memory_mib{kind="total"}`,
+		`fluxvm_driver_up{driver="sim"} 1`,
+		`fluxvm_driver_restarts_total{driver="sim"} 0`,
+		`fluxvm_api_requests_total{code="201",route="POST /v1/vms"} 2`,
+		`fluxvm_api_requests_total{code="404",route="GET /v1/vms/{id}"} 1`,
+		`fluxvm_api_request_duration_seconds_bucket{route="POST /v1/vms/{id}/stop",le=`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", text)
+	}
+}
+
+func TestPanicInHandlerIsA500AndTheServerKeepsServing(t *testing.T) {
+	e := newEnv(t, func(s *server) {
+		s.router.HandleFunc("/v1/vms/{id}/boom", func(http.ResponseWriter, *http.Request) {
+			panic("boom: internal detail")
+		}).Methods(http.MethodGet)
+	})
+	hr, err := http.NewRequest("GET", e.srv.URL+"/v1/vms/x/boom", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("Authorization", "Bearer "+adminToken)
+	res, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	var eb sdk.ErrorBody
+	if res.StatusCode != 500 || json.Unmarshal(body, &eb) != nil || eb.Error != "internal error" || strings.Contains(string(body), "boom") {
+		t.Fatalf("panic -> %d %s", res.StatusCode, body)
+	}
+	if !strings.Contains(e.logs.String(), "boom: internal detail") {
+		t.Fatal("the panic was not logged")
+	}
+	e.must(req{method: "GET", path: "/v1/health", token: adminToken}, 200)
+}
+
+func TestTokensAreKeptOnlyAsDigests(t *testing.T) {
+	s := newServer(Options{AdminTokens: []string{adminToken}, ReadOnlyTokens: []string{readOnlyToken}})
+	if fmt.Sprintf("%+v", s.opts) != fmt.Sprintf("%+v", Options{Logger: s.opts.Logger}) {
+		t.Fatalf("options keep tokens: %+v", s.opts)
+	}
+	for _, c := range []struct {
+		header string
+		want   role
+	}{
+		{"Bearer " + adminToken, roleAdmin},
+		{"bearer " + readOnlyToken, roleReadOnly},
+		{"Bearer " + adminToken + "x", roleNone},
+		{"Basic " + adminToken, roleNone},
+		{adminToken, roleNone},
+		{"Bearer ", roleNone},
+		{"", roleNone},
+	} {
+		if got := s.roleOf(c.header); got != c.want {
+			t.Errorf("roleOf(%q) = %v, want %v", c.header, got, c.want)
+		}
+	}
+}
+
+// FuzzDecodeCreateRequest feeds arbitrary bodies to the create request's
+// decoder: it must never panic, and every refusal is a 400 (or 413 for a
+// body over the limit).
+func FuzzDecodeCreateRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"name": "a", "image": "/i", "vcpus": 1, "memory_mib": 64}`,
+		`{"name": "a", "labels": {"k": "v"}, "driver_config": {"x": [1, 2]}}`,
+		`{"name": 1}`, `{"vcpus": 1e99}`, `{"unknown": 1}`, `[]`, `null`, `{} {}`, `{"name": "\u0000"}`,
+		`{"driver_config": }`, `{"labels": {"a": 1}}`, `"str"`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req sdk.CreateVMRequest
+		if err := decodeJSON(body, &req); err != nil {
+			if err.status != http.StatusBadRequest || err.msg == "" || err.hint == "" {
+				t.Fatalf("decodeJSON(%q) = %+v", body, err)
+			}
+		}
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/vms", bytes.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		var again sdk.CreateVMRequest
+		if err := readBody(w, r, &again, true); err != nil && err.status != http.StatusBadRequest && err.status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("readBody(%q) = %+v", body, err)
+		}
+		var exec sdk.ExecRequest
+		if err := decodeJSON(body, &exec); err != nil && err.status != http.StatusBadRequest {
+			t.Fatalf("decodeJSON(%q) into an exec request = %+v", body, err)
+		}
+	})
+}

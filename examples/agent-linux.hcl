@@ -1,0 +1,49 @@
+# fluxvm-agent node -config /etc/fluxvm/agent-linux.hcl
+#
+# A Linux host running VMs under QEMU. This file holds bearer tokens: keep it
+# mode 0600, owned by the user the agent runs as. Make tokens with
+#   openssl rand -hex 32
+
+name      = "linux-node-01" # defaults to the host name
+state_dir = "/var/lib/fluxvm"
+listen    = "127.0.0.1:7777"
+
+labels = {
+  rack = "a1"
+  arch = "x86_64"
+}
+
+# Third-party plugin binaries; built-in plugins (qemu, sim) need nothing here.
+plugin_dir = "/usr/lib/fluxvm/plugins"
+
+tokens {
+  # Full access to the node API.
+  admin = ["replace-with-64-hex-chars-from-openssl-rand-hex-32-admin"]
+  # GET requests only: dashboards, monitoring.
+  read_only = ["replace-with-64-hex-chars-from-openssl-rand-hex-32-readonly"]
+}
+
+# Capacity the scheduler leaves to the host itself.
+reserved {
+  vcpus      = 1
+  memory_mib = 1024
+}
+
+# VM specs may only name images under these directories.
+policy {
+  allowed_image_dirs = ["/var/cache/fluxvm/images"]
+}
+
+plugin "qemu" {
+  # Decoded against the plugin's own schema when the agent starts it.
+  config {
+    accel      = "auto" # probe KVM with a real boot, fall back to TCG
+    machine    = "microvm"
+    image_dirs = ["/var/cache/fluxvm/images"]
+  }
+}
+
+# central {
+#   url   = "https://central.example.net:7799"
+#   token = "replace-with-the-node-pairing-token"
+# }

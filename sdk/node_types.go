@@ -1,0 +1,181 @@
+package sdk
+
+import (
+	"encoding/json"
+	"reflect"
+	"time"
+)
+
+// VM states as the node API reports them.
+const (
+	StateCreated = "created"
+	StateRunning = "running"
+	StatePaused  = "paused"
+	StateStopped = "stopped"
+	// StateLost is a VM whose driver could not recover it after a restart;
+	// LastError says why.
+	StateLost = "lost"
+)
+
+// VM is a virtual machine on one node.
+type VM struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	Driver    string            `json:"driver"`
+	GuestOS   string            `json:"guest_os"`
+	Image     string            `json:"image"`
+	VCPUs     int64             `json:"vcpus"`
+	MemoryMiB int64             `json:"memory_mib"`
+	Display   bool              `json:"display"`
+	Network   string            `json:"network"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// Tenant is an opaque stamp set by central; the node only stores it.
+	Tenant     string     `json:"tenant,omitempty"`
+	State      string     `json:"state"`
+	AgentReady bool       `json:"agent_ready"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	// ExpiresAt is when a VM with a TTL is deleted by the node.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Attributes are the driver's facts: pid, workspace, accel, ...
+	Attributes map[string]string `json:"attributes,omitempty"`
+	LastError  string            `json:"last_error,omitempty"`
+}
+
+// CreateVMRequest asks a node for a VM.
+type CreateVMRequest struct {
+	Name    string `json:"name"`
+	GuestOS string `json:"guest_os,omitempty"` // "linux" (default) or "macos"
+	// Image is an absolute path on the node, inside its allowed image dirs.
+	Image      string            `json:"image"`
+	VCPUs      int64             `json:"vcpus"`
+	MemoryMiB  int64             `json:"memory_mib"`
+	Display    bool              `json:"display,omitempty"`
+	Network    string            `json:"network,omitempty"` // "none" or "user" (default)
+	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Tenant     string            `json:"tenant,omitempty"`
+	// Driver picks the hypervisor plugin; empty means the node's first
+	// healthy driver that runs GuestOS.
+	Driver string `json:"driver,omitempty"`
+	// DriverConfig holds driver-specific fields, passed through as is.
+	DriverConfig json.RawMessage `json:"driver_config,omitempty"`
+}
+
+// NodeHealth is GET /v1/health.
+type NodeHealth struct {
+	Node     string            `json:"node"`
+	Version  string            `json:"version"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Drivers  []DriverHealth    `json:"drivers"`
+	Capacity Capacity          `json:"capacity"`
+	VMs      int               `json:"vms"`
+}
+
+// DriverHealth is one driver plugin as the node sees it.
+type DriverHealth struct {
+	Name         string            `json:"name"`
+	Version      string            `json:"version"`
+	Health       string            `json:"health"` // healthy, unhealthy, undetected, down
+	Description  string            `json:"description"`
+	Simulated    bool              `json:"simulated"`
+	Capabilities []string          `json:"capabilities"`
+	Attributes   map[string]string `json:"attributes,omitempty"`
+	Restarts     int               `json:"restarts"`
+}
+
+// Resources is an amount of compute.
+type Resources struct {
+	VCPUs      int64 `json:"vcpus"`
+	MemoryMiB  int64 `json:"memory_mib"`
+	MacOSSlots int64 `json:"macos_slots"`
+}
+
+// Capacity is what the node offers VMs (its drivers' resources less what
+// the operator reserved) and what of it is free.
+type Capacity struct {
+	Total    Resources `json:"total"`
+	Reserved Resources `json:"reserved"`
+	Free     Resources `json:"free"`
+}
+
+// ExecRequest runs a command in a VM through its guest agent. Command is an
+// argv list, or a string run by /bin/sh -c.
+type ExecRequest struct {
+	Command        Command  `json:"command"`
+	Env            []string `json:"env,omitempty"`
+	Stdin          string   `json:"stdin,omitempty"`
+	TimeoutSeconds int64    `json:"timeout_seconds,omitempty"`
+}
+
+// Command is an argv list or a shell string.
+type Command struct {
+	Argv  []string
+	Shell string
+}
+
+// MarshalJSON writes a list for argv, a string for a shell command.
+func (c Command) MarshalJSON() ([]byte, error) {
+	if c.Argv != nil {
+		return json.Marshal(c.Argv)
+	}
+	return json.Marshal(c.Shell)
+}
+
+// UnmarshalJSON takes a list of strings or a string.
+func (c *Command) UnmarshalJSON(b []byte) error {
+	var argv []string
+	if err := json.Unmarshal(b, &argv); err == nil {
+		*c = Command{Argv: argv}
+		return nil
+	}
+	var shell string
+	if err := json.Unmarshal(b, &shell); err != nil {
+		// Value names the JSON kind only: a command may carry secrets.
+		kind := "value"
+		if len(b) > 0 {
+			kind = map[byte]string{'{': "object", '[': "array", 't': "bool", 'f': "bool", 'n': "null"}[b[0]]
+			if kind == "" {
+				kind = "number"
+			}
+		}
+		return &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeOf([]string(nil)), Field: "command"}
+	}
+	*c = Command{Shell: shell}
+	return nil
+}
+
+// ExecResult is what a command printed and how it ended.
+type ExecResult struct {
+	ExitCode   int    `json:"exit_code"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// InputAction is one keyboard or pointer action; see the driver contract.
+type InputAction struct {
+	Kind   string   `json:"kind"` // key, text, move, click, scroll
+	Keys   []string `json:"keys,omitempty"`
+	Text   string   `json:"text,omitempty"`
+	X      int32    `json:"x,omitempty"`
+	Y      int32    `json:"y,omitempty"`
+	Button string   `json:"button,omitempty"`
+	DY     int32    `json:"dy,omitempty"`
+}
+
+// InputRequest is POST /v1/vms/{id}/input.
+type InputRequest struct {
+	Actions []InputAction `json:"actions"`
+}
+
+// StopRequest is the optional body of POST /v1/vms/{id}/stop.
+type StopRequest struct {
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+}
+
+// ErrorBody is every error response: what went wrong and what to do.
+type ErrorBody struct {
+	Error string `json:"error"`
+	Hint  string `json:"hint,omitempty"`
+}
