@@ -18,16 +18,15 @@ import (
 
 	"github.com/fluxvm/fluxvm/agent"
 	"github.com/fluxvm/fluxvm/agent/config"
-	"github.com/fluxvm/fluxvm/drivers/qemu"
 	"github.com/fluxvm/fluxvm/drivers/sim"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/hashicorp/go-hclog"
 )
 
 // builtinDrivers are the driver plugins this binary carries.
+// More are added per platform (drivers_linux.go).
 var builtinDrivers = map[string]func(hclog.Logger) driver.Driver{
-	"qemu": qemu.New,
-	"sim":  sim.New,
+	"sim": sim.New,
 }
 
 func main() {

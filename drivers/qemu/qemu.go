@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package qemu is FluxVM's QEMU hypervisor driver: it runs Linux guests in
 // QEMU processes that outlive the plugin and controls them through QMP and the
 // FluxVM guest agent. It is served by `fluxvm-agent plugin qemu`.

@@ -101,9 +101,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		cfg.Cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cfg.Cmd.SysProcAttr.Setpgid = true
-	// A plugin must not outlive its agent: a new agent starts new plugins,
-	// and an old one still holding a VM's QMP connection would lock them out.
-	cfg.Cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	dieWithParent(cfg.Cmd.SysProcAttr)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: versionedPlugins(nil),
