@@ -8,7 +8,9 @@ import (
 
 // VM states as the node API reports them.
 const (
-	StateCreated = "created"
+	// StateCreating is a VM whose create is under way.
+	StateCreating = "creating"
+	StateCreated  = "created"
 	StateRunning = "running"
 	StatePaused  = "paused"
 	StateStopped = "stopped"
@@ -40,6 +42,11 @@ type VM struct {
 	// Attributes are the driver's facts: pid, workspace, accel, ...
 	Attributes map[string]string `json:"attributes,omitempty"`
 	LastError  string            `json:"last_error,omitempty"`
+}
+
+// VMList is GET /v1/vms.
+type VMList struct {
+	VMs []VM `json:"vms"`
 }
 
 // CreateVMRequest asks a node for a VM.

@@ -283,10 +283,10 @@ func (e *env) vm(r req, status int) *sdk.VM {
 	return &vm
 }
 
-func (e *env) list() []*sdk.VM {
+func (e *env) list() []sdk.VM {
 	e.t.Helper()
 	out := e.must(req{method: "GET", path: "/v1/vms", token: readOnlyToken}, 200)
-	var l vmList
+	var l sdk.VMList
 	if err := json.Unmarshal(out.body, &l); err != nil {
 		e.t.Fatal(err)
 	}

@@ -24,11 +24,6 @@ func contextWith(r *http.Request, info *reqInfo) context.Context {
 	return context.WithValue(r.Context(), ctxKey{}, info)
 }
 
-// vmList is GET /v1/vms.
-type vmList struct {
-	VMs []*sdk.VM `json:"vms"`
-}
-
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	h := s.opts.Manager.Health()
 	if h.Version == "" {
@@ -51,7 +46,11 @@ func (s *server) listVMs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, vmList{VMs: vms})
+	list := sdk.VMList{VMs: make([]sdk.VM, len(vms))}
+	for i, v := range vms {
+		list.VMs[i] = *v
+	}
+	writeJSON(w, http.StatusOK, list)
 }
 
 func (s *server) createVM(w http.ResponseWriter, r *http.Request) {

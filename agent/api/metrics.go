@@ -77,7 +77,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// Every known state is reported, 0 included, so series do not vanish.
-	counts := map[string]int{"creating": 0, sdk.StateCreated: 0, sdk.StateRunning: 0, sdk.StatePaused: 0, sdk.StateStopped: 0, sdk.StateLost: 0}
+	counts := map[string]int{sdk.StateCreating: 0, sdk.StateCreated: 0, sdk.StateRunning: 0, sdk.StatePaused: 0, sdk.StateStopped: 0, sdk.StateLost: 0}
 	if vms, err := c.m.List(ctx); err == nil {
 		for _, v := range vms {
 			counts[v.State]++

@@ -132,7 +132,7 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 	now := m.opts.Now().UTC()
 	rec := &store.VM{
 		ID: newID(), Name: req.Name, Driver: drvName, Spec: spec, Tenant: req.Tenant,
-		Labels: req.Labels, State: "creating", CreatedAt: now,
+		Labels: req.Labels, State: sdk.StateCreating, CreatedAt: now,
 	}
 	if req.TTLSeconds > 0 {
 		rec.ExpiresAt = now.Add(time.Duration(req.TTLSeconds) * time.Second)
@@ -449,7 +449,7 @@ func (m *Manager) view(ctx context.Context, rec *store.VM) *sdk.VM {
 		t := rec.ExpiresAt
 		v.ExpiresAt = &t
 	}
-	if rec.State == sdk.StateLost || rec.State == "creating" {
+	if rec.State == sdk.StateLost || rec.State == sdk.StateCreating {
 		return v
 	}
 	d, err := m.opts.Drivers.Driver(rec.Driver)

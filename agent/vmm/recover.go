@@ -53,7 +53,7 @@ func (m *Manager) recoverOne(ctx context.Context, d driver.Driver, rec *store.VM
 	}
 	var cause error
 	switch {
-	case rec.State == "creating":
+	case rec.State == sdk.StateCreating:
 		// The agent died while creating it: nothing was promised yet.
 		cause = errors.New("the agent stopped while the VM was being created")
 	case len(rec.Handle) == 0:

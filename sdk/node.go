@@ -1,0 +1,200 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// DefaultNodeURL is where a node agent listens unless its config says
+// otherwise.
+const DefaultNodeURL = "http://127.0.0.1:7777"
+
+// NodeClient calls the node API of one fluxvm-agent node (/v1/...). It is
+// safe for concurrent use. VMs are named by id or by name wherever a call
+// takes idOrName.
+type NodeClient struct {
+	c *client
+}
+
+// NewNodeClient returns a client for the node API at baseURL (for example
+// "http://127.0.0.1:7777"). It does not connect; the first call does.
+func NewNodeClient(baseURL string, opts ...Option) (*NodeClient, error) {
+	c, err := newClient("node", baseURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &NodeClient{c: c}, nil
+}
+
+// URL is the node's base URL as the client uses it.
+func (n *NodeClient) URL() string { return n.c.base }
+
+func vmPath(idOrName string, action ...string) string {
+	p := "/v1/vms/" + url.PathEscape(idOrName)
+	for _, a := range action {
+		p += "/" + a
+	}
+	return p
+}
+
+// Health returns the node's name, drivers, capacity and VM count.
+func (n *NodeClient) Health(ctx context.Context) (*NodeHealth, error) {
+	var h NodeHealth
+	if err := n.c.call(ctx, http.MethodGet, "/v1/health", nil, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// ListVMs returns every VM on the node, oldest first.
+func (n *NodeClient) ListVMs(ctx context.Context) ([]VM, error) {
+	var out VMList
+	if err := n.c.call(ctx, http.MethodGet, "/v1/vms", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.VMs == nil {
+		out.VMs = []VM{}
+	}
+	return out.VMs, nil
+}
+
+// CreateVM creates a VM and starts it. It returns once the hypervisor has
+// started it, usually before the guest agent answers: see WaitReady.
+func (n *NodeClient) CreateVM(ctx context.Context, req CreateVMRequest) (*VM, error) {
+	var vm VM
+	if err := n.c.call(ctx, http.MethodPost, "/v1/vms", nil, req, &vm); err != nil {
+		return nil, err
+	}
+	return &vm, nil
+}
+
+// GetVM returns a VM with its live state.
+func (n *NodeClient) GetVM(ctx context.Context, idOrName string) (*VM, error) {
+	var vm VM
+	if err := n.c.call(ctx, http.MethodGet, vmPath(idOrName), nil, nil, &vm); err != nil {
+		return nil, err
+	}
+	return &vm, nil
+}
+
+// DeleteVM stops a VM if needed and deletes it with its workspace.
+func (n *NodeClient) DeleteVM(ctx context.Context, idOrName string) error {
+	return n.c.call(ctx, http.MethodDelete, vmPath(idOrName), nil, nil, nil)
+}
+
+func (n *NodeClient) power(ctx context.Context, idOrName, action string, body any) (*VM, error) {
+	var vm VM
+	if err := n.c.call(ctx, http.MethodPost, vmPath(idOrName, action), nil, body, &vm); err != nil {
+		return nil, err
+	}
+	return &vm, nil
+}
+
+// StartVM boots a stopped VM.
+func (n *NodeClient) StartVM(ctx context.Context, idOrName string) (*VM, error) {
+	return n.power(ctx, idOrName, "start", nil)
+}
+
+// StopVM asks the guest to shut down and waits up to timeout before the node
+// stops the VM hard. A zero timeout leaves the choice to the node.
+func (n *NodeClient) StopVM(ctx context.Context, idOrName string, timeout time.Duration) (*VM, error) {
+	var body any
+	if timeout > 0 {
+		secs := int64((timeout + time.Second - 1) / time.Second)
+		body = StopRequest{TimeoutSeconds: secs}
+	}
+	return n.power(ctx, idOrName, "stop", body)
+}
+
+// RestartVM stops a VM and starts it again.
+func (n *NodeClient) RestartVM(ctx context.Context, idOrName string) (*VM, error) {
+	return n.power(ctx, idOrName, "restart", nil)
+}
+
+// PauseVM freezes a running VM's vCPUs; its memory stays in place.
+func (n *NodeClient) PauseVM(ctx context.Context, idOrName string) (*VM, error) {
+	return n.power(ctx, idOrName, "pause", nil)
+}
+
+// ResumeVM continues a paused VM.
+func (n *NodeClient) ResumeVM(ctx context.Context, idOrName string) (*VM, error) {
+	return n.power(ctx, idOrName, "resume", nil)
+}
+
+// Exec runs a command in a VM through its guest agent and returns what it
+// printed and its exit code. A command that ran and failed is a result with
+// a non-zero ExitCode, not an error.
+func (n *NodeClient) Exec(ctx context.Context, idOrName string, req ExecRequest) (*ExecResult, error) {
+	var res ExecResult
+	if err := n.c.call(ctx, http.MethodPost, vmPath(idOrName, "exec"), nil, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Logs returns the end of a VM's console log: its last lines lines, or the
+// node's default when lines is 0.
+func (n *NodeClient) Logs(ctx context.Context, idOrName string, lines int) ([]byte, error) {
+	var q url.Values
+	if lines > 0 {
+		q = url.Values{"lines": {strconv.Itoa(lines)}}
+	}
+	return n.c.blob(ctx, http.MethodGet, vmPath(idOrName, "logs"), q)
+}
+
+// Screenshot returns a PNG of a VM's display, scaled down to maxWidth
+// pixels when it is wider (0 keeps its size). A VM without a display is a
+// conflict (IsConflict).
+func (n *NodeClient) Screenshot(ctx context.Context, idOrName string, maxWidth int) ([]byte, error) {
+	var q url.Values
+	if maxWidth > 0 {
+		q = url.Values{"max_width": {strconv.Itoa(maxWidth)}}
+	}
+	return n.c.blob(ctx, http.MethodGet, vmPath(idOrName, "screenshot"), q)
+}
+
+// Input sends keyboard and pointer actions to a VM's display, in order.
+func (n *NodeClient) Input(ctx context.Context, idOrName string, actions []InputAction) error {
+	if actions == nil {
+		actions = []InputAction{}
+	}
+	return n.c.call(ctx, http.MethodPost, vmPath(idOrName, "input"), nil, InputRequest{Actions: actions}, nil)
+}
+
+// WaitReady polls a VM every poll (500ms when 0) until its guest agent is
+// ready and returns it then. It fails with ErrVMDown (wrapped) when the VM
+// stops or is lost first, with the API's error when the VM goes away, and
+// with the context's error when ctx ends: give ctx a deadline. With
+// ErrVMDown and a context error it also returns the VM as last seen.
+func (n *NodeClient) WaitReady(ctx context.Context, idOrName string, poll time.Duration) (*VM, error) {
+	if poll <= 0 {
+		poll = 500 * time.Millisecond
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		vm, err := n.GetVM(ctx, idOrName)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case vm.AgentReady:
+			return vm, nil
+		case vm.State == StateStopped || vm.State == StateLost:
+			why := ""
+			if vm.LastError != "" {
+				why = " (" + vm.LastError + ")"
+			}
+			return vm, fmt.Errorf("wait for vm %s: it is %s before its guest agent answered%s: %w", vm.Name, vm.State, why, ErrVMDown)
+		}
+		select {
+		case <-ctx.Done():
+			return vm, fmt.Errorf("wait for vm %s: guest agent not ready (state %s): %w", vm.Name, vm.State, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
