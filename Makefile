@@ -33,6 +33,8 @@ test: deps guest-image
 bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 5x -timeout 30m ./drivers/qemu/
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./drivers/sim/
+	$(GO) test -run '^$$' -bench BenchmarkNodeCreateToReady -benchtime 5x -timeout 30m ./cmd/fluxvm-agent/
+	$(GO) test -run '^$$' -bench BenchmarkAgentMemory -benchtime 1x ./cmd/fluxvm-agent/
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12

@@ -198,6 +198,28 @@ func (s *Store) PutVM(vm *VM) error {
 	return nil
 }
 
+// SetState changes the state of an existing VM record and nothing else, in
+// one transaction: unlike a read followed by PutVM, it cannot bring back a
+// record that a concurrent delete removed. ErrNotFound if there is none.
+func (s *Store) SetState(id, state string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		vm, err := getVM(tx, id)
+		if err != nil {
+			return err
+		}
+		vm.State = state
+		data, err := json.Marshal(vm)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketVMs).Put([]byte(id), data)
+	})
+	if err != nil {
+		return fmt.Errorf("set state of vm %s: %w", id, err)
+	}
+	return nil
+}
+
 // GetVM returns the VM with the ID, or ErrNotFound.
 func (s *Store) GetVM(id string) (*VM, error) {
 	var vm *VM

@@ -496,3 +496,31 @@ func TestOpenRejectsGarbageFile(t *testing.T) {
 		t.Errorf("error does not name the file: %v", err)
 	}
 }
+
+// TestSetStateNeverResurrects checks that a state change racing with a
+// delete cannot bring the record back.
+func TestSetStateNeverResurrects(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.PutVM(&VM{ID: "vm-1", Name: "one", State: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetState("vm-1", "stopped"); err != nil {
+		t.Fatal(err)
+	}
+	if vm, _ := s.GetVM("vm-1"); vm.State != "stopped" || vm.Name != "one" {
+		t.Fatalf("after SetState: %+v", vm)
+	}
+	if err := s.DeleteVM("vm-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetState("vm-1", "running"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("SetState of a deleted vm = %v, want ErrNotFound", err)
+	}
+	if _, err := s.GetVM("vm-1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the deleted vm came back: %v", err)
+	}
+}

@@ -466,8 +466,7 @@ func (m *Manager) view(ctx context.Context, rec *store.VM) *sdk.VM {
 	if s := stateName(st.State); s != "" && s != rec.State {
 		v.State = s
 		if s == sdk.StateStopped || s == sdk.StatePaused || s == sdk.StateRunning {
-			rec.State = s
-			_ = m.opts.Store.PutVM(rec)
+			_ = m.opts.Store.SetState(rec.ID, s)
 		}
 	}
 	m.mu.Lock()

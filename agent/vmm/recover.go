@@ -135,10 +135,9 @@ func (m *Manager) follow(ctx context.Context, d driver.Driver) {
 		default:
 			continue
 		}
+		// SetState, not PutVM: the event may race with a delete.
 		if rec, err := m.opts.Store.GetVM(ev.VmId); err == nil && rec.State != state && rec.State != sdk.StateLost {
-			rec.State = state
-			_ = m.opts.Store.PutVM(rec)
-			if state == sdk.StateStopped {
+			if m.opts.Store.SetState(rec.ID, state) == nil && state == sdk.StateStopped {
 				m.stopWatching(rec.ID)
 			}
 		}

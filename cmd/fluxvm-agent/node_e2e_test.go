@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 // node is a real `fluxvm-agent node` process.
 type node struct {
-	t          *testing.T
+	t          testing.TB
 	bin        string
 	dir        string
 	config     string
@@ -45,7 +45,7 @@ type node struct {
 	startCount int
 }
 
-func newNode(t *testing.T, plugins string) *node {
+func newNode(t testing.TB, plugins string) *node {
 	t.Helper()
 	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
 	dir := t.TempDir()
@@ -68,10 +68,7 @@ policy { allowed_image_dirs = [%q, %q] }
 	}
 	n.logPath = filepath.Join(dir, "agent.log")
 	t.Cleanup(func() {
-		if n.cmd != nil && n.cmd.ProcessState == nil {
-			_ = n.cmd.Process.Signal(syscall.SIGTERM)
-			_ = n.cmd.Wait()
-		}
+		n.stop()
 		if t.Failed() {
 			log, _ := os.ReadFile(n.logPath)
 			t.Logf("agent log:\n%s", tail(log, 8000))
@@ -80,7 +77,7 @@ policy { allowed_image_dirs = [%q, %q] }
 	return n
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +116,14 @@ func (n *node) start() {
 			n.t.Fatalf("the agent did not serve /v1/health within 90s")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop ends the agent with SIGTERM, as systemd would.
+func (n *node) stop() {
+	if n.cmd != nil && n.cmd.ProcessState == nil {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		_ = n.cmd.Wait()
 	}
 }
 
@@ -205,6 +210,15 @@ func alive(pid int) bool {
 // pluginPid finds the agent's child process running the named plugin.
 func pluginPid(t *testing.T, agentPid int, name string) int {
 	t.Helper()
+	pid := pluginPidOf(agentPid, name)
+	if pid == 0 {
+		t.Fatalf("no live %q plugin process under agent %d", name, agentPid)
+	}
+	return pid
+}
+
+// pluginPidOf is the pid of the agent's live child running the named plugin, or 0.
+func pluginPidOf(agentPid int, name string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		cmdline, err := os.ReadFile(p)
@@ -218,7 +232,6 @@ func pluginPid(t *testing.T, agentPid int, name string) int {
 			return pid
 		}
 	}
-	t.Fatalf("no live %q plugin process under agent %d", name, agentPid)
 	return 0
 }
 

@@ -1,0 +1,129 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/guest/image"
+	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"github.com/fluxvm/fluxvm/sdk"
+)
+
+// BenchmarkNodeCreateToReady measures, interleaved in one run, a VM create
+// through the node API until the API reports its guest agent ready, against
+// the driver-level figure (StartVM + WaitReady through a plugin process) of
+// the same image, and reports the ratio (goal ≤ 1.05).
+func BenchmarkNodeCreateToReady(b *testing.B) {
+	if _, err := image.Load(image.DefaultDir()); err != nil {
+		b.Fatalf("guest image: %v (run make guest-image)", err)
+	}
+	n := newBenchNode(b, `plugin "qemu" {}`)
+	bin := drivertest.Build(b, "../..", "./cmd/fluxvm-agent")
+	p := drivertest.LaunchCommand(bin, "plugin", "qemu")(b)
+	ctx := context.Background()
+	if err := p.SetConfig(ctx, &pb.SetConfigRequest{ConfigJson: []byte(`{}`), Agent: &pb.AgentContext{StateDir: b.TempDir()}}); err != nil {
+		b.Fatal(err)
+	}
+	// Warm up both paths once (the QEMU driver probes its accelerator on
+	// first use), then time b.N rounds.
+	var api, drv []time.Duration
+	for i := -1; i < b.N; i++ {
+		if i == 0 {
+			api, drv = nil, nil
+			b.ResetTimer()
+		}
+		// Through the node API: create, then poll until ready.
+		start := time.Now()
+		var vm sdk.VM
+		n.must("POST", "/v1/vms", sdk.CreateVMRequest{Name: fmt.Sprintf("bench-%d", i+1), Image: image.DefaultDir(), VCPUs: 1, MemoryMiB: 256, Network: "none"}, http.StatusCreated, &vm)
+		for !vm.AgentReady {
+			time.Sleep(10 * time.Millisecond)
+			n.must("GET", "/v1/vms/"+vm.ID, nil, http.StatusOK, &vm)
+			if time.Since(start) > 2*time.Minute {
+				b.Fatal("not ready within 2 minutes")
+			}
+		}
+		api = append(api, time.Since(start))
+		n.must("DELETE", "/v1/vms/"+vm.ID, nil, http.StatusNoContent, nil)
+
+		// The driver alone: the same spec through a plugin process.
+		id := fmt.Sprintf("drv-%d", i+1)
+		if _, err := p.CreateVM(ctx, &pb.VMSpec{Id: id, GuestOs: "linux", Image: image.DefaultDir(), Vcpus: 1, MemoryMib: 256, Network: &pb.Network{Mode: "none"}}); err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		if _, _, err := p.StartVM(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.WaitReady(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		drv = append(drv, time.Since(start))
+		if err := p.DestroyVM(ctx, id, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ma, md := median(api), median(drv)
+	b.ReportMetric(ma.Seconds(), "api-s")
+	b.ReportMetric(md.Seconds(), "driver-s")
+	b.ReportMetric(ma.Seconds()/md.Seconds(), "api/driver")
+	b.Logf("medians of %d: node API create→ready %v, driver start→ready %v; api/driver %.3f (goal ≤ 1.05)",
+		b.N, ma.Round(time.Millisecond), md.Round(time.Millisecond), ma.Seconds()/md.Seconds())
+}
+
+// BenchmarkAgentMemoryWith20SimVMs reports the resident memory of the node
+// agent and of its sim plugin once they hold 20 VMs.
+func BenchmarkAgentMemoryWith20SimVMs(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		n := newBenchNode(b, `plugin "sim" {}`)
+		img := filepath.Join(n.dir, "images", "sim.img")
+		_ = os.MkdirAll(filepath.Dir(img), 0o700)
+		if err := os.WriteFile(img, []byte("sim"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		for j := range 20 {
+			n.must("POST", "/v1/vms", sdk.CreateVMRequest{Name: fmt.Sprintf("sim-%02d", j), Image: img, VCPUs: 1, MemoryMiB: 256}, http.StatusCreated, nil)
+		}
+		n.must("GET", "/v1/vms", nil, http.StatusOK, nil)
+		agent := rssMiB(n.cmd.Process.Pid)
+		plugin := rssMiB(pluginPidOf(n.cmd.Process.Pid, "sim"))
+		b.ReportMetric(agent, "agent-MiB")
+		b.ReportMetric(plugin, "plugin-MiB")
+		b.Logf("with 20 sim VMs: agent %.1f MiB RSS, sim plugin %.1f MiB RSS", agent, plugin)
+		n.stop()
+	}
+}
+
+// newBenchNode starts a node agent for a benchmark.
+func newBenchNode(b *testing.B, plugins string) *node {
+	n := newNode(b, plugins)
+	n.start()
+	return n
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// rssMiB is a process's resident set size in MiB.
+func rssMiB(pid int) float64 {
+	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
