@@ -354,29 +354,29 @@ func (v *vm) monitor(ctx context.Context) (*monitor, error) {
 	return v.connectMonitor(ctx, done, 3*time.Second)
 }
 
+// transition moves the VM from one state to another and emits the event,
+// once: both the RPC that caused the change and QEMU's own event for it call
+// this, in either order, and only the first one finds the old state. A STOP
+// that is part of a shutdown is not a pause.
+func (v *vm) transition(from, to pb.VMState, event string) {
+	v.mu.Lock()
+	changed := v.state == from && v.shutdown == ""
+	if changed {
+		v.state = to
+	}
+	v.mu.Unlock()
+	if changed {
+		v.d.emit(v.id, event, "")
+	}
+}
+
 // onQMPEvent turns QEMU's events into VM state and contract events.
 func (v *vm) onQMPEvent(ev qmp.Event) {
 	switch ev.Event {
 	case "STOP":
-		v.mu.Lock()
-		changed := v.state == pb.VMState_VM_STATE_RUNNING && v.shutdown == ""
-		if changed {
-			v.state = pb.VMState_VM_STATE_PAUSED
-		}
-		v.mu.Unlock()
-		if changed {
-			v.d.emit(v.id, "paused", "")
-		}
+		v.transition(pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, "paused")
 	case "RESUME":
-		v.mu.Lock()
-		changed := v.state == pb.VMState_VM_STATE_PAUSED
-		if changed {
-			v.state = pb.VMState_VM_STATE_RUNNING
-		}
-		v.mu.Unlock()
-		if changed {
-			v.d.emit(v.id, "resumed", "")
-		}
+		v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, "resumed")
 	case "SHUTDOWN":
 		reason, _ := ev.Data["reason"].(string)
 		guest, _ := ev.Data["guest"].(bool)
@@ -925,11 +925,7 @@ func (d *Driver) PauseVM(ctx context.Context, id string) error {
 	if err := mon.run(ctx, "stop", nil, nil); err != nil {
 		return fmt.Errorf("pause vm %s: %w", id, err)
 	}
-	v.mu.Lock()
-	if v.state == pb.VMState_VM_STATE_RUNNING {
-		v.state = pb.VMState_VM_STATE_PAUSED
-	}
-	v.mu.Unlock()
+	v.transition(pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, "paused")
 	return nil
 }
 
@@ -952,11 +948,7 @@ func (d *Driver) ResumeVM(ctx context.Context, id string) error {
 	if err := mon.run(ctx, "cont", nil, nil); err != nil {
 		return fmt.Errorf("resume vm %s: %w", id, err)
 	}
-	v.mu.Lock()
-	if v.state == pb.VMState_VM_STATE_PAUSED {
-		v.state = pb.VMState_VM_STATE_RUNNING
-	}
-	v.mu.Unlock()
+	v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, "resumed")
 	return nil
 }
 
