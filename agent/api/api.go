@@ -7,7 +7,6 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,8 +15,8 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/agent/vmm"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/plugins/driver"
-	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 	"github.com/hashicorp/go-hclog"
 )
@@ -36,9 +35,6 @@ type Options struct {
 	// manager has none.
 	Version string
 }
-
-// maxBodyBytes bounds every request body.
-const maxBodyBytes = 1 << 20
 
 // role is what a token may do.
 type role int
@@ -85,7 +81,7 @@ func newServer(opts Options) *server {
 	s.opts.AdminTokens, s.opts.ReadOnlyTokens = nil, nil
 	s.metrics = newMetrics(opts.Manager)
 	s.router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path,
+		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path,
 			"the node API lives under /v1 (see schemas/node-openapi.yaml); GET /v1/vms lists VMs")
 	})
 	s.router.MethodNotAllowedHandler = http.HandlerFunc(s.methodNotAllowed)
@@ -133,7 +129,7 @@ func (s *server) handler() http.Handler {
 				}
 				s.log.Error("panic in handler", "method", r.Method, "route", info.route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				if !rw.wrote {
-					writeError(rw, http.StatusInternalServerError, "internal error", "the node agent's log has the details")
+					jsonapi.WriteError(rw, http.StatusInternalServerError, "internal error", "the node agent's log has the details")
 				}
 			}
 			status := rw.status
@@ -160,12 +156,12 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		switch s.roleOf(r.Header.Get("Authorization")) {
 		case roleNone:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fluxvm-node"`)
-			writeError(w, http.StatusUnauthorized, "missing or invalid token",
+			jsonapi.WriteError(w, http.StatusUnauthorized, "missing or invalid token",
 				"send Authorization: Bearer <token>; tokens are set in the node's config (tokens { admin = [...] })")
 			return
 		case roleReadOnly:
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				writeError(w, http.StatusForbidden, "this token is read-only: it cannot "+r.Method+" "+r.URL.Path,
+				jsonapi.WriteError(w, http.StatusForbidden, "this token is read-only: it cannot "+r.Method+" "+r.URL.Path,
 					"use an admin token (tokens { admin = [...] } in the node's config) for changes; read-only tokens may only GET")
 				return
 			}
@@ -208,7 +204,7 @@ func (s *server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
-	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path),
+	jsonapi.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path),
 		"this path takes: "+strings.Join(allow, ", "))
 }
 
@@ -235,17 +231,6 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, msg, hint string) {
-	writeJSON(w, status, sdk.ErrorBody{Error: msg, Hint: hint})
-}
 
 // statusOf maps an error kind to an HTTP status; 0 means "not a kind we
 // know", which is answered as an internal error.
@@ -287,7 +272,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			route = info.route
 		}
 		s.log.Error("internal error", "method", r.Method, "route", route, "error", err)
-		writeError(w, http.StatusInternalServerError, "internal error", "the node agent's log has the details; retry, and report it if it persists")
+		jsonapi.WriteError(w, http.StatusInternalServerError, "internal error", "the node agent's log has the details; retry, and report it if it persists")
 		return
 	}
 	msg, hint := err.Error(), ""
@@ -298,5 +283,5 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if hint == "" {
 		hint = defaultHint
 	}
-	writeError(w, status, msg, hint)
+	jsonapi.WriteError(w, status, msg, hint)
 }

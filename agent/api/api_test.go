@@ -21,6 +21,7 @@ import (
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/agent/store"
 	"github.com/fluxvm/fluxvm/agent/vmm"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
@@ -629,21 +630,21 @@ func FuzzDecodeCreateRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req sdk.CreateVMRequest
-		if err := decodeJSON(body, &req); err != nil {
-			if err.status != http.StatusBadRequest || err.msg == "" || err.hint == "" {
-				t.Fatalf("decodeJSON(%q) = %+v", body, err)
+		if err := jsonapi.Decode(body, &req, specHint); err != nil {
+			if err.Status != http.StatusBadRequest || err.Msg == "" || err.Hint == "" {
+				t.Fatalf("Decode(%q) = %+v", body, err)
 			}
 		}
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest("POST", "/v1/vms", bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 		var again sdk.CreateVMRequest
-		if err := readBody(w, r, &again, true); err != nil && err.status != http.StatusBadRequest && err.status != http.StatusRequestEntityTooLarge {
-			t.Fatalf("readBody(%q) = %+v", body, err)
+		if err := jsonapi.ReadBody(w, r, &again, true, specHint); err != nil && err.Status != http.StatusBadRequest && err.Status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("ReadBody(%q) = %+v", body, err)
 		}
 		var exec sdk.ExecRequest
-		if err := decodeJSON(body, &exec); err != nil && err.status != http.StatusBadRequest {
-			t.Fatalf("decodeJSON(%q) into an exec request = %+v", body, err)
+		if err := jsonapi.Decode(body, &exec, specHint); err != nil && err.Status != http.StatusBadRequest {
+			t.Fatalf("Decode(%q) into an exec request = %+v", body, err)
 		}
 	})
 }

@@ -1,0 +1,188 @@
+// Package jsonapi reads and writes the JSON bodies of FluxVM's HTTP APIs
+// (the node API and central's fleet API): strict decoding whose errors name
+// the field at fault and say what to send, and the {"error", "hint"} body of
+// every refusal.
+package jsonapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/fluxvm/fluxvm/sdk"
+)
+
+// MaxBodyBytes bounds every request body.
+const MaxBodyBytes = 1 << 20
+
+// Write answers with v as JSON.
+func Write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError answers with an error body: what went wrong and what to do.
+func WriteError(w http.ResponseWriter, status int, msg, hint string) {
+	Write(w, status, sdk.ErrorBody{Error: msg, Hint: hint})
+}
+
+// Error is a request body the API refuses, with the status to answer.
+type Error struct {
+	Status    int
+	Msg, Hint string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// ReadBody decodes the request body into dst (at most MaxBodyBytes of JSON,
+// with a JSON Content-Type). A body is required only when required is set;
+// an absent one leaves dst as it is. specHint says where the API is
+// described, for hints.
+func ReadBody(w http.ResponseWriter, r *http.Request, dst any, required bool, specHint string) *Error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes),
+				"send at most 1 MiB of JSON"}
+		}
+		return &Error{http.StatusBadRequest, "could not read the request body", "send the whole body, with a correct Content-Length"}
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if required {
+			return &Error{http.StatusBadRequest, "request body is required",
+				"send a JSON object with Content-Type: application/json; " + specHint}
+		}
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		got := r.Header.Get("Content-Type")
+		if got == "" {
+			got = "none"
+		}
+		return &Error{http.StatusUnsupportedMediaType, fmt.Sprintf("request body must be JSON, not Content-Type %s", got),
+			"send the header Content-Type: application/json"}
+	}
+	return Decode(data, dst, specHint)
+}
+
+// Decode decodes exactly one JSON value into dst, refusing unknown
+// fields and trailing data. Its messages name the field at fault but never
+// quote the body (it may hold a command or a secret).
+func Decode(data []byte, dst any, specHint string) *Error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			return &Error{http.StatusBadRequest, "request body holds more than one JSON value",
+				"send exactly one JSON object, with nothing after it"}
+		}
+		return nil
+	}
+	bad := func(msg, hint string) *Error { return &Error{http.StatusBadRequest, msg, hint} }
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return bad(fmt.Sprintf("request body is not valid JSON (at byte %d)", syntax.Offset), "check the JSON syntax; "+specHint)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return bad("request body ends in the middle of a JSON value", "send the whole JSON object")
+	case errors.As(err, &typ):
+		field := typ.Field
+		// A type with its own UnmarshalJSON (sdk.Command) may name its
+		// field itself, which the decoder then prefixes again.
+		if head, tail, ok := strings.Cut(field, "."); ok && head == tail {
+			field = head
+		}
+		if field == "" {
+			return bad("request body must be a JSON object", "send {...}; "+specHint)
+		}
+		want := "another type"
+		if typ.Type != nil {
+			want = jsonKind(typ.Type)
+		}
+		if field == "command" {
+			want = `a list of strings or a string`
+		}
+		return bad(fmt.Sprintf("field %q must be %s", field, want), specHint)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		return bad("unknown field "+name+" in the request body",
+			"remove it; this request takes: "+strings.Join(jsonFields(dst), ", "))
+	}
+	return bad("request body could not be decoded", specHint)
+}
+
+// jsonKind names a Go type the way a JSON author thinks of it.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number in range"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another type"
+}
+
+// jsonFields lists the JSON names of a struct's fields, for hints.
+func jsonFields(dst any) []string {
+	t := reflect.TypeOf(dst)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	if len(out) == 0 {
+		return []string{"(no fields: send no body)"}
+	}
+	return out
+}
+
+// intParam reads an optional integer query parameter within [lo, hi]; def
+// when it is absent. On a bad value it answers 400 and returns false.
+func IntParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi int) (int, bool) {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return def, true
+	}
+	v, err := strconv.Atoi(q.Get(name))
+	if err != nil || v < lo || v > hi || len(q[name]) > 1 {
+		WriteError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %s must be one whole number from %d to %d", name, lo, hi),
+			fmt.Sprintf("for example ?%s=%d, or leave it out", name, max(def, lo)))
+		return 0, false
+	}
+	return v, true
+}
