@@ -908,29 +908,17 @@ func (d *Driver) ConsoleLog(_ context.Context, id string, maxBytes int64) ([]byt
 
 // PauseVM freezes the VM's vCPUs.
 func (d *Driver) PauseVM(ctx context.Context, id string) error {
-	v, err := d.lookup(id)
-	if err != nil {
-		return err
-	}
-	v.mu.Lock()
-	state := v.state
-	v.mu.Unlock()
-	if state != pb.VMState_VM_STATE_RUNNING {
-		return driver.Errorf(driver.ErrState, "vm %s is %s, not running", id, stateName(state))
-	}
-	mon, err := v.monitor(ctx)
-	if err != nil {
-		return err
-	}
-	if err := mon.run(ctx, "stop", nil, nil); err != nil {
-		return fmt.Errorf("pause vm %s: %w", id, err)
-	}
-	v.transition(pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, "paused")
-	return nil
+	return d.freeze(ctx, id, pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, "stop", "paused")
 }
 
 // ResumeVM unfreezes a paused VM.
 func (d *Driver) ResumeVM(ctx context.Context, id string) error {
+	return d.freeze(ctx, id, pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, "cont", "resumed")
+}
+
+// freeze moves a VM between running and paused with the QMP command that
+// does it ("stop" or "cont"), refusing a VM that is not in the from state.
+func (d *Driver) freeze(ctx context.Context, id string, from, to pb.VMState, command, event string) error {
 	v, err := d.lookup(id)
 	if err != nil {
 		return err
@@ -938,17 +926,17 @@ func (d *Driver) ResumeVM(ctx context.Context, id string) error {
 	v.mu.Lock()
 	state := v.state
 	v.mu.Unlock()
-	if state != pb.VMState_VM_STATE_PAUSED {
-		return driver.Errorf(driver.ErrState, "vm %s is %s, not paused", id, stateName(state))
+	if state != from {
+		return driver.Errorf(driver.ErrState, "vm %s is %s, not %s", id, stateName(state), stateName(from))
 	}
 	mon, err := v.monitor(ctx)
 	if err != nil {
 		return err
 	}
-	if err := mon.run(ctx, "cont", nil, nil); err != nil {
-		return fmt.Errorf("resume vm %s: %w", id, err)
+	if err := mon.run(ctx, command, nil, nil); err != nil {
+		return fmt.Errorf("vm %s: qmp %s: %w", id, command, err)
 	}
-	v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, "resumed")
+	v.transition(from, to, event)
 	return nil
 }
 
