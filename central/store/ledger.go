@@ -1,0 +1,239 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// scanPage bounds one range read of a scan, so a large ledger never arrives as one response.
+const scanPage = 500
+
+// scan calls fn for every key under prefix, in pages, all read at one revision (rev 0: the
+// current one). It returns the revision it read at.
+func (s *Store) scan(ctx context.Context, prefix string, rev int64, fn func(kv *mvccpb.KeyValue) error) (int64, error) {
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	key := prefix
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.client.Get(ctx, key, opts...)
+		if err != nil {
+			return 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if err := fn(kv); err != nil {
+				return 0, err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// scanEntries decodes every ledger entry at one revision.
+func (s *Store) scanEntries(ctx context.Context, rev int64, fn func(e *LedgerEntry, kv *mvccpb.KeyValue) error) (int64, error) {
+	return s.scan(ctx, s.prefix+"ledger/", rev, func(kv *mvccpb.KeyValue) error {
+		var e LedgerEntry
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		return fn(&e, kv)
+	})
+}
+
+// GetEntry reads one ledger entry.
+func (s *Store) GetEntry(ctx context.Context, id string) (*LedgerEntry, error) {
+	e, _, err := getJSON[LedgerEntry](ctx, s, s.ledgerKey(id))
+	if err != nil {
+		return nil, fmt.Errorf("get ledger entry %s: %w", id, err)
+	}
+	return e, nil
+}
+
+// RunningOnNode reads the running entries on a node (through the running index: cost is
+// what runs there, not the ledger's size).
+func (s *Store) RunningOnNode(ctx context.Context, node string) ([]LedgerEntry, error) {
+	es, err := listJSON[LedgerEntry](ctx, s, s.runningNodePrefix(node))
+	if err != nil {
+		return nil, fmt.Errorf("list running entries on node %s: %w", node, err)
+	}
+	return es, nil
+}
+
+// RunningForTenant reads a tenant's running entries (through the running index).
+func (s *Store) RunningForTenant(ctx context.Context, tenant string) ([]LedgerEntry, error) {
+	es, err := listJSON[LedgerEntry](ctx, s, s.runningTenantPrefix(tenant))
+	if err != nil {
+		return nil, fmt.Errorf("list running entries of tenant %s: %w", tenant, err)
+	}
+	return es, nil
+}
+
+// EntriesForTenant reads every entry of a tenant, running and ended, ordered by start. It
+// scans the whole ledger (metering is rare; retention bounds the ledger).
+func (s *Store) EntriesForTenant(ctx context.Context, tenant string) ([]LedgerEntry, error) {
+	return s.ListEntries(ctx, func(e *LedgerEntry) bool { return e.Tenant == tenant })
+}
+
+// ListEntries reads the entries keep accepts (all with keep nil), ordered by start.
+func (s *Store) ListEntries(ctx context.Context, keep func(*LedgerEntry) bool) ([]LedgerEntry, error) {
+	var out []LedgerEntry
+	_, err := s.scanEntries(ctx, 0, func(e *LedgerEntry, _ *mvccpb.KeyValue) error {
+		if keep == nil || keep(e) {
+			out = append(out, *e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list ledger entries: %w", err)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+	return out, nil
+}
+
+// DropEndedBefore deletes entries that ended before t (retention: ledger_retention_days) and
+// returns how many went. Running entries are never dropped.
+func (s *Store) DropEndedBefore(ctx context.Context, t time.Time) (int, error) {
+	var victims []*mvccpb.KeyValue
+	_, err := s.scanEntries(ctx, 0, func(e *LedgerEntry, kv *mvccpb.KeyValue) error {
+		if !e.Running() && e.EndedAt.Before(t) {
+			victims = append(victims, kv)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop ledger entries ended before %s: %w", t.Format(time.RFC3339), err)
+	}
+	dropped := 0
+	for len(victims) > 0 {
+		batch := victims[:min(len(victims), 64)]
+		victims = victims[len(batch):]
+		// Ended entries do not change, but compare anyway: deleting is for ever. A batch that
+		// loses is left for the next retention run.
+		cmps := make([]clientv3.Cmp, 0, len(batch))
+		ops := make([]clientv3.Op, 0, len(batch))
+		for _, kv := range batch {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+		}
+		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return dropped, fmt.Errorf("drop ended ledger entries: %w", err)
+		}
+		if r.Succeeded {
+			dropped += len(batch)
+		}
+	}
+	return dropped, nil
+}
+
+// CounterFix is one usage counter Recount found wrong and rewrote.
+type CounterFix struct {
+	Scope string // "tenant" or "node"
+	Name  string
+	Was   Usage
+	Now   Usage
+}
+
+// RecountReport says what Recount saw and fixed.
+type RecountReport struct {
+	Revision int64 // the revision the ledger was read at
+	Running  int   // running entries counted
+	Fixed    []CounterFix
+}
+
+// Recount recomputes every usage counter from the ledger's running entries and rewrites the
+// ones that differ. The ledger and the counters are read at one revision, and each rewrite
+// compares the counter's ModRevision with what was read: every change to a tenant's or
+// node's running entries rewrites its counter in the same transaction, so an unchanged
+// counter proves the recomputed value is still right. A lost race recounts from scratch.
+// With the store's own writes the counters are exact by construction; Recount is the
+// reconciler's proof of that and the repair for hand edits or older versions.
+func (s *Store) Recount(ctx context.Context) (*RecountReport, error) {
+	var report *RecountReport
+	err := s.casLoop(ctx, "recount usage", func(bool) (bool, error) { // reads afresh every time
+		want := map[string]Usage{}
+		running := 0
+		rev, err := s.scanEntries(ctx, 0, func(e *LedgerEntry, _ *mvccpb.KeyValue) error {
+			if !e.Running() {
+				return nil
+			}
+			running++
+			want[s.usageNodeKey(e.Node)] = want[s.usageNodeKey(e.Node)].add(e.usage())
+			if e.Tenant != "" {
+				want[s.usageTenantKey(e.Tenant)] = want[s.usageTenantKey(e.Tenant)].add(e.usage())
+			}
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("recount usage: %w", err)
+		}
+		have := map[string]counter{}
+		haveRev := map[string]int64{}
+		if _, err := s.scan(ctx, s.prefix+"usage/", rev, func(kv *mvccpb.KeyValue) error {
+			var c counter
+			if err := json.Unmarshal(kv.Value, &c); err != nil {
+				return fmt.Errorf("decode %s: %w", kv.Key, err)
+			}
+			have[string(kv.Key)], haveRev[string(kv.Key)] = c, kv.ModRevision
+			return nil
+		}); err != nil {
+			return false, fmt.Errorf("recount usage: %w", err)
+		}
+		keys := map[string]bool{}
+		for k := range want {
+			keys[k] = true
+		}
+		for k := range have {
+			keys[k] = true
+		}
+		rep := &RecountReport{Revision: rev, Running: running}
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for k := range keys {
+			if have[k].Usage == want[k] {
+				continue
+			}
+			scope, name := "tenant", strings.TrimPrefix(k, s.prefix+"usage/tenant/")
+			if strings.HasPrefix(k, s.prefix+"usage/node/") {
+				scope, name = "node", strings.TrimPrefix(k, s.prefix+"usage/node/")
+			}
+			rep.Fixed = append(rep.Fixed, CounterFix{Scope: scope, Name: name, Was: have[k].Usage, Now: want[k]})
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", haveRev[k]))
+			ops = append(ops, clientv3.OpPut(k, mustJSON(counter{Usage: want[k], Gen: have[k].Gen + 1})))
+		}
+		sort.Slice(rep.Fixed, func(i, j int) bool {
+			return rep.Fixed[i].Scope+rep.Fixed[i].Name < rep.Fixed[j].Scope+rep.Fixed[j].Name
+		})
+		// etcd caps operations per transaction (128 by default); fix in chunks. A chunk that
+		// loses its compare makes the whole recount go again; chunks already written are right.
+		for len(ops) > 0 {
+			n := min(len(ops), 100)
+			r, err := s.client.Txn(ctx).If(cmps[:n]...).Then(ops[:n]...).Commit()
+			if err != nil {
+				return false, fmt.Errorf("recount usage: %w", err)
+			}
+			if !r.Succeeded {
+				return false, nil
+			}
+			cmps, ops = cmps[n:], ops[n:]
+		}
+		report = rep
+		return true, nil
+	})
+	return report, err
+}

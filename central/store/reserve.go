@@ -1,0 +1,664 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// How reservations keep quotas and node capacity exact
+//
+// What a tenant (or a node) has in use is running + reserved:
+//
+//   - running is the sum of its ledger entries that have not ended. It is kept in a counter
+//     key (usage/tenant/<t>, usage/node/<n>) that is changed only in the same transaction
+//     that changes the set of running entries: Commit and RecordEntry add, EndEntry
+//     subtracts. So the counter is exact by construction, and Recount can prove it.
+//   - reserved is the sum of the live reservation keys under reservations/tenant/<t>/ and
+//     reservations/node/<n>/. Those keys are attached to the reserving central's etcd lease,
+//     so they are NOT counted into any counter: a lease expiry deletes them without running
+//     our code, and a counter that included them would then be wrong for ever. Reading them
+//     by prefix costs O(creates in flight), which is small.
+//
+// Reserve reads, in one read-only transaction (one revision): both counters, both
+// reservation prefixes, the node record and (when the caller did not pass quotas) the
+// tenant record. It checks the quotas and the node's free capacity (total - running -
+// reserved), and then writes, in one transaction, the two leased reservation keys and both
+// counters again (same usage, generation + 1), on condition that the ModRevision of both
+// counters, the node record and the tenant record are still those it read. (The counter
+// doubles as the per-tenant and per-node "generation" key: etcd gives every put a new
+// ModRevision even with an unchanged value; the gen field only makes the bump visible.)
+// Comparing the node record means a heartbeat that shrinks capacity, or a cordon, between
+// read and write makes Reserve decide again; comparing the tenant record does the same for
+// a quota change or a disable. Quotas passed in by the caller are the caller's to keep
+// fresh. The first read is serializable (any member answers from its own state): an
+// admission decided on stale data fails its compare, and a refusal is confirmed by a
+// linearizable read before it is returned, so staleness costs a retry, never a wrong answer.
+// If the condition
+// fails, the transaction's Else branch re-reads the same set at the new revision and the
+// loop goes again at once, so a retry costs one round trip, not two; after three lost races
+// it waits a jittered, growing pause and reads afresh (at most MaxTxnRetries tries, then
+// ErrConflict). Within one central, writers of the same counter also queue in process
+// (locks.go) so a burst does not send transactions that are bound to lose; that is only an
+// optimisation, since other centrals race through the transaction alone.
+//
+// Why comparing the counters is enough, although the reservation prefixes are ranges whose
+// new keys no single ModRevision would reveal: every operation that can make running +
+// reserved GROW for a tenant or a node (Reserve adds a reservation; Commit and RecordEntry
+// add a running entry) rewrites that tenant's and that node's counter in the same
+// transaction. So if both counters are unchanged at our write, nothing that increases usage
+// committed between our read and our write, and the usage we checked against is an upper
+// bound of the real one: no overshoot, however many goroutines or centrals race. Operations
+// that only SHRINK usage need no bump and may be invisible to us: Release, EndEntry's
+// effect on a counter we did not read, and, importantly, a lease expiry that deletes the
+// reservation keys of a dead central. A read that misses such a shrink over-counts, which
+// can refuse a request that would just have fitted an instant later, never admit one that
+// does not fit. (EndEntry does
+// rewrite the counters because it changes them; that only makes a concurrent Reserve retry.)
+// Commit moves a reservation into running in one transaction, so no reader ever sees it in
+// both or in neither.
+//
+// The price is that all creates of one tenant, and all creates on one node, serialise on
+// that key: throughput per tenant and per node is one transaction per etcd round trip,
+// while different tenants on different nodes do not contend. The scheduler spreads load over
+// nodes; per-tenant bursts beyond a few hundred a second are not a use case.
+//
+// What the store does not guard: a central that stalls longer than its lease TTL after
+// reserving and before committing has lost its reservation, and others may have taken the
+// room. Its Commit still records the VM (it exists on the node; hiding it would be worse) and
+// logs a warning; usage may then exceed a quota by that VM until it ends.
+
+// counter is the stored form of a usage counter: running usage and a generation that every
+// Reserve, Commit, RecordEntry and EndEntry touching it increments.
+type counter struct {
+	Usage
+	Gen int64 `json:"gen"`
+}
+
+// ReserveRequest asks for room for one VM.
+type ReserveRequest struct {
+	// Tenant the VM is for; empty is the operator, who has no quota.
+	Tenant string
+	// Node to place it on.
+	Node string
+	// Size of the VM.
+	VCPUs, MemoryMiB int64
+	// MacOS takes one of the node's macOS slots.
+	MacOS bool
+	// Quotas of the tenant (ignored for the operator). Nil: Reserve reads the tenant record in its transaction (and
+	// compares its revision, so a quota change or a disable cannot slip in between) and
+	// refuses a missing or disabled tenant.
+	Quotas *Quotas
+}
+
+// Reserve holds quota and node capacity for one VM in flight, under this central's lease.
+// Errors: *QuotaError (ErrQuota), *CapacityError (ErrNoCapacity), ErrNotFound (node or
+// tenant), ErrInvalid, ErrConflict after MaxTxnRetries lost races. See the comment above
+// for why it never overshoots.
+func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, error) {
+	if err := checkName("node", req.Node); err != nil {
+		return nil, err
+	}
+	if req.Tenant != "" {
+		if err := checkName("tenant id", req.Tenant); err != nil {
+			return nil, err
+		}
+	}
+	if req.VCPUs < 1 || req.MemoryMiB < 1 {
+		return nil, fmt.Errorf("%w: reserve: vcpus %d and memory_mib %d must be at least 1", ErrInvalid, req.VCPUs, req.MemoryMiB)
+	}
+	what := fmt.Sprintf("reserve %d vCPU %d MiB on node %s", req.VCPUs, req.MemoryMiB, req.Node)
+	sess, err := s.Session(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	unlock, err := s.lockCounters(ctx, req.Tenant, req.Node)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer unlock()
+	readTenant := req.Tenant != "" && req.Quotas == nil
+	reads := s.reserveReads(req.Tenant, req.Node, readTenant)
+	// The first read may be served by any etcd member from its own state (serializable):
+	// it can be stale, but an admission decided on stale data fails its compare, and a
+	// refusal is confirmed with a linearizable read before it is returned.
+	localReads := s.reserveReads(req.Tenant, req.Node, readTenant, clientv3.WithSerializable())
+	var resp *clientv3.TxnResponse
+	stale := false // resp came from a serializable read
+	read := func(serializable bool) error {
+		ops := reads
+		if serializable {
+			ops = localReads
+		}
+		r, err := s.client.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		resp, stale = r, serializable
+		return nil
+	}
+	var out *Reservation
+	err = s.casLoop(ctx, what, func(afterPause bool) (bool, error) {
+		if resp == nil || afterPause {
+			if err := read(true); err != nil {
+				return false, err
+			}
+		}
+		var snap *reserveSnapshot
+		for {
+			var err error
+			snap, err = parseReserveReads(resp.Responses, req.Tenant != "", readTenant)
+			if err != nil {
+				return false, fmt.Errorf("%s: %w", what, err)
+			}
+			if err = admit(req, snap, what); err == nil {
+				break
+			}
+			if !stale {
+				return false, err
+			}
+			if err := read(false); err != nil {
+				return false, err
+			}
+		}
+		res := &Reservation{
+			ID: newID("r-"), Tenant: req.Tenant, Node: req.Node, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
+			MacOS: req.MacOS, CreatedAt: time.Now().UTC(), Lease: int64(sess.Lease()),
+		}
+		lease := clientv3.WithLease(sess.Lease())
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(req.Node)), "=", snap.nodeUsageRev),
+			clientv3.Compare(clientv3.ModRevision(s.nodeKey(req.Node)), "=", snap.nodeRev),
+		}
+		snap.nodeUsage.Gen++
+		ops := []clientv3.Op{
+			clientv3.OpPut(s.resNodePrefix(req.Node)+res.ID, mustJSON(res), lease),
+			clientv3.OpPut(s.usageNodeKey(req.Node), mustJSON(snap.nodeUsage)),
+		}
+		if req.Tenant != "" {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(req.Tenant)), "=", snap.tenantUsageRev))
+			if readTenant {
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.tenantKey(req.Tenant)), "=", snap.tenantRev))
+			}
+			snap.tenantUsage.Gen++
+			ops = append(ops,
+				clientv3.OpPut(s.resTenantPrefix(req.Tenant)+res.ID, mustJSON(res), lease),
+				clientv3.OpPut(s.usageTenantKey(req.Tenant), mustJSON(snap.tenantUsage)))
+		}
+		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// Our lease expired (etcd unreachable past the TTL); take a new session and go again.
+			s.dropSession(sess)
+			if sess, err = s.Session(ctx); err != nil {
+				return false, fmt.Errorf("%s: %w", what, err)
+			}
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		if r.Succeeded {
+			out = res
+			return true, nil
+		}
+		resp, stale = r, false // the Else branch read the same set at the new revision
+		return false, nil
+	})
+	return out, err
+}
+
+// admit decides a reservation on a snapshot: nil, or why not.
+func admit(req ReserveRequest, snap *reserveSnapshot, what string) error {
+	if snap.node == nil {
+		return fmt.Errorf("%s: node %w", what, ErrNotFound)
+	}
+	quotas := req.Quotas
+	if req.Tenant == "" {
+		quotas = nil // the operator has no quota
+	} else if quotas == nil {
+		if snap.tenant == nil {
+			return fmt.Errorf("%s: tenant %s %w", what, req.Tenant, ErrNotFound)
+		}
+		if snap.tenant.Disabled {
+			return fmt.Errorf("%w: %s: tenant %s is disabled", ErrInvalid, what, req.Tenant)
+		}
+		quotas = &snap.tenant.Quota
+	}
+	ask := Usage{VMs: 1, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}
+	if req.MacOS {
+		ask.MacOS = 1
+	}
+	if quotas != nil {
+		if err := checkQuota(*quotas, snap.tenantUsage.Usage.add(snap.tenantReserved), ask); err != nil {
+			return err
+		}
+	}
+	if err := checkNode(snap.node, snap.nodeUsage.Usage.add(snap.nodeReserved), ask); err != nil {
+		return err
+	}
+	return nil
+}
+
+// reserveReads are the reads Reserve decides on: node counter, node record, node
+// reservations, then for a tenant its counter, its reservations and maybe its record.
+func (s *Store) reserveReads(tenant, node string, readTenant bool, opts ...clientv3.OpOption) []clientv3.Op {
+	prefix := append([]clientv3.OpOption{clientv3.WithPrefix()}, opts...)
+	ops := []clientv3.Op{
+		clientv3.OpGet(s.usageNodeKey(node), opts...),
+		clientv3.OpGet(s.nodeKey(node), opts...),
+		clientv3.OpGet(s.resNodePrefix(node), prefix...),
+	}
+	if tenant != "" {
+		ops = append(ops,
+			clientv3.OpGet(s.usageTenantKey(tenant), opts...),
+			clientv3.OpGet(s.resTenantPrefix(tenant), prefix...))
+		if readTenant {
+			ops = append(ops, clientv3.OpGet(s.tenantKey(tenant), opts...))
+		}
+	}
+	return ops
+}
+
+type reserveSnapshot struct {
+	nodeUsage, tenantUsage       counter
+	nodeUsageRev, tenantUsageRev int64
+	node                         *Node
+	nodeRev                      int64
+	nodeReserved, tenantReserved Usage
+	tenant                       *Tenant
+	tenantRev                    int64
+}
+
+func parseReserveReads(rs []*pb.ResponseOp, hasTenant, readTenant bool) (*reserveSnapshot, error) {
+	var snap reserveSnapshot
+	var err error
+	kvs := func(i int) []*mvccpb.KeyValue { return rs[i].GetResponseRange().Kvs }
+	if snap.nodeUsageRev, err = decodeOne(kvs(0), &snap.nodeUsage); err != nil {
+		return nil, err
+	}
+	var n Node
+	if snap.nodeRev, err = decodeOne(kvs(1), &n); err != nil {
+		return nil, err
+	}
+	if snap.nodeRev != 0 {
+		snap.node = &n
+	}
+	if snap.nodeReserved, err = sumReservations(kvs(2)); err != nil {
+		return nil, err
+	}
+	if hasTenant {
+		if snap.tenantUsageRev, err = decodeOne(kvs(3), &snap.tenantUsage); err != nil {
+			return nil, err
+		}
+		if snap.tenantReserved, err = sumReservations(kvs(4)); err != nil {
+			return nil, err
+		}
+		if readTenant {
+			var t Tenant
+			if snap.tenantRev, err = decodeOne(kvs(5), &t); err != nil {
+				return nil, err
+			}
+			if snap.tenantRev != 0 {
+				snap.tenant = &t
+			}
+		}
+	}
+	return &snap, nil
+}
+
+// decodeOne decodes the first kv into v and returns its ModRevision; no kv leaves v alone
+// and returns 0.
+func decodeOne(kvs []*mvccpb.KeyValue, v any) (int64, error) {
+	if len(kvs) == 0 {
+		return 0, nil
+	}
+	if err := json.Unmarshal(kvs[0].Value, v); err != nil {
+		return 0, fmt.Errorf("decode %s: %w", kvs[0].Key, err)
+	}
+	return kvs[0].ModRevision, nil
+}
+
+func sumReservations(kvs []*mvccpb.KeyValue) (Usage, error) {
+	var u Usage
+	for _, kv := range kvs {
+		var r Reservation
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return Usage{}, fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		u = u.add(r.usage())
+	}
+	return u, nil
+}
+
+func checkQuota(q Quotas, used, ask Usage) error {
+	for _, c := range []struct {
+		field             string
+		limit, used, asks int64
+	}{
+		{"max_vms", q.MaxVMs, used.VMs, ask.VMs},
+		{"max_vcpus", q.MaxVCPUs, used.VCPUs, ask.VCPUs},
+		{"max_memory_mib", q.MaxMemoryMiB, used.MemoryMiB, ask.MemoryMiB},
+	} {
+		if c.limit > 0 && c.used+c.asks > c.limit {
+			return &QuotaError{Field: c.field, Limit: c.limit, Used: c.used, Asked: c.asks}
+		}
+	}
+	return nil
+}
+
+// checkNode checks the node takes new VMs and has room: its reported total minus what the
+// ledger runs there minus what is reserved there. The node's own "free" figure is not used:
+// it already subtracts central's VMs, so combining the two would count them twice.
+func checkNode(n *Node, used, ask Usage) error {
+	reason := ""
+	switch {
+	case n.State == NodeDown:
+		reason = "it is down"
+	case n.Cordoned:
+		reason = "it is cordoned"
+	case n.Draining:
+		reason = "it is draining"
+	case n.ScrubPending:
+		reason = "it waits for a scrub"
+	}
+	if reason != "" {
+		return &CapacityError{Node: n.Name, Resource: "state", Reason: reason}
+	}
+	t := n.Capacity.Total
+	for _, c := range []struct {
+		res         string
+		total, used int64
+		asks        int64
+	}{
+		{"vcpus", t.VCPUs, used.VCPUs, ask.VCPUs},
+		{"memory_mib", t.MemoryMiB, used.MemoryMiB, ask.MemoryMiB},
+		{"macos_slots", t.MacOSSlots, used.MacOS, ask.MacOS},
+	} {
+		if c.asks > 0 && c.used+c.asks > c.total {
+			return &CapacityError{Node: n.Name, Resource: c.res, Free: max(c.total-c.used, 0), Asked: c.asks}
+		}
+	}
+	return nil
+}
+
+func (s *Store) dropSession(sess *concurrency.Session) {
+	s.mu.Lock()
+	if s.session == sess {
+		s.session = nil
+	}
+	s.mu.Unlock()
+	sess.Orphan()
+}
+
+// Release gives a reservation back (the node refused or failed the create). Releasing one
+// that is already gone (committed, released, or lost with its lease) is not an error.
+// Counters are not touched: they hold only running entries, and freeing room needs no
+// generation bump (see the comment at the top of this file).
+func (s *Store) Release(ctx context.Context, res *Reservation) error {
+	ops := []clientv3.Op{clientv3.OpDelete(s.resNodePrefix(res.Node) + res.ID)}
+	if res.Tenant != "" {
+		ops = append(ops, clientv3.OpDelete(s.resTenantPrefix(res.Tenant)+res.ID))
+	}
+	if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return fmt.Errorf("release reservation %s: %w", res.ID, err)
+	}
+	return nil
+}
+
+// Commit turns a reservation into a running ledger entry in one transaction: the reservation
+// keys go, the entry (and its running-index copies) arrive, and both counters grow by the
+// entry's size. Entry fields left empty are taken from the reservation (ID, size, guest OS
+// macos for a macOS reservation); tenant and node always are. StartedAt defaults to now.
+// A ledger entry with the same ID already there is ErrExists (a retried Commit).
+func (s *Store) Commit(ctx context.Context, res *Reservation, e LedgerEntry) (*LedgerEntry, error) {
+	if e.ID == "" {
+		e.ID = res.ID
+	}
+	e.Tenant, e.Node = res.Tenant, res.Node
+	if e.VCPUs == 0 {
+		e.VCPUs = res.VCPUs
+	}
+	if e.MemoryMiB == 0 {
+		e.MemoryMiB = res.MemoryMiB
+	}
+	if e.GuestOS == "" && res.MacOS {
+		e.GuestOS = GuestMacOS
+	}
+	return s.record(ctx, res, e)
+}
+
+// RecordEntry adds a running ledger entry without a reservation: the reconciler adopting a
+// VM a node runs with a tenant stamp that the ledger lacks. No quota is checked (the VM
+// exists); the counters grow as with Commit.
+func (s *Store) RecordEntry(ctx context.Context, e LedgerEntry) (*LedgerEntry, error) {
+	if e.ID == "" {
+		e.ID = newID("l-")
+	}
+	return s.record(ctx, nil, e)
+}
+
+func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry) (*LedgerEntry, error) {
+	if e.StartedAt.IsZero() {
+		e.StartedAt = time.Now().UTC()
+	}
+	e.EndedAt, e.EndReason = time.Time{}, ""
+	if e.GuestOS == "" {
+		e.GuestOS = GuestLinux
+	}
+	if err := checkName("ledger entry id", e.ID); err != nil {
+		return nil, err
+	}
+	if err := checkName("node", e.Node); err != nil {
+		return nil, err
+	}
+	if e.Tenant != "" {
+		if err := checkName("tenant id", e.Tenant); err != nil {
+			return nil, err
+		}
+	}
+	if e.VCPUs < 1 || e.MemoryMiB < 1 {
+		return nil, fmt.Errorf("%w: ledger entry %s: vcpus and memory_mib must be at least 1", ErrInvalid, e.ID)
+	}
+	what := "record ledger entry " + e.ID
+	unlock, err := s.lockCounters(ctx, e.Tenant, e.Node)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer unlock()
+	lk := s.ledgerKey(e.ID)
+	reads := []clientv3.Op{clientv3.OpGet(s.usageNodeKey(e.Node)), clientv3.OpGet(lk, clientv3.WithCountOnly())}
+	if e.Tenant != "" {
+		reads = append(reads, clientv3.OpGet(s.usageTenantKey(e.Tenant)))
+	}
+	if res != nil {
+		reads = append(reads, clientv3.OpGet(s.resNodePrefix(res.Node)+res.ID, clientv3.WithCountOnly()))
+	}
+	var resp *clientv3.TxnResponse
+	warned := false
+	err = s.casLoop(ctx, what, func(afterPause bool) (bool, error) {
+		if resp == nil || afterPause {
+			r, err := s.client.Txn(ctx).Then(reads...).Commit()
+			if err != nil {
+				return false, fmt.Errorf("%s: %w", what, err)
+			}
+			resp = r
+		}
+		rs := resp.Responses
+		if rs[1].GetResponseRange().Count > 0 {
+			return false, fmt.Errorf("%s: %w", what, ErrExists)
+		}
+		if res != nil && rs[len(rs)-1].GetResponseRange().Count == 0 && !warned {
+			warned = true
+			s.log.Warn("reservation was gone at commit (its central's lease expired); recording the VM anyway",
+				"reservation", res.ID, "tenant", res.Tenant, "node", res.Node)
+		}
+		u := e.usage()
+		var nc, tc counter
+		nrev, err := decodeOne(rs[0].GetResponseRange().Kvs, &nc)
+		if err != nil {
+			return false, err
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(e.Node)), "=", nrev),
+			clientv3.Compare(clientv3.CreateRevision(lk), "=", 0),
+		}
+		nc.Usage, nc.Gen = nc.Usage.add(u), nc.Gen+1
+		body := mustJSON(&e)
+		ops := []clientv3.Op{
+			clientv3.OpPut(lk, body),
+			clientv3.OpPut(s.runningNodePrefix(e.Node)+e.ID, body),
+			clientv3.OpPut(s.usageNodeKey(e.Node), mustJSON(nc)),
+		}
+		if e.Tenant != "" {
+			trev, err := decodeOne(rs[2].GetResponseRange().Kvs, &tc)
+			if err != nil {
+				return false, err
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(e.Tenant)), "=", trev))
+			tc.Usage, tc.Gen = tc.Usage.add(u), tc.Gen+1
+			ops = append(ops,
+				clientv3.OpPut(s.runningTenantPrefix(e.Tenant)+e.ID, body),
+				clientv3.OpPut(s.usageTenantKey(e.Tenant), mustJSON(tc)))
+		}
+		if res != nil {
+			ops = append(ops, clientv3.OpDelete(s.resNodePrefix(res.Node)+res.ID))
+			if res.Tenant != "" {
+				ops = append(ops, clientv3.OpDelete(s.resTenantPrefix(res.Tenant)+res.ID))
+			}
+		}
+		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		if r.Succeeded {
+			return true, nil
+		}
+		resp = r
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// EndEntry closes a running ledger entry (the VM was deleted or vanished) and frees its
+// usage, in one transaction. Ending an entry that has already ended changes nothing and
+// returns it as stored (the first end wins).
+func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (*LedgerEntry, error) {
+	what := "end ledger entry " + id
+	lk := s.ledgerKey(id)
+	var out *LedgerEntry
+	err := s.casLoop(ctx, what, func(bool) (bool, error) { // reads afresh every time
+		e, rev, err := getJSON[LedgerEntry](ctx, s, lk)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		if !e.Running() {
+			out = e
+			return true, nil
+		}
+		unlock, err := s.lockCounters(ctx, e.Tenant, e.Node)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		defer unlock()
+		reads := []clientv3.Op{clientv3.OpGet(s.usageNodeKey(e.Node))}
+		if e.Tenant != "" {
+			reads = append(reads, clientv3.OpGet(s.usageTenantKey(e.Tenant)))
+		}
+		rr, err := s.client.Txn(ctx).Then(reads...).Commit()
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		u := e.usage()
+		var nc, tc counter
+		nrev, err := decodeOne(rr.Responses[0].GetResponseRange().Kvs, &nc)
+		if err != nil {
+			return false, err
+		}
+		ended := *e
+		ended.EndedAt, ended.EndReason = at.UTC(), reason
+		nc.Usage, nc.Gen = nc.Usage.sub(u), nc.Gen+1
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
+			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(e.Node)), "=", nrev),
+		}
+		ops := []clientv3.Op{
+			clientv3.OpPut(lk, mustJSON(&ended)),
+			clientv3.OpDelete(s.runningNodePrefix(e.Node) + id),
+			clientv3.OpPut(s.usageNodeKey(e.Node), mustJSON(nc)),
+		}
+		if e.Tenant != "" {
+			trev, err := decodeOne(rr.Responses[1].GetResponseRange().Kvs, &tc)
+			if err != nil {
+				return false, err
+			}
+			tc.Usage, tc.Gen = tc.Usage.sub(u), tc.Gen+1
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(e.Tenant)), "=", trev))
+			ops = append(ops,
+				clientv3.OpDelete(s.runningTenantPrefix(e.Tenant)+id),
+				clientv3.OpPut(s.usageTenantKey(e.Tenant), mustJSON(tc)))
+		}
+		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		out = &ended
+		return r.Succeeded, nil
+	})
+	return out, err
+}
+
+// UsageView is what a tenant or node has in use: committed running VMs and reservations in
+// flight.
+type UsageView struct {
+	Running  Usage `json:"running"`
+	Reserved Usage `json:"reserved"`
+}
+
+// Total is running plus reserved, what quotas and capacity are checked against.
+func (v UsageView) Total() Usage { return v.Running.add(v.Reserved) }
+
+// TenantUsage reads a tenant's usage at one revision.
+func (s *Store) TenantUsage(ctx context.Context, tenant string) (UsageView, error) {
+	return s.usageView(ctx, s.usageTenantKey(tenant), s.resTenantPrefix(tenant))
+}
+
+// NodeUsage reads a node's usage through central (all tenants and the operator) at one revision.
+func (s *Store) NodeUsage(ctx context.Context, node string) (UsageView, error) {
+	return s.usageView(ctx, s.usageNodeKey(node), s.resNodePrefix(node))
+}
+
+func (s *Store) usageView(ctx context.Context, counterKey, resPrefix string) (UsageView, error) {
+	r, err := s.client.Txn(ctx).Then(clientv3.OpGet(counterKey), clientv3.OpGet(resPrefix, clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return UsageView{}, fmt.Errorf("read usage %s: %w", counterKey, err)
+	}
+	var c counter
+	if _, err := decodeOne(r.Responses[0].GetResponseRange().Kvs, &c); err != nil {
+		return UsageView{}, err
+	}
+	reserved, err := sumReservations(r.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
+		return UsageView{}, err
+	}
+	return UsageView{Running: c.Usage, Reserved: reserved}, nil
+}
+
+// ListReservations reads every live reservation (all centrals').
+func (s *Store) ListReservations(ctx context.Context) ([]Reservation, error) {
+	rs, err := listJSON[Reservation](ctx, s, s.prefix+"reservations/node/")
+	if err != nil {
+		return nil, fmt.Errorf("list reservations: %w", err)
+	}
+	return rs, nil
+}

@@ -1,0 +1,562 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// burst runs n concurrent Reserves, spread round-robin over the stores, and sorts the outcomes.
+func burst(t *testing.T, stores []*Store, n int, req ReserveRequest) (ok []*Reservation, refused map[string]int) {
+	t.Helper()
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	refused = map[string]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(s *Store) {
+			defer wg.Done()
+			<-start
+			res, err := s.Reserve(ctx, req)
+			mu.Lock()
+			defer mu.Unlock()
+			var qe *QuotaError
+			var ce *CapacityError
+			switch {
+			case err == nil:
+				ok = append(ok, res)
+			case errors.As(err, &qe) && errors.Is(err, ErrQuota):
+				refused[qe.Field]++
+			case errors.As(err, &ce) && errors.Is(err, ErrNoCapacity):
+				refused[ce.Resource]++
+			default:
+				refused["other: "+err.Error()]++
+			}
+		}(stores[i%len(stores)])
+	}
+	close(start)
+	wg.Wait()
+	return ok, refused
+}
+
+func TestReserveNeverOvershootsUnderConcurrentBursts(t *testing.T) {
+	cases := []struct {
+		name    string
+		quotas  Quotas
+		node    [3]int64 // vcpus, memory, macOS slots
+		req     ReserveRequest
+		refusal string
+	}{
+		{"max_vms", Quotas{MaxVMs: 10}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 512}, "max_vms"},
+		{"max_vcpus", Quotas{MaxVCPUs: 40}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 4, MemoryMiB: 512}, "max_vcpus"},
+		{"max_memory_mib", Quotas{MaxMemoryMiB: 81920}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 8192}, "max_memory_mib"},
+		{"node vcpus, unlimited tenant", Quotas{}, [3]int64{20, 1 << 30, 0}, ReserveRequest{VCPUs: 2, MemoryMiB: 512}, "vcpus"},
+		{"node memory, operator", Quotas{}, [3]int64{1000, 10240, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 1024}, "memory_mib"},
+		{"node macOS slots", Quotas{}, [3]int64{1000, 1 << 30, 10}, ReserveRequest{VCPUs: 1, MemoryMiB: 512, MacOS: true}, "macos_slots"},
+	}
+	// "without local queue" turns off the in-process queue (locks.go) so that all 200
+	// goroutines race through etcd transactions alone, as 200 centrals would.
+	for _, setup := range []string{"1 central", "2 centrals", "3 centrals without local queue"} {
+		for _, c := range cases {
+			if setup == "3 centrals without local queue" && c.name != "max_vms" && c.name != "node vcpus, unlimited tenant" {
+				continue // slow (every lost race is a raft round); two cases make the point
+			}
+			t.Run(setup+"/"+c.name, func(t *testing.T) {
+				host := openEmbedded(t, Options{})
+				stores := []*Store{host}
+				for len(stores) < int(setup[0]-'0') {
+					stores = append(stores, openPeer(t, host, Options{}))
+				}
+				if setup == "3 centrals without local queue" {
+					for _, s := range stores {
+						s.locks.disabled = true
+						s.retries = 50 // 200 racers: a loser may see every one of the 10 winners and more
+					}
+				}
+				testNode(t, host, "n1", c.node[0], c.node[1], c.node[2])
+				req := c.req
+				req.Node = "n1"
+				if c.name != "node memory, operator" {
+					tn := testTenant(t, host, "acme", c.quotas)
+					req.Tenant, req.Quotas = tn.ID, &tn.Quota
+				}
+				start := time.Now()
+				ok, refused := burst(t, stores, 200, req)
+				t.Logf("200 concurrent reserves in %v: %d ok, refused %v", time.Since(start), len(ok), refused)
+				if len(ok) != 10 || refused[c.refusal] != 190 {
+					t.Fatalf("%d reserved, refusals %v; want exactly 10 and 190 %s", len(ok), refused, c.refusal)
+				}
+				rs, err := host.ListReservations(testCtx(t))
+				if err != nil || len(rs) != 10 {
+					t.Errorf("live reservations = %d, %v; want 10", len(rs), err)
+				}
+				nu, _ := host.NodeUsage(testCtx(t), "n1")
+				if nu.Reserved.VMs != 10 || nu.Running.VMs != 0 {
+					t.Errorf("node usage = %+v; want 10 reserved, 0 running", nu)
+				}
+			})
+		}
+	}
+}
+
+func TestReserveReadsTheTenantWhenNoQuotasAreGiven(t *testing.T) {
+	ctx := testCtx(t)
+	s := openEmbedded(t, Options{})
+	testNode(t, s, "n1", 100, 1<<20, 0)
+	tn := testTenant(t, s, "acme", Quotas{MaxVMs: 10})
+	ok, refused := burst(t, []*Store{s}, 50, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 1, MemoryMiB: 1})
+	if len(ok) != 10 || refused["max_vms"] != 40 {
+		t.Errorf("%d reserved, refused %v; want 10 and 40 max_vms", len(ok), refused)
+	}
+	// Raising the quota is seen by the very next reserve; disabling refuses at once.
+	if _, err := s.UpdateTenant(ctx, tn.ID, func(t *Tenant) error { t.Quota.MaxVMs = 11; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 1, MemoryMiB: 1}); err != nil {
+		t.Errorf("reserve after raising the quota: %v", err)
+	}
+	if _, err := s.UpdateTenant(ctx, tn.ID, func(t *Tenant) error { t.Disabled = true; t.Quota.MaxVMs = 0; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 1, MemoryMiB: 1}); err == nil {
+		t.Error("disabled tenant reserved")
+	}
+	if _, err := s.Reserve(ctx, ReserveRequest{Tenant: "t-nobody", Node: "n1", VCPUs: 1, MemoryMiB: 1}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown tenant: %v, want ErrNotFound", err)
+	}
+}
+
+func TestReserveRefusesUnschedulableAndMissingNodes(t *testing.T) {
+	ctx := testCtx(t)
+	s := openEmbedded(t, Options{})
+	testNode(t, s, "n1", 100, 1<<20, 2)
+	req := ReserveRequest{Node: "n1", VCPUs: 1, MemoryMiB: 1}
+	for _, c := range []struct {
+		name string
+		set  func(*Node)
+	}{
+		{"down", func(n *Node) { n.State = NodeDown }},
+		{"cordoned", func(n *Node) { n.Cordoned = true }},
+		{"draining", func(n *Node) { n.Draining = true }},
+		{"scrub pending", func(n *Node) { n.ScrubPending = true }},
+	} {
+		if _, err := s.UpdateNode(ctx, "n1", false, func(n *Node) error {
+			*n = Node{Name: n.Name, State: NodeUp, Capacity: n.Capacity}
+			c.set(n)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var ce *CapacityError
+		if _, err := s.Reserve(ctx, req); !errors.As(err, &ce) || ce.Resource != "state" {
+			t.Errorf("%s node: %v; want a state CapacityError", c.name, err)
+		}
+	}
+	if _, err := s.Reserve(ctx, ReserveRequest{Node: "ghost", VCPUs: 1, MemoryMiB: 1}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing node: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Reserve(ctx, ReserveRequest{Node: "n1", VCPUs: 0, MemoryMiB: 1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("0 vCPUs: %v, want ErrInvalid", err)
+	}
+}
+
+func TestDeadCentralsReservationsExpireAndFreeTheQuota(t *testing.T) {
+	ctx := testCtx(t)
+	host := openEmbedded(t, Options{})
+	dying := openPeer(t, host, Options{SessionTTL: 2})
+	survivor := openPeer(t, host, Options{})
+	testNode(t, host, "n1", 100, 1<<20, 0)
+	tn := testTenant(t, host, "acme", Quotas{MaxVMs: 10})
+	req := ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 1, MemoryMiB: 1}
+
+	// The survivor holds 4, the dying central 6: the tenant is full.
+	for i := 0; i < 4; i++ {
+		if _, err := survivor.Reserve(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, _ := burst(t, []*Store{dying}, 20, req)
+	if len(ok) != 6 {
+		t.Fatalf("dying central reserved %d, want 6", len(ok))
+	}
+	if _, err := survivor.Reserve(ctx, req); !errors.Is(err, ErrQuota) {
+		t.Fatalf("reserve on a full tenant: %v, want ErrQuota", err)
+	}
+
+	killAbruptly(dying)
+	died := time.Now()
+	var freedAfter time.Duration
+	for {
+		if _, err := survivor.Reserve(ctx, req); err == nil {
+			freedAfter = time.Since(died)
+			break
+		} else if !errors.Is(err, ErrQuota) {
+			t.Fatalf("reserve while waiting for the lease: %v", err)
+		}
+		if time.Since(died) > 15*time.Second {
+			t.Fatal("the dead central's reservations are still there after 15 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("quota freed %v after the central died (TTL 2 s)", freedAfter)
+	// All 6 came back, not just one; the survivor's own 4 (+1) are untouched.
+	ok, refused := burst(t, []*Store{survivor}, 20, req)
+	if len(ok) != 5 || refused["max_vms"] != 15 {
+		t.Errorf("after expiry %d more reserved (refused %v); want 5", len(ok), refused)
+	}
+	u, _ := survivor.TenantUsage(ctx, tn.ID)
+	if u.Reserved.VMs != 10 || u.Running.VMs != 0 {
+		t.Errorf("usage after expiry = %+v; want 10 reserved", u)
+	}
+	// The dead central never touched a counter: nothing to repair.
+	if rep, err := survivor.Recount(ctx); err != nil || len(rep.Fixed) != 0 {
+		t.Errorf("recount after a central died = %+v, %v; want nothing to fix", rep, err)
+	}
+	// A Close (an orderly shutdown) revokes at once instead of waiting for the TTL.
+	survivor.Close()
+	if u, _ := host.TenantUsage(ctx, tn.ID); u.Reserved.VMs != 0 {
+		t.Errorf("reservations after an orderly close = %+v; want none", u.Reserved)
+	}
+}
+
+func TestCountersStayExactThroughRandomConcurrentOps(t *testing.T) {
+	ctx := testCtx(t)
+	host := openEmbedded(t, Options{})
+	stores := []*Store{host, openPeer(t, host, Options{})}
+	nodes := []string{"n1", "n2", "n3"}
+	for _, n := range append(nodes, "n-adopt") {
+		testNode(t, host, n, 64, 1<<20, 2)
+	}
+	tenants := []string{""} // the operator
+	for _, name := range []string{"acme", "globex", "initech"} {
+		tenants = append(tenants, testTenant(t, host, name, Quotas{MaxVMs: 12, MaxVCPUs: 40}).ID)
+	}
+
+	var mu sync.Mutex
+	var reserved []*Reservation
+	var running []string
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			s := stores[w%len(stores)]
+			pop := func(list *[]*Reservation) *Reservation {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(*list) == 0 {
+					return nil
+				}
+				i := rng.IntN(len(*list))
+				r := (*list)[i]
+				*list = append((*list)[:i], (*list)[i+1:]...)
+				return r
+			}
+			for i := 0; i < 150; i++ {
+				ops.Add(1)
+				switch op := rng.IntN(10); {
+				case op < 4:
+					res, err := s.Reserve(ctx, ReserveRequest{Tenant: tenants[rng.IntN(len(tenants))], Node: nodes[rng.IntN(len(nodes))],
+						VCPUs: 1 + rng.Int64N(4), MemoryMiB: 256 * (1 + rng.Int64N(8)), MacOS: rng.IntN(5) == 0})
+					if err == nil {
+						mu.Lock()
+						reserved = append(reserved, res)
+						mu.Unlock()
+					} else if !errors.Is(err, ErrQuota) && !errors.Is(err, ErrNoCapacity) && !errors.Is(err, ErrNotFound) {
+						t.Errorf("reserve: %v", err)
+					}
+				case op < 7:
+					if res := pop(&reserved); res != nil {
+						e, err := s.Commit(ctx, res, LedgerEntry{VMID: "vm-" + res.ID, Name: "vm"})
+						if err != nil {
+							t.Errorf("commit: %v", err)
+							continue
+						}
+						mu.Lock()
+						running = append(running, e.ID)
+						mu.Unlock()
+					}
+				case op < 8:
+					if res := pop(&reserved); res != nil {
+						if err := s.Release(ctx, res); err != nil {
+							t.Errorf("release: %v", err)
+						}
+					}
+				case op < 9:
+					mu.Lock()
+					var id string
+					if len(running) > 0 {
+						j := rng.IntN(len(running))
+						id = running[j]
+						running = append(running[:j], running[j+1:]...)
+					}
+					mu.Unlock()
+					if id != "" {
+						if _, err := s.EndEntry(ctx, id, "deleted", time.Now()); err != nil {
+							t.Errorf("end: %v", err)
+						}
+					}
+				default:
+					// Adoption checks no quota (the VM exists), so it goes to a node reserves do
+					// not use and to the operator, keeping the over-quota checks below meaningful.
+					if _, err := s.RecordEntry(ctx, LedgerEntry{Node: "n-adopt",
+						VMID: fmt.Sprintf("adopted-%d-%d", w, i), Name: "adopted", VCPUs: 1, MemoryMiB: 128}); err != nil {
+						t.Errorf("record: %v", err)
+					}
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+
+	rep, err := host.Recount(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d random ops; %d running entries; recount fixed %v", ops.Load(), rep.Running, rep.Fixed)
+	if len(rep.Fixed) != 0 {
+		t.Errorf("counters drifted from the ledger: %+v", rep.Fixed)
+	}
+	if rep.Running == 0 {
+		t.Error("no entry ran: the test proved nothing")
+	}
+	// The counters also agree with the running index, and with what reserve sees.
+	for _, tn := range tenants[1:] {
+		es, _ := host.RunningForTenant(ctx, tn)
+		var sum Usage
+		for i := range es {
+			sum = sum.add(es[i].usage())
+		}
+		u, _ := host.TenantUsage(ctx, tn)
+		if u.Running != sum {
+			t.Errorf("tenant %s counter %+v, running index sums to %+v", tn, u.Running, sum)
+		}
+		if u.Total().VMs > 12 || u.Total().VCPUs > 40 {
+			t.Errorf("tenant %s over quota: %+v", tn, u.Total())
+		}
+	}
+	for _, n := range nodes {
+		u, _ := host.NodeUsage(ctx, n)
+		if u.Total().VCPUs > 64 || u.Total().MacOS > 2 {
+			t.Errorf("node %s over capacity: %+v", n, u.Total())
+		}
+	}
+
+	// Recount is not a rubber stamp: a counter edited behind the store's back is found and fixed.
+	key := host.usageNodeKey("n1")
+	if _, err := host.client.Put(ctx, key, mustJSON(counter{Usage: Usage{VMs: 999}})); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = host.Recount(ctx)
+	if err != nil || len(rep.Fixed) != 1 || rep.Fixed[0].Name != "n1" || rep.Fixed[0].Was.VMs != 999 {
+		t.Fatalf("recount after corrupting n1 = %+v, %v; want n1 fixed", rep, err)
+	}
+	if rep, _ = host.Recount(ctx); len(rep.Fixed) != 0 {
+		t.Errorf("second recount still fixes %+v", rep.Fixed)
+	}
+}
+
+// ---- benchmarks: reservations per second next to bare etcd transactions per second ----
+//
+// go test ./central/store/ -run '^$' -bench 'Reserve|RawTxn' -benchtime 3s
+//
+// Each Reserve op is a full placement hold: one read transaction and one compare-and-write
+// transaction (more on a lost race), followed by a Release (one write), so that reservation
+// prefixes stay small. BenchmarkRawTxn is one put-with-compare transaction per op, the floor
+// any quota-checked write pays. All on the embedded etcd with fsync on.
+
+const benchParallelism = 4 // goroutines per GOMAXPROCS
+
+func BenchmarkReserve(b *testing.B) {
+	for _, centrals := range []int{1, 2} {
+		for _, mode := range []string{"tenant-per-goroutine", "one-tenant"} {
+			b.Run(fmt.Sprintf("centrals=%d/%s", centrals, mode), func(b *testing.B) {
+				host := openEmbedded(b, Options{})
+				stores := []*Store{host}
+				if centrals == 2 {
+					stores = append(stores, openPeer(b, host, Options{}))
+				}
+				ctx := testCtx(b)
+				for i := 0; i < 16; i++ {
+					testNode(b, host, fmt.Sprintf("n%d", i), 1<<20, 1<<30, 0)
+				}
+				shared := testTenant(b, host, "shared", Quotas{})
+				var next atomic.Int64
+				var conflicts atomic.Int64
+				b.SetParallelism(benchParallelism)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					g := next.Add(1)
+					s := stores[int(g)%len(stores)]
+					tenant := shared.ID
+					if mode == "tenant-per-goroutine" {
+						tenant = testTenant(b, host, fmt.Sprintf("bench-%d", g), Quotas{}).ID
+					}
+					node := fmt.Sprintf("n%d", g%16)
+					for pb.Next() {
+						res, err := s.Reserve(ctx, ReserveRequest{Tenant: tenant, Node: node, VCPUs: 1, MemoryMiB: 1, Quotas: &Quotas{}})
+						if errors.Is(err, ErrConflict) {
+							conflicts.Add(1)
+							continue
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := s.Release(ctx, res); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reserves/s")
+				b.ReportMetric(float64(conflicts.Load()), "gave-up")
+			})
+		}
+	}
+}
+
+func BenchmarkRawTxn(b *testing.B) {
+	s := openEmbedded(b, Options{})
+	ctx := testCtx(b)
+	var next atomic.Int64
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := fmt.Sprintf("/bench/raw/%d", next.Add(1))
+		var rev int64
+		for pb.Next() {
+			resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+				Then(clientv3.OpPut(key, "v")).Commit()
+			if err != nil || !resp.Succeeded {
+				b.Errorf("raw txn: %v (succeeded %v)", err, resp != nil && resp.Succeeded)
+				return
+			}
+			rev = resp.Header.Revision
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "txn/s")
+}
+
+// BenchmarkReserveVsRawTxn runs both in one benchmark so their ratio is printed side by side.
+func BenchmarkReserveVsRawTxn(b *testing.B) {
+	if b.N > 1 {
+		b.Skip("run with -benchtime 1x: it measures for a fixed time itself")
+	}
+	measure := func(op func(ctx context.Context, s *Store, g int64) error, centrals int) float64 {
+		host := openEmbedded(b, Options{})
+		stores := []*Store{host}
+		if centrals == 2 {
+			stores = append(stores, openPeer(b, host, Options{}))
+		}
+		for i := 0; i < 8; i++ {
+			testNode(b, host, fmt.Sprintf("n%d", i), 1<<20, 1<<30, 0)
+		}
+		ctx := testCtx(b)
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		stop := time.Now().Add(2 * time.Second)
+		for g := int64(0); g < 8; g++ {
+			wg.Add(1)
+			go func(g int64) {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					if err := op(ctx, stores[int(g)%len(stores)], g); err != nil {
+						b.Error(err)
+						return
+					}
+					done.Add(1)
+				}
+			}(g)
+		}
+		wg.Wait()
+		return float64(done.Load()) / 2
+	}
+	revs := make([]int64, 8)
+	raw := measure(func(ctx context.Context, s *Store, g int64) error {
+		key := fmt.Sprintf("/bench/raw/%d", g)
+		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", revs[g])).Then(clientv3.OpPut(key, "v")).Commit()
+		if err == nil && !resp.Succeeded {
+			err = errors.New("raw txn lost its compare")
+		}
+		if err == nil {
+			revs[g] = resp.Header.Revision
+		}
+		return err
+	}, 1)
+	for _, centrals := range []int{1, 2} {
+		for _, nodes := range []int64{1, 8} {
+			perSec := measure(func(ctx context.Context, s *Store, g int64) error {
+				res, err := s.Reserve(ctx, ReserveRequest{Tenant: fmt.Sprintf("t-%d", g), Node: fmt.Sprintf("n%d", g%nodes),
+					VCPUs: 1, MemoryMiB: 1, Quotas: &Quotas{}})
+				if err != nil {
+					return err
+				}
+				return s.Release(ctx, res)
+			}, centrals)
+			b.Logf("centrals=%d nodes=%d: %.0f reserve+release/s vs %.0f raw compare-put txn/s (ratio %.2f); 8 goroutines, a tenant each",
+				centrals, nodes, perSec, raw, perSec/raw)
+		}
+	}
+}
+
+func TestCommitAfterTheLeaseWasLostRecordsTheVMAndReserveGetsANewLease(t *testing.T) {
+	ctx := testCtx(t)
+	s := openEmbedded(t, Options{})
+	testNode(t, s, "n1", 8, 8192, 0)
+	tn := testTenant(t, s, "acme", Quotas{MaxVMs: 1})
+	res, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 2, MemoryMiB: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease goes as if this central had stalled past its TTL.
+	if _, err := s.client.Revoke(ctx, clientv3.LeaseID(res.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := s.TenantUsage(ctx, tn.ID); u.Reserved.VMs != 0 {
+		t.Fatalf("reservation survived its lease: %+v", u)
+	}
+	// Reserving right away meets "lease not found" and moves to a new session.
+	op, err := s.Reserve(ctx, ReserveRequest{Node: "n1", VCPUs: 1, MemoryMiB: 1})
+	if err != nil {
+		t.Fatalf("reserve right after the lease was lost: %v", err)
+	}
+	if op.Lease == res.Lease {
+		t.Error("reserve used the revoked lease")
+	}
+	if err := s.Release(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	// The VM exists on the node, so the commit records it all the same.
+	if _, err := s.Commit(ctx, res, LedgerEntry{VMID: "vm-1", Name: "late"}); err != nil {
+		t.Fatalf("commit after the lease was lost: %v", err)
+	}
+	if u, _ := s.TenantUsage(ctx, tn.ID); u.Running.VMs != 1 || u.Running.VCPUs != 2 {
+		t.Errorf("usage after a late commit = %+v; want the VM counted", u)
+	}
+	// The next reserve works on a fresh lease (after ending the VM to make room).
+	if _, err := s.EndEntry(ctx, res.ID, "deleted", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	res2, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 2, MemoryMiB: 1024})
+	if err != nil {
+		t.Fatalf("reserve after the lease was lost: %v", err)
+	}
+	if res2.Lease != op.Lease {
+		t.Error("reserve did not keep using the new session")
+	}
+	if rep, err := s.Recount(ctx); err != nil || len(rep.Fixed) != 0 {
+		t.Errorf("recount = %+v, %v; want nothing to fix", rep, err)
+	}
+}
