@@ -173,10 +173,8 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 		}
 		return nil, undo(driverErr(err, "create vm %s", req.Name))
 	}
-	rec.State = sdk.StateCreated
-	if err := m.opts.Store.PutVM(rec); err != nil {
-		return nil, undo(fmt.Errorf("create vm %s: record: %w", req.Name, err))
-	}
+	// No write between create and start: a crash here leaves the record
+	// "creating", which recovery destroys and marks lost, as it should.
 	if err := m.start(ctx, d, rec); err != nil {
 		return nil, undo(err)
 	}
