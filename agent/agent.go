@@ -17,6 +17,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/agent/api"
 	"github.com/fluxvm/fluxvm/agent/config"
+	"github.com/fluxvm/fluxvm/agent/link"
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/agent/store"
 	"github.com/fluxvm/fluxvm/agent/vmm"
@@ -104,6 +105,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	if c := cfg.Central; c != nil {
+		go startLink(ctx, c, cfg.Name, ln.Addr(), host, mgr, opts.Version, log.Named("link"))
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -114,6 +118,46 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	_ = srv.Shutdown(sctx)
 	log.Info("node agent stopped; VMs keep running")
 	return nil
+}
+
+// startLink heartbeats to central (see package link). Central calls this
+// node back at the advertised URL with its fleet token, which the node's
+// tokens.admin must list.
+func startLink(ctx context.Context, c *config.Central, node string, addr net.Addr, host *pluginhost.Host, mgr *vmm.Manager, version string, log hclog.Logger) {
+	advertise := c.Advertise
+	if advertise == "" {
+		advertise = advertiseURL(addr)
+	}
+	report := func(ctx context.Context) (sdk.Heartbeat, error) {
+		vms, err := mgr.List(ctx)
+		if err != nil {
+			return sdk.Heartbeat{}, err
+		}
+		guestOS := map[string][]string{}
+		for _, s := range host.Status() {
+			if s.Capabilities != nil {
+				guestOS[s.Name] = s.Capabilities.GuestOs
+			}
+		}
+		return link.Snapshot(advertise, mgr.Health(), guestOS, false, vms), nil
+	}
+	err := link.Run(ctx, link.Options{CentralURL: c.URL, Token: c.Token.Reveal(), Node: node, Report: report,
+		Logger: log, Version: version})
+	if err != nil {
+		log.Error("no link to central", "error", err)
+	}
+}
+
+// advertiseURL is the node API's URL as others reach it: the listen address,
+// or this machine's host name when it listens on every address.
+func advertiseURL(addr net.Addr) string {
+	host, port, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func reveal(s []config.Secret) []string {

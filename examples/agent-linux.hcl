@@ -43,7 +43,12 @@ plugin "qemu" {
   }
 }
 
+# Report to central (`fluxvm-agent central`): a heartbeat every 10 s with this
+# node's address, capacity, drivers, labels and VMs. Central calls this node
+# back with the same fleet token, so that token must ALSO be listed in
+# tokens.admin above, or central cannot create VMs here.
 # central {
-#   url   = "https://central.example.net:7799"
-#   token = "replace-with-the-node-pairing-token"
+#   url       = "https://central.example.net:7799"
+#   token     = "replace-with-central's-fleet-token"
+#   advertise = "http://10.0.0.5:7777" # how central reaches this node's API; default: from listen
 # }

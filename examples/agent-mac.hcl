@@ -37,7 +37,10 @@ plugin "vz" {
   }
 }
 
+# Heartbeats to central every 10 s. Central calls this Mac back with the same
+# fleet token: list it in tokens.admin above too.
 central {
-  url   = "https://central.example.net:7799"
-  token = "replace-with-the-node-pairing-token"
+  url       = "https://central.example.net:7799"
+  token     = "replace-with-central's-fleet-token"
+  advertise = "http://mac-mini-01.example.net:7777" # how central reaches this node's API
 }

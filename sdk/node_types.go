@@ -11,9 +11,9 @@ const (
 	// StateCreating is a VM whose create is under way.
 	StateCreating = "creating"
 	StateCreated  = "created"
-	StateRunning = "running"
-	StatePaused  = "paused"
-	StateStopped = "stopped"
+	StateRunning  = "running"
+	StatePaused   = "paused"
+	StateStopped  = "stopped"
 	// StateLost is a VM whose driver could not recover it after a restart;
 	// LastError says why.
 	StateLost = "lost"

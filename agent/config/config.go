@@ -83,6 +83,10 @@ type Central struct {
 	URL string
 	// Token authenticates this node to central; empty until pairing exists.
 	Token Secret
+	// Advertise is the URL central calls this node's API at; empty: derived
+	// from Listen (its host, or this machine's host name when Listen binds
+	// every address).
+	Advertise string
 }
 
 // Plugin is one `plugin "<name>" { config { ... } }` block. Its config body is
@@ -226,6 +230,9 @@ type centralBlock struct {
 	URLAt   hcl.Range `hcl:"url,attr_value_range"`
 	Token   *string   `hcl:"token,optional"`
 	TokenAt hcl.Range `hcl:"token,attr_value_range"`
+
+	Advertise   *string   `hcl:"advertise,optional"`
+	AdvertiseAt hcl.Range `hcl:"advertise,attr_value_range"`
 }
 
 var pluginNameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
@@ -439,6 +446,18 @@ func validate(raw *fileSchema, missing hcl.Range) (*Config, hcl.Diagnostics) {
 				bad(c.TokenAt, "Token too short", "central.token has %d characters; tokens need at least %d.", len(*c.Token), MinTokenLength)
 			}
 			cfg.Central.Token = Secret(*c.Token)
+		}
+		if c.Advertise != nil {
+			u, err := url.Parse(*c.Advertise)
+			switch {
+			case err != nil:
+				bad(c.AdvertiseAt, "Invalid central.advertise", "central.advertise %q does not parse: %v.", *c.Advertise, errors.Unwrap(err))
+			case u.Scheme != "http" && u.Scheme != "https":
+				bad(c.AdvertiseAt, "Invalid central.advertise", "central.advertise %q must start with http:// or https://.", *c.Advertise)
+			case u.Host == "":
+				bad(c.AdvertiseAt, "Invalid central.advertise", "central.advertise %q has no host.", *c.Advertise)
+			}
+			cfg.Central.Advertise = *c.Advertise
 		}
 	}
 

@@ -46,8 +46,9 @@ plugin "qemu" {
 }
 plugin "sim" {}
 central {
-  url   = "https://central:7799"
-  token = "central-token-0123456789"
+  url       = "https://central:7799"
+  token     = "central-token-0123456789"
+  advertise = "http://10.0.0.5:7777"
 }
 `
 	cfg, diags := Parse("agent.hcl", []byte(src))
@@ -80,7 +81,7 @@ central {
 	if cfg.Plugins[0].DeclRange.Start.Line != 15 {
 		t.Errorf("qemu plugin declared at line %d, want 15", cfg.Plugins[0].DeclRange.Start.Line)
 	}
-	if cfg.Central == nil || cfg.Central.URL != "https://central:7799" || cfg.Central.Token.Reveal() != "central-token-0123456789" {
+	if cfg.Central == nil || cfg.Central.URL != "https://central:7799" || cfg.Central.Token.Reveal() != "central-token-0123456789" || cfg.Central.Advertise != "http://10.0.0.5:7777" {
 		t.Errorf("central = %+v", cfg.Central)
 	}
 }
@@ -149,6 +150,7 @@ func TestParseRejects(t *testing.T) {
 		{"central url without host", minimal + "central {\n  url = \"https://\"\n}\n", []string{"agent.hcl:6,", "no host"}},
 		{"central url garbage", minimal + "central {\n  url = \"http://[::1\"\n}\n", []string{"agent.hcl:6,", "Invalid central.url"}},
 		{"central without url", minimal + "central {\n}\n", []string{"agent.hcl:5,", `"url" is required`}},
+		{"central advertise not http", minimal + "central {\n  url = \"https://c:7799\"\n  advertise = \"10.0.0.5:7777\"\n}\n", []string{"agent.hcl:7,", "Invalid central.advertise"}},
 		{"central short token", minimal + "central {\n  url = \"https://c:7799\"\n  token = \"x\"\n}\n", []string{"agent.hcl:7,", "central.token has 1 characters"}},
 		{"variable reference", minimal + "listen = var.listen\n", []string{"agent.hcl:5,", "Variables not allowed"}},
 		{"function call", minimal + "listen = upper(\"x\")\n", []string{"agent.hcl:5,", "Function calls not allowed"}},

@@ -3,6 +3,7 @@
 //
 //	fluxvm-agent node -config agent.hcl   the node agent
 //	fluxvm-agent node -check -config F    validate a node config and exit
+//	fluxvm-agent central -token T         central: the fleet API on etcd
 //	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
 //	fluxvm-agent plugin sim               the simulated driver plugin
 package main
@@ -14,10 +15,13 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fluxvm/fluxvm/agent"
 	"github.com/fluxvm/fluxvm/agent/config"
+	"github.com/fluxvm/fluxvm/central"
 	"github.com/fluxvm/fluxvm/drivers/sim"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/hashicorp/go-hclog"
@@ -37,6 +41,8 @@ func main() {
 	switch os.Args[1] {
 	case "node":
 		os.Exit(runNode(os.Args[2:]))
+	case "central":
+		os.Exit(runCentral(os.Args[2:]))
 	case "plugin":
 		os.Exit(runPlugin(os.Args[2:]))
 	case "version", "-version", "--version":
@@ -56,6 +62,7 @@ var version = "0.1.0-dev"
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
   fluxvm-agent node -config agent.hcl [-check]
+  fluxvm-agent central [-token T] [-listen ADDR] [-state-dir DIR] [-etcd-endpoints URLS] [-reconcile-secs N]
   fluxvm-agent plugin NAME
   fluxvm-agent version
 
@@ -102,6 +109,46 @@ func runNode(args []string) int {
 	}
 	if err := agent.Run(ctx, cfg, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "fluxvm-agent node: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runCentral runs central: the fleet API, its etcd store, and the
+// leader-only loops.
+func runCentral(args []string) int {
+	fs := flag.NewFlagSet("central", flag.ContinueOnError)
+	token := fs.String("token", os.Getenv("FLUXVM_FLEET_TOKEN"),
+		"the operator's fleet token, which nodes heartbeat with (default $FLUXVM_FLEET_TOKEN; none: lab mode)")
+	listen := fs.String("listen", central.DefaultListen, "the fleet API's host:port")
+	stateDir := fs.String("state-dir", "/var/lib/fluxvm-central", "embedded etcd data (DIR/etcd) and the activity log")
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated client URLs of an external etcd (none: embedded etcd in the state dir)")
+	reconcileSecs := fs.Int("reconcile-secs", 60, "seconds between reconciler passes (leader only)")
+	heartbeatSecs := fs.Int("heartbeat-secs", 10, "seconds between node heartbeats; a node silent for three is marked down")
+	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || *reconcileSecs < 1 || *heartbeatSecs < 1 {
+		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -reconcile-secs and -heartbeat-secs must be at least 1, and no arguments follow the flags")
+		return 2
+	}
+	var eps []string
+	for _, e := range strings.Split(*endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := central.Run(ctx, central.Options{
+		Listen: *listen, StateDir: *stateDir, EtcdEndpoints: eps, FleetToken: *token,
+		ReconcileEvery: time.Duration(*reconcileSecs) * time.Second, HeartbeatInterval: time.Duration(*heartbeatSecs) * time.Second,
+		Version: version, Logger: hclog.New(&hclog.LoggerOptions{Name: "central", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
+		Listening: func(addr string) { fmt.Printf("fluxvm central: http://%s\n", addr) },
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fluxvm-agent central: %v\n", err)
 		return 1
 	}
 	return 0

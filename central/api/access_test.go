@@ -1,0 +1,231 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/gorilla/mux"
+)
+
+// routeCase says how the access test calls one route: its path with the
+// caller's own objects and with another tenant's, and a body. Every route of
+// Routes() must have one, so a new route cannot slip in untested.
+type routeCase struct {
+	own, other string // paths; other "" when the route names no object of a tenant
+	body       string
+	// foreign is the status a tenant gets for another tenant's object (404:
+	// decision 8); 0 when the route is operator-only, where every tenant gets 403.
+	foreign int
+	// tenantOK is the exact status a tenant gets on its own object, where
+	// this test knows it (0: anything but 401 and 403).
+	tenantOK int
+}
+
+// TestEveryRouteWithEveryCredential walks the access table with every kind
+// of caller: none, a bad token, the operator, tenant A on its own objects
+// and on tenant B's, and a disabled tenant.
+func TestEveryRouteWithEveryCredential(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	a, tokenA := e.createTenant("tenant-a", "")
+	b, _ := e.createTenant("tenant-b", "")
+	victim, _ := e.createTenant("victim", "") // what the operator's destructive calls hit
+	_, tokenD := e.createTenant("disabled", "")
+	e.must(req{method: "PATCH", path: "/fleet/tenants/disabled", token: testFleetToken, body: `{"disabled": true}`}, 200)
+	e.must(req{method: "PUT", path: "/fleet/images/img-1", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-1.raw"}`}, 201)
+	// A node nobody answers on, with one VM of A's and one of B's in the ledger.
+	if err := e.store.PutNode(ctx, &store.Node{Name: "node-1", URL: "http://127.0.0.1:1", State: store.NodeUp,
+		LastHeartbeat: time.Now().UTC(), Capacity: store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 16384}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct{ tenant, vm string }{{a.ID, "vm-a"}, {b.ID, "vm-b"}} {
+		if _, err := e.store.RecordEntry(ctx, store.LedgerEntry{Tenant: v.tenant, Node: "node-1", VMID: v.vm, Name: v.vm,
+			VCPUs: 1, MemoryMiB: 512}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	vm := func(action string) routeCase {
+		return routeCase{own: "/fleet/vms/node-1/vm-a" + action, other: "/fleet/vms/node-1/vm-b" + action, foreign: 404}
+	}
+	cases := map[string]routeCase{
+		"GET /healthz":                       {own: "/healthz"},
+		"GET /metrics":                       {own: "/metrics"},
+		"POST /fleet/nodes/{name}/heartbeat": {own: "/fleet/nodes/node-2/heartbeat", body: `{}`},
+		"GET /fleet/nodes":                   {own: "/fleet/nodes"},
+		// No leases yet: a tenant leases no node, so every node is "not found" to it.
+		"GET /fleet/nodes/{name}":               {own: "/fleet/nodes/node-1", other: "/fleet/nodes/node-1", foreign: 404, tenantOK: 404},
+		"GET /fleet/capacity":                   {own: "/fleet/capacity", tenantOK: 200},
+		"GET /fleet/tenants":                    {own: "/fleet/tenants"},
+		"POST /fleet/tenants":                   {own: "/fleet/tenants", body: `{"name": "made-by-access-test"}`},
+		"GET /fleet/tenants/me":                 {own: "/fleet/tenants/me", tenantOK: 200},
+		"GET /fleet/tenants/{id}":               {own: "/fleet/tenants/" + a.ID, other: "/fleet/tenants/" + b.ID},
+		"PATCH /fleet/tenants/{id}":             {own: "/fleet/tenants/" + a.ID, other: "/fleet/tenants/" + b.ID, body: `{}`},
+		"DELETE /fleet/tenants/{id}":            {own: "/fleet/tenants/" + a.ID, other: "/fleet/tenants/" + b.ID},
+		"POST /fleet/tenants/{id}/rotate-token": {own: "/fleet/tenants/" + a.ID + "/rotate-token", other: "/fleet/tenants/" + b.ID + "/rotate-token"},
+		"GET /fleet/policy":                     {own: "/fleet/policy"},
+		"PUT /fleet/policy":                     {own: "/fleet/policy", body: `{}`},
+		"GET /fleet/images":                     {own: "/fleet/images", tenantOK: 200},
+		"PUT /fleet/images/{name}":              {own: "/fleet/images/img-2", body: `{"guest_os": "linux", "image": "/vms/img-2.raw"}`},
+		"DELETE /fleet/images/{name}":           {own: "/fleet/images/img-1"},
+		"GET /fleet/vms":                        {own: "/fleet/vms", tenantOK: 200},
+		"POST /fleet/vms":                       {own: "/fleet/vms", body: `{"name": "new-vm", "image": "img-1"}`},
+		"DELETE /fleet/vms/{node}/{id}":         vm(""),
+		"POST /fleet/vms/{node}/{id}/exec":      {own: "/fleet/vms/node-1/vm-a/exec", other: "/fleet/vms/node-1/vm-b/exec", body: `{"command": ["true"]}`, foreign: 404},
+		"POST /fleet/vms/{node}/{id}/start":     vm("/start"),
+		"POST /fleet/vms/{node}/{id}/stop":      vm("/stop"),
+		"POST /fleet/vms/{node}/{id}/restart":   vm("/restart"),
+		"POST /fleet/vms/{node}/{id}/pause":     vm("/pause"),
+		"POST /fleet/vms/{node}/{id}/resume":    vm("/resume"),
+		"GET /fleet/vms/{node}/{id}/logs":       vm("/logs"),
+		"POST /fleet/reconcile":                 {own: "/fleet/reconcile"},
+		"GET /fleet/events":                     {own: "/fleet/events", tenantOK: 200},
+	}
+
+	// The table, the router and the spec agree: every route the mux serves
+	// is in Routes() (a route added around the table fails here), every
+	// route of the table has a case here and is described in the spec.
+	table := map[string]Route{}
+	for _, rt := range Routes() {
+		table[rt.Method+" "+rt.Path] = rt
+	}
+	served := 0
+	err := e.api.router.Walk(func(r *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		tmpl, err := r.GetPathTemplate()
+		if err != nil {
+			return err
+		}
+		methods, err := r.GetMethods()
+		if err != nil {
+			t.Errorf("route %s serves every method: give it one in Routes()", tmpl)
+		}
+		for _, m := range methods {
+			served++
+			if _, ok := table[m+" "+tmpl]; !ok {
+				t.Errorf("the router serves %s %s, which the access table (Routes) lacks", m, tmpl)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if served != len(table) {
+		t.Errorf("the router serves %d routes, the access table has %d", served, len(table))
+	}
+	for key, rt := range table {
+		if _, ok := cases[key]; !ok {
+			t.Errorf("route %s has no case in TestEveryRouteWithEveryCredential: add one", key)
+		}
+		item := e.doc.Paths.Find(rt.Path)
+		if item == nil || item.GetOperation(rt.Method) == nil {
+			t.Errorf("route %s is not in schemas/fleet-openapi.yaml", key)
+		}
+	}
+	for key := range cases {
+		if _, ok := table[key]; !ok {
+			t.Errorf("case %s names no route of the table", key)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	keys := make([]string, 0, len(table))
+	for k := range table {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	// The operator goes last on each route (its deletes and rotations would
+	// change what the others see), and on victim's objects.
+	for _, key := range keys {
+		rt, c := table[key], cases[key]
+		t.Run(strings.ReplaceAll(key, "/", "_"), func(t *testing.T) {
+			e.t = t
+			defer func() { e.t = nil }()
+			call := func(token, path string) int {
+				t.Helper()
+				return e.call(req{method: rt.Method, path: path, token: token, body: c.body}).status
+			}
+			expect := func(who string, got int, ok func(int) bool, want string) {
+				t.Helper()
+				if !ok(got) {
+					t.Errorf("%s: %d, want %s", who, got, want)
+				}
+			}
+			is := func(s int) func(int) bool { return func(got int) bool { return got == s } }
+			notRefused := func(got int) bool { return got != http.StatusUnauthorized && got != http.StatusForbidden }
+
+			if rt.Access == Public {
+				for who, tok := range map[string]string{"no token": "", "bad token": "garbage", "disabled tenant": tokenD, "tenant": tokenA, "operator": testFleetToken} {
+					expect(who, call(tok, c.own), is(http.StatusOK), "200")
+				}
+				return
+			}
+			expect("no token", call("", c.own), is(http.StatusUnauthorized), "401")
+			expect("bad token", call("not-a-token", c.own), is(http.StatusUnauthorized), "401")
+			expect("forged tenant token", call("fvt_"+strings.Repeat("x", 43), c.own), is(http.StatusUnauthorized), "401")
+			expect("disabled tenant", call(tokenD, c.own), is(http.StatusForbidden), "403")
+			switch rt.Access {
+			case Operator:
+				expect("tenant A", call(tokenA, c.own), is(http.StatusForbidden), "403")
+				if c.other != "" {
+					expect("tenant A on B's", call(tokenA, c.other), is(http.StatusForbidden), "403")
+				}
+			case Tenant:
+				if c.tenantOK != 0 {
+					expect("tenant A on its own", call(tokenA, c.own), is(c.tenantOK), http.StatusText(c.tenantOK))
+				} else {
+					expect("tenant A on its own", call(tokenA, c.own), notRefused, "neither 401 nor 403")
+				}
+				if c.other != "" {
+					expect("tenant A on B's", call(tokenA, c.other), is(c.foreign), http.StatusText(c.foreign))
+				}
+			}
+			opPath := strings.ReplaceAll(c.own, a.ID, victim.ID)
+			expect("operator", call(testFleetToken, opPath), notRefused, "neither 401 nor 403")
+		})
+	}
+	e.t = t
+
+	// Tenant A's token still works (nothing above rotated it), B's objects
+	// are intact, and the victim took the operator's delete.
+	e.must(req{method: "GET", path: "/fleet/tenants/me", token: tokenA}, 200)
+	e.must(req{method: "GET", path: "/fleet/tenants/" + b.ID, token: testFleetToken}, 200)
+	e.must(req{method: "GET", path: "/fleet/tenants/" + victim.ID, token: testFleetToken}, 404)
+}
+
+// TestLabModeIsOpenUntilTheFirstTenant: without -token, callers without a
+// token are the operator while there are no tenants; once one exists, only
+// tenant tokens get in.
+func TestLabModeIsOpenUntilTheFirstTenant(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.FleetToken = "" })
+	e.must(req{method: "GET", path: "/fleet/tenants"}, 200)
+	e.must(req{method: "GET", path: "/metrics"}, 200)
+	e.must(req{method: "PUT", path: "/fleet/images/img", body: `{"guest_os": "linux", "image": "/i"}`}, 201)
+	// A token that is not a tenant's is refused even in lab mode: there is
+	// no fleet token for it to be.
+	e.must(req{method: "GET", path: "/fleet/tenants", token: "anything"}, 401)
+
+	// Tenants cannot be made through lab mode; one made out of band (a state
+	// directory that had a fleet token before) closes the door.
+	const token = "fvt_lab-mode-tenant-token-0123456789abcdef"
+	if err := e.store.CreateTenant(context.Background(), &store.Tenant{Name: "early", TokenSHA256: store.HashToken(token)}); err != nil {
+		t.Fatal(err)
+	}
+	eb := e.must(req{method: "GET", path: "/fleet/tenants"}, 401).errorBody(t)
+	if !strings.Contains(eb.Hint, "-token") {
+		t.Fatalf("401 in lab mode with tenants: %+v", eb)
+	}
+	e.must(req{method: "GET", path: "/fleet/images"}, 401)
+	e.must(req{method: "GET", path: "/fleet/tenants", token: "anything"}, 401)
+	e.must(req{method: "GET", path: "/fleet/images", token: token}, 200)
+	e.must(req{method: "GET", path: "/fleet/tenants/me", token: token}, 200)
+	e.must(req{method: "GET", path: "/fleet/tenants", token: token}, 403)
+	e.must(req{method: "GET", path: "/healthz"}, 200)
+}

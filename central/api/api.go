@@ -1,0 +1,234 @@
+// Package api serves central's fleet API (/fleet/..., /healthz, /metrics):
+// it authenticates the operator and tenants, lets each call only the routes
+// the access table allows, records every change in the activity log, and
+// answers in JSON with errors people can act on. The routes are described in
+// schemas/fleet-openapi.yaml and the tests hold the server to it.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/gorilla/mux"
+	"github.com/hashicorp/go-hclog"
+)
+
+// specHint points callers at the API's description.
+const specHint = "the fleet API is described in schemas/fleet-openapi.yaml"
+
+// Options configure the fleet API.
+type Options struct {
+	Store *store.Store
+	// FleetToken is the operator's token (nodes heartbeat with it too).
+	// Empty is lab mode: callers without a token are the operator, until
+	// the first tenant exists; from then on only tenants get in.
+	FleetToken string
+	Logger     hclog.Logger
+	Version    string
+	// Now is the clock (time.Now by default).
+	Now func() time.Time
+	// Activity receives every change made through the API (nil: none kept).
+	Activity ActivityLog
+	// HeartbeatInterval is how often nodes are told to heartbeat (10 s by
+	// default); a node silent for three intervals is marked down.
+	HeartbeatInterval time.Duration
+}
+
+// ActivityLog is where the API records changes (central/audit.Log).
+type ActivityLog interface {
+	// Append records one change; it must not block for long.
+	Append(e audit.Event)
+	// Recent returns up to limit of the newest events, newest first; with
+	// tenant set, only that tenant's (by id).
+	Recent(limit int, tenant string) []audit.Event
+}
+
+// Access says who may call a route.
+type Access int
+
+const (
+	// Operator routes are for the fleet token only.
+	Operator Access = iota
+	// Tenant routes are for tenants (their own objects) and the operator.
+	Tenant
+	// Public routes need no token.
+	Public
+)
+
+func (a Access) String() string {
+	return [...]string{"operator", "tenant", "public"}[a]
+}
+
+// Route is one entry of the access table: every route the server serves is
+// here, and nothing else is.
+type Route struct {
+	Method, Path string
+	Access       Access
+	// NoActivity keeps a changing route out of the activity log (node
+	// heartbeats).
+	NoActivity bool
+	handler    func(*Server) http.HandlerFunc
+}
+
+// Principal is who is calling.
+type Principal struct {
+	Operator bool
+	Tenant   *store.Tenant // set for a tenant
+}
+
+// Who names the principal for logs.
+func (p Principal) Who() string {
+	if p.Tenant != nil {
+		return "tenant:" + p.Tenant.ID
+	}
+	return "operator"
+}
+
+type principalKey struct{}
+
+// PrincipalOf returns the caller of a request that passed authentication.
+func PrincipalOf(ctx context.Context) Principal {
+	p, _ := ctx.Value(principalKey{}).(Principal)
+	return p
+}
+
+// Server is the fleet API.
+type Server struct {
+	opts   Options
+	log    hclog.Logger
+	router *mux.Router
+	fleet  []byte // the fleet token, for constant-time comparison
+	// prom is this server's Prometheus registry (see health.go).
+	prom  *metrics
+	nodes *nodeCaller
+}
+
+// New makes the fleet API.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken)}
+	s.prom = newMetrics(opts.Store)
+	s.nodes = newNodeCaller(opts.FleetToken)
+	for _, rt := range Routes() {
+		rt := rt
+		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)
+	}
+	s.router.NotFoundHandler = s.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, specHint)
+	}))
+	s.router.MethodNotAllowedHandler = s.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		jsonapi.WriteError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path, specHint)
+	}))
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// guard authenticates the caller, applies the access table and records the
+// change in the activity log.
+func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rt.Access == Public {
+			next(w, r)
+			return
+		}
+		p, status, msg, hint := s.authenticate(r)
+		if status != 0 {
+			if status == http.StatusForbidden && p.Tenant != nil {
+				s.record(r, p, "", status) // a disabled tenant knocking
+			}
+			jsonapi.WriteError(w, status, msg, hint)
+			return
+		}
+		if rt.Access == Operator && !p.Operator {
+			s.record(r, p, "", http.StatusForbidden)
+			jsonapi.WriteError(w, http.StatusForbidden, "this route is for the operator: "+r.Method+" "+rt.Path,
+				"tenants may call the routes listed in docs/tenancy.md; ask the operator for anything else")
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		if r.Method == http.MethodGet || r.Method == http.MethodHead || rt.NoActivity {
+			next(w, r)
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		target := targetOf(r)
+		next(rec, r)
+		s.record(r, p, target, rec.status)
+	})
+}
+
+// authenticate finds the caller from the bearer token.
+func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hint string) {
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	token = strings.TrimSpace(token)
+	const tokenHint = "send Authorization: Bearer <token>: the operator's fleet token (central -token) or a tenant's fvt_ token"
+	if token != "" && len(s.fleet) > 0 && subtle.ConstantTimeCompare([]byte(token), s.fleet) == 1 {
+		return Principal{Operator: true}, 0, "", ""
+	}
+	if strings.HasPrefix(token, "fvt_") {
+		t, err := s.opts.Store.TenantByToken(r.Context(), store.HashToken(token))
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return p, http.StatusUnauthorized, "invalid token", tokenHint
+		case err != nil:
+			s.log.Error("look up tenant token", "error", err)
+			return p, http.StatusServiceUnavailable, "cannot check the token now", "central's store does not answer; retry"
+		case t.Disabled:
+			return Principal{Tenant: t}, http.StatusForbidden, "tenant " + t.Name + " is disabled", "ask the operator to enable it"
+		}
+		return Principal{Tenant: t}, 0, "", ""
+	}
+	if len(s.fleet) == 0 && token == "" {
+		// Lab mode: open until the first tenant exists.
+		ts, err := s.opts.Store.ListTenants(r.Context())
+		if err != nil {
+			return p, http.StatusServiceUnavailable, "cannot check the token now", "central's store does not answer; retry"
+		}
+		if len(ts) == 0 {
+			return Principal{Operator: true}, 0, "", ""
+		}
+		return p, http.StatusUnauthorized, "central runs without -token and has tenants: only tenant tokens are accepted",
+			"restart central with -token to get an operator, or send a tenant's fvt_ token"
+	}
+	if token == "" {
+		return p, http.StatusUnauthorized, "missing token", tokenHint
+	}
+	return p, http.StatusUnauthorized, "invalid token", tokenHint
+}
+
+func (s *Server) record(r *http.Request, p Principal, target string, status int) {
+	if s.opts.Activity == nil {
+		return
+	}
+	e := audit.Event{Time: s.opts.Now().UTC(), Who: p.Who(), Method: r.Method, Path: r.URL.Path, Target: target, Status: status}
+	if p.Tenant != nil {
+		e.Tenant = p.Tenant.ID
+	}
+	s.opts.Activity.Append(e)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	r.status = status
+	r.ResponseWriter.WriteHeader(status)
+}

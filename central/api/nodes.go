@@ -1,0 +1,339 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/scheduler"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/gorilla/mux"
+)
+
+// DefaultHeartbeatInterval is how often nodes heartbeat unless central says
+// otherwise; a node silent for DownAfterIntervals of them is marked down.
+const DefaultHeartbeatInterval = 10 * time.Second
+
+// DownAfterIntervals is how many heartbeat intervals a node may miss before
+// it is marked down: one lost heartbeat is noise, three is a node.
+const DownAfterIntervals = 3
+
+// Limits of a heartbeat body, so one node cannot blow up its record.
+const (
+	maxHeartbeatVMs     = 10000
+	maxHeartbeatDrivers = 64
+	maxLabels           = 64
+)
+
+// nodeCaller makes node API clients that carry the fleet token (the nodes
+// list it among their admin tokens) and share one connection pool.
+type nodeCaller struct {
+	token string
+	hc    *http.Client
+}
+
+func newNodeCaller(token string) *nodeCaller {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Bursts of creates go to a handful of nodes; keep their connections.
+	tr.MaxIdleConnsPerHost = 64
+	tr.DialContext = (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return &nodeCaller{token: token, hc: &http.Client{Transport: tr}}
+}
+
+func (c *nodeCaller) client(n *store.Node) (*sdk.NodeClient, error) {
+	opts := []sdk.Option{sdk.WithHTTPClient(c.hc), sdk.WithUserAgent("fluxvm-central")}
+	if c.token != "" {
+		opts = append(opts, sdk.WithToken(c.token))
+	}
+	nc, err := sdk.NewNodeClient(n.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("node %s reports a bad url: %w", n.Name, err)
+	}
+	return nc, nil
+}
+
+// heartbeat records a node's report: its address, capacity, drivers and VMs.
+// A node that was down is up again from here on.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	name := mux.Vars(r)["name"]
+	if !store.ValidName(name) {
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("node name %q is not valid", name),
+			"node names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (the node's HCL `name`)")
+		return
+	}
+	var hb sdk.Heartbeat
+	if e := jsonapi.ReadBody(w, r, &hb, true, specHint); e != nil {
+		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
+		return
+	}
+	if msg, hint := checkHeartbeat(&hb); msg != "" {
+		jsonapi.WriteError(w, http.StatusBadRequest, msg, hint)
+		return
+	}
+	now := s.opts.Now().UTC()
+	wasDown := false
+	n, err := s.opts.Store.UpdateNode(r.Context(), name, true, func(n *store.Node) error {
+		wasDown = n.State == store.NodeDown
+		applyHeartbeat(n, &hb, now)
+		return nil
+	})
+	if err != nil {
+		s.storeError(w, "record the heartbeat of node "+name, err)
+		return
+	}
+	if wasDown {
+		s.log.Info("node is up again", "node", name, "vms", len(n.VMs))
+	}
+	jsonapi.Write(w, http.StatusOK, sdk.HeartbeatReply{State: n.State, IntervalSeconds: int(s.opts.HeartbeatInterval / time.Second)})
+}
+
+// checkHeartbeat validates what the store does not: the URL central will
+// call, and sizes that must not be negative. It returns a message and a hint,
+// or "" when the heartbeat is fine.
+func checkHeartbeat(hb *sdk.Heartbeat) (msg, hint string) {
+	u, err := url.Parse(hb.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Sprintf("url %q is not a node API address", hb.URL),
+			"send the URL central reaches this node's API at, e.g. http://10.0.0.5:7777 (the node's central { advertise = ... })"
+	}
+	c := hb.Capacity
+	for _, v := range []int64{c.Total.VCPUs, c.Total.MemoryMiB, c.Total.MacOSSlots, c.Reserved.VCPUs, c.Reserved.MemoryMiB} {
+		if v < 0 {
+			return "capacity must not be negative", "send the node's total, reserved and free resources as GET /v1/health reports them"
+		}
+	}
+	if len(hb.Labels) > maxLabels {
+		return fmt.Sprintf("%d labels: at most %d", len(hb.Labels), maxLabels), "trim the node's labels"
+	}
+	if len(hb.Drivers) > maxHeartbeatDrivers {
+		return fmt.Sprintf("%d drivers: at most %d", len(hb.Drivers), maxHeartbeatDrivers), "a node runs a handful of driver plugins"
+	}
+	for _, d := range hb.Drivers {
+		if d.Name == "" {
+			return "every driver needs a name", "send each driver as GET /v1/health names it"
+		}
+	}
+	if len(hb.VMs) > maxHeartbeatVMs {
+		return fmt.Sprintf("%d vms: at most %d", len(hb.VMs), maxHeartbeatVMs), "a node reports every VM it runs; this many is not a node"
+	}
+	for _, vm := range hb.VMs {
+		if vm.ID == "" || vm.VCPUs < 0 || vm.MemoryMiB < 0 {
+			return "every vm needs an id and non-negative sizes", "send each VM as GET /v1/vms lists it"
+		}
+	}
+	return "", ""
+}
+
+// applyHeartbeat rewrites the node-reported fields of n; the fields central
+// owns (cordoned, draining, scrub pending) stay.
+func applyHeartbeat(n *store.Node, hb *sdk.Heartbeat, now time.Time) {
+	c := hb.Capacity
+	// What the node offers VMs is its total less what its config keeps for
+	// the host; the store checks reservations against that.
+	n.URL = hb.URL
+	n.Labels = hb.Labels
+	n.Capacity = store.Capacity{
+		Total: store.Resources{
+			VCPUs:      max(c.Total.VCPUs-c.Reserved.VCPUs, 0),
+			MemoryMiB:  max(c.Total.MemoryMiB-c.Reserved.MemoryMiB, 0),
+			MacOSSlots: c.Total.MacOSSlots,
+		},
+		Free: store.Resources{VCPUs: c.Free.VCPUs, MemoryMiB: c.Free.MemoryMiB, MacOSSlots: c.Free.MacOSSlots},
+	}
+	n.Drivers = n.Drivers[:0]
+	n.GuestOS = nil
+	for _, d := range hb.Drivers {
+		n.Drivers = append(n.Drivers, store.DriverStatus{Name: d.Name, Health: d.Health, Simulated: d.Simulated})
+		if d.Health != "healthy" {
+			continue
+		}
+		for _, g := range d.GuestOS {
+			if !slices.Contains(n.GuestOS, g) {
+				n.GuestOS = append(n.GuestOS, g)
+			}
+		}
+	}
+	slices.Sort(n.GuestOS)
+	n.Nested = hb.Nested
+	n.VMs = make([]store.VMSummary, len(hb.VMs))
+	for i, vm := range hb.VMs {
+		n.VMs[i] = store.VMSummary{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, State: vm.State,
+			VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS}
+	}
+	n.LastHeartbeat = now
+	n.State = store.NodeUp
+}
+
+// nodeList is GET /fleet/nodes.
+type nodeList struct {
+	Nodes []store.Node `json:"nodes"`
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	ns, err := s.opts.Store.ListNodes(r.Context())
+	if err != nil {
+		s.storeError(w, "list nodes", err)
+		return
+	}
+	if ns == nil {
+		ns = []store.Node{}
+	}
+	jsonapi.Write(w, http.StatusOK, nodeList{Nodes: ns})
+}
+
+// getNode shows one node to the operator. A tenant may see a node it leases;
+// leases do not exist yet, so every node is "not found" to a tenant for now.
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+	name := mux.Vars(r)["name"]
+	notFound := func() {
+		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, "GET /fleet/nodes lists the nodes (operator)")
+	}
+	if !PrincipalOf(r.Context()).Operator || !store.ValidName(name) {
+		notFound()
+		return
+	}
+	n, err := s.opts.Store.GetNode(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		notFound()
+		return
+	}
+	if err != nil {
+		s.storeError(w, "read node "+name, err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, n)
+}
+
+// MarkDownNodes marks down every up node that has not heartbeated for
+// DownAfterIntervals intervals, and returns their names. The leader runs it;
+// a node comes back up with its next heartbeat.
+func (s *Server) MarkDownNodes(ctx context.Context) ([]string, error) {
+	ns, err := s.opts.Store.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	silence := DownAfterIntervals * s.opts.HeartbeatInterval
+	var down []string
+	for _, n := range ns {
+		if n.State != store.NodeUp || s.opts.Now().Sub(n.LastHeartbeat) <= silence {
+			continue
+		}
+		marked := false
+		_, err := s.opts.Store.UpdateNode(ctx, n.Name, false, func(n *store.Node) error {
+			// Judged again on the record as it is now: a heartbeat may have won.
+			marked = n.State == store.NodeUp && s.opts.Now().Sub(n.LastHeartbeat) > silence
+			if marked {
+				n.State = store.NodeDown
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return down, fmt.Errorf("mark node %s down: %w", n.Name, err)
+		}
+		if marked {
+			s.log.Warn("node is down: no heartbeat", "node", n.Name, "last_heartbeat", n.LastHeartbeat.Format(time.RFC3339),
+				"vms", len(n.VMs))
+			down = append(down, n.Name)
+		}
+	}
+	return down, nil
+}
+
+// snapshot is the fleet as the scheduler sees it: every node with its usage
+// through central (running + reserved) and what the node itself reports used,
+// whichever is larger (VMs made on the node directly take room too).
+func (s *Server) snapshot(ctx context.Context) ([]store.Node, []scheduler.Node, error) {
+	ns, err := s.opts.Store.ListNodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]scheduler.Node, len(ns))
+	errs := make([]error, len(ns))
+	var wg sync.WaitGroup
+	for i := range ns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u, err := s.opts.Store.NodeUsage(ctx, ns[i].Name)
+			errs[i] = err
+			out[i] = schedulerNode(&ns[i], u)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return ns, out, nil
+}
+
+func schedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
+	healthy := false
+	for _, d := range n.Drivers {
+		healthy = healthy || d.Health == "healthy"
+	}
+	t, f := n.Capacity.Total, n.Capacity.Free
+	reported := store.Usage{VCPUs: t.VCPUs - f.VCPUs, MemoryMiB: t.MemoryMiB - f.MemoryMiB, MacOS: t.MacOSSlots - f.MacOSSlots}
+	used := scheduler.Resources{
+		VCPUs:      max(u.Running.VCPUs, reported.VCPUs) + u.Reserved.VCPUs,
+		MemoryMiB:  max(u.Running.MemoryMiB, reported.MemoryMiB) + u.Reserved.MemoryMiB,
+		MacOSSlots: max(u.Running.MacOS, reported.MacOS) + u.Reserved.MacOS,
+	}
+	sn := scheduler.Node{
+		Name: n.Name, Up: n.State == store.NodeUp, Healthy: healthy, GuestOS: n.GuestOS,
+		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending,
+		Labels: n.Labels, Nested: n.Nested, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS),
+		Total: scheduler.Resources{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, MacOSSlots: t.MacOSSlots},
+		Used:  used,
+	}
+	for _, vm := range n.VMs {
+		sn.VMs = append(sn.VMs, scheduler.VMRef{Tenant: vm.Tenant, GuestOS: vm.GuestOS})
+	}
+	return sn
+}
+
+func schedulerPolicy(p store.Policy) scheduler.Policy {
+	return scheduler.Policy{RequireLeaseForMacOS: p.RequireLeaseForMacOS, ExclusiveLeasedHosts: p.ExclusiveLeasedHosts}
+}
+
+// capacity is GET /fleet/capacity: what the caller could launch now.
+func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
+	_, nodes, err := s.snapshot(r.Context())
+	if err != nil {
+		s.storeError(w, "read the fleet", err)
+		return
+	}
+	pol, err := s.opts.Store.GetPolicy(r.Context())
+	if err != nil {
+		s.storeError(w, "read the policy", err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, scheduler.Capacity(nodes, tenantID(PrincipalOf(r.Context())), schedulerPolicy(pol)))
+}
+
+func tenantID(p Principal) string {
+	if p.Tenant != nil {
+		return p.Tenant.ID
+	}
+	return ""
+}
+
+// storeError answers a store failure that is not the caller's fault.
+func (s *Server) storeError(w http.ResponseWriter, what string, err error) {
+	switch {
+	case errors.Is(err, store.ErrInvalid):
+		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
+	case errors.Is(err, store.ErrConflict):
+		jsonapi.WriteError(w, http.StatusServiceUnavailable, "could not "+what+": too many concurrent changes", "retry in a moment")
+	default:
+		s.log.Error("store", "op", what, "error", err)
+		jsonapi.WriteError(w, http.StatusServiceUnavailable, "could not "+what+": central's store does not answer", "retry; if it persists, check central's etcd")
+	}
+}

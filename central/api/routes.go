@@ -1,0 +1,90 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/gorilla/mux"
+)
+
+// Routes is the access table: every route central serves and who may call
+// it. A route missing here is not served; the access test walks this table
+// with every kind of credential.
+func Routes() []Route {
+	h := func(f func(*Server, http.ResponseWriter, *http.Request)) func(*Server) http.HandlerFunc {
+		return func(s *Server) http.HandlerFunc { return func(w http.ResponseWriter, r *http.Request) { f(s, w, r) } }
+	}
+	return []Route{
+		{Method: "GET", Path: "/healthz", Access: Public, handler: h((*Server).healthz)},
+		{Method: "GET", Path: "/metrics", Access: Operator, handler: h((*Server).metrics)},
+
+		{Method: "POST", Path: "/fleet/nodes/{name}/heartbeat", Access: Operator, NoActivity: true, handler: h((*Server).heartbeat)},
+		{Method: "GET", Path: "/fleet/nodes", Access: Operator, handler: h((*Server).listNodes)},
+		{Method: "GET", Path: "/fleet/nodes/{name}", Access: Tenant, handler: h((*Server).getNode)},
+		{Method: "GET", Path: "/fleet/capacity", Access: Tenant, handler: h((*Server).capacity)},
+
+		{Method: "GET", Path: "/fleet/tenants", Access: Operator, handler: h((*Server).listTenants)},
+		{Method: "POST", Path: "/fleet/tenants", Access: Operator, handler: h((*Server).createTenant)},
+		{Method: "GET", Path: "/fleet/tenants/me", Access: Tenant, handler: h((*Server).tenantMe)},
+		{Method: "GET", Path: "/fleet/tenants/{id}", Access: Operator, handler: h((*Server).getTenant)},
+		{Method: "PATCH", Path: "/fleet/tenants/{id}", Access: Operator, handler: h((*Server).updateTenant)},
+		{Method: "DELETE", Path: "/fleet/tenants/{id}", Access: Operator, handler: h((*Server).deleteTenant)},
+		{Method: "POST", Path: "/fleet/tenants/{id}/rotate-token", Access: Operator, handler: h((*Server).rotateTenantToken)},
+
+		{Method: "GET", Path: "/fleet/policy", Access: Operator, handler: h((*Server).getPolicy)},
+		{Method: "PUT", Path: "/fleet/policy", Access: Operator, handler: h((*Server).putPolicy)},
+
+		{Method: "GET", Path: "/fleet/images", Access: Tenant, handler: h((*Server).listImages)},
+		{Method: "PUT", Path: "/fleet/images/{name}", Access: Operator, handler: h((*Server).putImage)},
+		{Method: "DELETE", Path: "/fleet/images/{name}", Access: Operator, handler: h((*Server).deleteImage)},
+
+		{Method: "GET", Path: "/fleet/vms", Access: Tenant, handler: h((*Server).listVMs)},
+		{Method: "POST", Path: "/fleet/vms", Access: Tenant, handler: h((*Server).createVM)},
+		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}", Access: Tenant, handler: h((*Server).deleteVM)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/exec", Access: Tenant, handler: h((*Server).execVM)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/start", Access: Tenant, handler: h(vmAction("start"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/stop", Access: Tenant, handler: h(vmAction("stop"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/restart", Access: Tenant, handler: h(vmAction("restart"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/pause", Access: Tenant, handler: h(vmAction("pause"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/resume", Access: Tenant, handler: h(vmAction("resume"))},
+		{Method: "GET", Path: "/fleet/vms/{node}/{id}/logs", Access: Tenant, handler: h((*Server).vmLogs)},
+
+		{Method: "POST", Path: "/fleet/reconcile", Access: Operator, handler: h((*Server).reconcile)},
+		{Method: "GET", Path: "/fleet/events", Access: Tenant, handler: h((*Server).listEvents)},
+	}
+}
+
+// targetOf finds the name or id a change is about, for the activity log:
+// "name" or "id" from a JSON body (nothing else of the body is kept, and an
+// exec's body is never read), else the route's own name or id.
+func targetOf(r *http.Request) string {
+	if !strings.HasSuffix(r.URL.Path, "/exec") && r.Body != nil && r.ContentLength != 0 {
+		data, err := io.ReadAll(io.LimitReader(r.Body, jsonapi.MaxBodyBytes+1))
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		if err == nil {
+			var b struct {
+				Name string `json:"name"`
+				ID   string `json:"id"`
+			}
+			if json.Unmarshal(data, &b) == nil {
+				if b.Name != "" {
+					return b.Name
+				}
+				if b.ID != "" {
+					return b.ID
+				}
+			}
+		}
+	}
+	v := mux.Vars(r)
+	for _, k := range []string{"id", "name", "node"} {
+		if v[k] != "" {
+			return v[k]
+		}
+	}
+	return ""
+}

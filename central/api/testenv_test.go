@@ -1,0 +1,304 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// testFleetToken is the operator's token in tests.
+const testFleetToken = "fleet-token-0123456789abcdef"
+
+// etcdHost is the one embedded etcd of this test binary (starting one costs
+// a few hundred milliseconds); every env gets its own key prefix on it.
+var (
+	etcdHost   *store.Store
+	envCounter atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "central-api-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	etcdHost, err = store.Open(context.Background(), store.Options{DataDir: dir, UnsafeNoFsync: true,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "etcd", Level: hclog.Error, Output: os.Stderr})})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the embedded etcd:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	etcdHost.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is a fleet API on a real etcd (its own prefix), with a real activity
+// log, and the spec to check every answer against.
+type env struct {
+	t      *testing.T
+	srv    *httptest.Server
+	api    *Server
+	store  *store.Store
+	audit  *audit.Log
+	dir    string // the state directory (the activity log's)
+	logs   *syncBuffer
+	doc    *openapi3.T
+	router routers.Router
+}
+
+// newEnv starts a fleet API. configure may change the options (FleetToken
+// is testFleetToken unless it says otherwise).
+func newEnv(t *testing.T, configure func(*Options)) *env {
+	t.Helper()
+	prefix := fmt.Sprintf("/test-%d-%d/", os.Getpid(), envCounter.Add(1))
+	st, err := store.Open(context.Background(), store.Options{Endpoints: etcdHost.Endpoints(), Prefix: prefix,
+		ID: "central-" + prefix[1:len(prefix)-1], SessionTTL: 5})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	dir := t.TempDir()
+	al, err := audit.Open(audit.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	opts := Options{Store: st, FleetToken: testFleetToken, Version: "test", Activity: al,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "api", Level: hclog.Info, Output: logs})}
+	if configure != nil {
+		configure(&opts)
+	}
+	s := New(opts)
+	srv := httptest.NewServer(s)
+
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile("../../schemas/fleet-openapi.yaml")
+	if err != nil {
+		t.Fatalf("load spec: %v", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("schemas/fleet-openapi.yaml is not valid OpenAPI: %v", err)
+	}
+	doc.Servers = openapi3.Servers{{URL: srv.URL}}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Close()
+		al.Close()
+		st.Close()
+	})
+	return &env{t: t, srv: srv, api: s, store: st, audit: al, dir: dir, logs: logs, doc: doc, router: router}
+}
+
+// syncBuffer collects the server's log lines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// req is one API call.
+type req struct {
+	method, path string
+	token        string // "" for none
+	body         string // "" for none
+	ctype        string // application/json when there is a body, unless set
+}
+
+// resp is an answer, already checked against the spec.
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+	// specErr is what the spec says of the request (nil: a valid request).
+	specErr error
+}
+
+func (r resp) errorBody(t *testing.T) sdk.ErrorBody {
+	t.Helper()
+	var e sdk.ErrorBody
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("error body %q: %v", r.body, err)
+	}
+	return e
+}
+
+func (r resp) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("body %q: %v", r.body, err)
+	}
+}
+
+var specOptions = &openapi3filter.Options{
+	IncludeResponseStatus: true,
+	MultiError:            true,
+	AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+		h := in.RequestValidationInput.Request.Header.Get("Authorization")
+		if !strings.HasPrefix(h, "Bearer ") || len(h) == len("Bearer ") {
+			return errors.New("no bearer token")
+		}
+		return nil
+	},
+}
+
+// call sends a request and holds the answer to schemas/fleet-openapi.yaml:
+// its status must be listed for the route and its body must match. Whether
+// the request itself matched the spec is returned (tests send bad ones on
+// purpose).
+func (e *env) call(r req) resp {
+	e.t.Helper()
+	newRequest := func() *http.Request {
+		var body io.Reader
+		if r.body != "" {
+			body = strings.NewReader(r.body)
+		}
+		hr, err := http.NewRequest(r.method, e.srv.URL+r.path, body)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if r.token != "" {
+			hr.Header.Set("Authorization", "Bearer "+r.token)
+		}
+		if r.body != "" {
+			ct := r.ctype
+			if ct == "" {
+				ct = "application/json"
+			}
+			hr.Header.Set("Content-Type", ct)
+		}
+		return hr
+	}
+	ctx := context.Background()
+	probe := newRequest()
+	route, params, routeErr := e.router.FindRoute(probe)
+	var input *openapi3filter.RequestValidationInput
+	var specErr error
+	if routeErr == nil {
+		input = &openapi3filter.RequestValidationInput{Request: probe, PathParams: params, Route: route, Options: specOptions}
+		specErr = openapi3filter.ValidateRequest(ctx, input)
+	} else {
+		specErr = fmt.Errorf("no such route in the spec: %w", routeErr)
+	}
+
+	hr, err := http.DefaultClient.Do(newRequest())
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", r.method, r.path, err)
+	}
+	body, err := io.ReadAll(hr.Body)
+	_ = hr.Body.Close()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := resp{status: hr.StatusCode, header: hr.Header, body: body, specErr: specErr}
+	if routeErr == nil {
+		err := openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: input, Status: hr.StatusCode, Header: hr.Header,
+			Body: io.NopCloser(bytes.NewReader(body)), Options: specOptions,
+		})
+		if err != nil {
+			e.t.Fatalf("%s %s -> %d %s\ndoes not match schemas/fleet-openapi.yaml: %v", r.method, r.path, hr.StatusCode, body, err)
+		}
+	} else {
+		// Routes outside the spec (404, 405) still answer the spec's error body.
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			e.t.Fatalf("%s %s -> %d: body is not JSON: %q", r.method, r.path, hr.StatusCode, body)
+		}
+		if err := e.doc.Components.Schemas["Error"].Value.VisitJSON(v); err != nil || hr.StatusCode < 400 {
+			e.t.Fatalf("%s %s -> %d %s: not an error body of the spec: %v", r.method, r.path, hr.StatusCode, body, err)
+		}
+	}
+	if hr.StatusCode >= 400 && r.path != "/healthz" { // a sick healthz answers its own body
+		if eb := out.errorBody(e.t); eb.Error == "" {
+			e.t.Fatalf("%s %s -> %d with an empty error", r.method, r.path, hr.StatusCode)
+		}
+	}
+	return out
+}
+
+// must sends a request the spec accepts and expects the status. A request
+// without a token is outside the spec (which requires one everywhere but
+// /healthz) and is sent anyway: lab mode and 401s are tested with them.
+func (e *env) must(r req, status int) resp {
+	e.t.Helper()
+	out := e.call(r)
+	if out.specErr != nil && r.token != "" {
+		e.t.Fatalf("%s %s: the spec refuses this request: %v", r.method, r.path, out.specErr)
+	}
+	if out.status != status {
+		e.t.Fatalf("%s %s -> %d %s, want %d", r.method, r.path, out.status, out.body, status)
+	}
+	return out
+}
+
+// createTenant makes a tenant through the API and returns it with its token.
+func (e *env) createTenant(name, quota string) (tenantView, string) {
+	e.t.Helper()
+	body := fmt.Sprintf(`{"name": %q}`, name)
+	if quota != "" {
+		body = fmt.Sprintf(`{"name": %q, "quota": %s}`, name, quota)
+	}
+	var out tenantWithToken
+	e.must(req{method: "POST", path: "/fleet/tenants", token: testFleetToken, body: body}, 201).decode(e.t, &out)
+	return out.Tenant, out.Token
+}
+
+// dump is every key and value under the env's prefix: what "nothing was
+// written" is checked against.
+func (e *env) dump() map[string]string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := e.store.Client().Get(ctx, e.store.Prefix(), clientv3.WithPrefix())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
+
+// auditFile is the activity log file's content.
+func (e *env) auditFile() string {
+	e.t.Helper()
+	b, err := os.ReadFile(e.audit.Path())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,627 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/scheduler"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/gorilla/mux"
+)
+
+// Timeouts of central's calls to nodes. A create waits for the hypervisor to
+// start the VM; a list must not let one slow node hold up the fleet's answer.
+const (
+	nodeCreateTimeout = 2 * time.Minute
+	nodeCallTimeout   = 30 * time.Second
+	nodeListTimeout   = 5 * time.Second
+	// placeTries bounds how often a create is placed again when the node it
+	// chose filled up between the placement and the reservation.
+	placeTries = 5
+)
+
+// The node agent's rules for names and labels, checked here too so that a
+// bad request is refused before anything is reserved.
+var (
+	vmNameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+)
+
+// createVM places a VM: the scheduler picks a node, the tenant's quota and
+// the node's capacity are reserved in one etcd transaction, the node creates
+// the VM stamped with the tenant, and the reservation becomes a ledger entry
+// (or is released when the node fails).
+func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalOf(r.Context())
+	var req sdk.FleetCreateVMRequest
+	if e := jsonapi.ReadBody(w, r, &req, true, specHint); e != nil {
+		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
+		return
+	}
+	spec, imageName, status, msg, hint := s.resolveCreate(r.Context(), p, &req)
+	if status != 0 {
+		jsonapi.WriteError(w, status, msg, hint)
+		return
+	}
+	pol, err := s.opts.Store.GetPolicy(r.Context())
+	if err != nil {
+		s.storeError(w, "read the policy", err)
+		return
+	}
+	tenant := tenantID(p)
+	placeReq := scheduler.Request{Tenant: tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
+		NodeSelector: req.NodeSelector, Nested: req.Nested, Node: req.Node}
+
+	var (
+		decision scheduler.Decision
+		res      *store.Reservation
+		node     *store.Node
+		lastErr  error
+	)
+	for try := 0; try < placeTries && res == nil; try++ {
+		stored, nodes, err := s.snapshot(r.Context())
+		if err != nil {
+			s.storeError(w, "read the fleet", err)
+			return
+		}
+		decision, err = scheduler.Place(nodes, placeReq, schedulerPolicy(pol), scheduler.BinPack)
+		var np *scheduler.NoPlacementError
+		switch {
+		case errors.As(err, &np):
+			body := sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
+				Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"}
+			jsonapi.Write(w, http.StatusConflict, body)
+			return
+		case err != nil:
+			jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
+			return
+		}
+		for i := range stored {
+			if stored[i].Name == decision.Node {
+				node = &stored[i]
+			}
+		}
+		res, err = s.opts.Store.Reserve(r.Context(), store.ReserveRequest{Tenant: tenant, Node: decision.Node,
+			VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: spec.GuestOS == store.GuestMacOS})
+		var qe *store.QuotaError
+		switch {
+		case err == nil:
+		case errors.As(err, &qe):
+			jsonapi.WriteError(w, http.StatusTooManyRequests, qe.Error(),
+				fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too); delete VMs you no longer need, or ask the operator to raise %s",
+					qe.Field, p.Tenant.Name, qe.Field))
+			return
+		case errors.Is(err, store.ErrNotFound) && p.Tenant != nil && s.tenantGone(r.Context(), p.Tenant.ID):
+			jsonapi.WriteError(w, http.StatusUnauthorized, "tenant no longer exists", "ask the operator for a new token")
+			return
+		case errors.Is(err, store.ErrNoCapacity), errors.Is(err, store.ErrNotFound):
+			// The node filled up (or went) since the snapshot: place again.
+			lastErr = err
+		case errors.Is(err, store.ErrInvalid) && p.Tenant != nil:
+			jsonapi.WriteError(w, http.StatusForbidden, "tenant "+p.Tenant.Name+" is disabled", "ask the operator to enable it")
+			return
+		default:
+			s.storeError(w, "reserve room for the vm", err)
+			return
+		}
+	}
+	if res == nil {
+		jsonapi.WriteError(w, http.StatusConflict, "no node kept room for the vm: "+lastErr.Error(),
+			"the fleet is filling up under concurrent creates; GET /fleet/capacity shows what fits now, then retry")
+		return
+	}
+
+	// From here on the request's own context is not used: a client that goes
+	// away must not leave a VM without its ledger entry or a reservation held.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodeCreateTimeout)
+	defer cancel()
+	vm, err := s.createOnNode(ctx, node, spec)
+	if err != nil {
+		if rerr := s.opts.Store.Release(ctx, res); rerr != nil {
+			s.log.Warn("release reservation (it lapses with this central's lease)", "reservation", res.ID, "error", rerr)
+		}
+		s.nodeError(w, p, node, "create the vm", err)
+		return
+	}
+	entry := store.LedgerEntry{VMID: vm.ID, Name: vm.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
+		GuestOS: spec.GuestOS, Image: imageName, StartedAt: s.opts.Now().UTC()}
+	if _, err := s.opts.Store.Commit(ctx, res, entry); err != nil {
+		// The VM runs; the reconciler adopts it from its tenant stamp.
+		s.log.Error("record the ledger entry of a created vm; the reconciler will adopt it", "node", node.Name, "vm", vm.ID, "error", err)
+		_ = s.opts.Store.Release(ctx, res)
+	}
+	w.Header().Set("Location", "/fleet/vms/"+node.Name+"/"+vm.ID)
+	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: node.Name, VM: *vm,
+		Placement: sdk.Placement{Reason: decision.Reason, Considered: verdicts(decision.Considered)}})
+}
+
+func (s *Server) tenantGone(ctx context.Context, id string) bool {
+	_, err := s.opts.Store.GetTenant(ctx, id)
+	return errors.Is(err, store.ErrNotFound)
+}
+
+func (s *Server) createOnNode(ctx context.Context, n *store.Node, spec sdk.CreateVMRequest) (*sdk.VM, error) {
+	nc, err := s.nodes.client(n)
+	if err != nil {
+		return nil, err
+	}
+	return nc.CreateVM(ctx, spec)
+}
+
+func verdicts(vs []scheduler.Verdict) []sdk.PlacementVerdict {
+	out := make([]sdk.PlacementVerdict, len(vs))
+	for i, v := range vs {
+		out[i] = sdk.PlacementVerdict{Node: v.Node, Fits: v.Fits, Score: v.Score, Reasons: v.Reasons}
+	}
+	return out
+}
+
+// resolveCreate checks a create request and turns it into the node's
+// request (image path, guest OS and size filled from the catalog). It
+// returns the image's name for the ledger, or a status with a message and a
+// hint when the request is refused.
+func (s *Server) resolveCreate(ctx context.Context, p Principal, req *sdk.FleetCreateVMRequest) (spec sdk.CreateVMRequest, image string, status int, msg, hint string) {
+	bad := func(m, h string) (sdk.CreateVMRequest, string, int, string, string) {
+		return sdk.CreateVMRequest{}, "", http.StatusBadRequest, m, h
+	}
+	if !vmNameRE.MatchString(req.Name) {
+		return bad(fmt.Sprintf("name %q is not a valid vm name", req.Name), "use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+	}
+	spec = sdk.CreateVMRequest{Name: req.Name, GuestOS: req.GuestOS, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
+		Display: req.Display, Network: req.Network, TTLSeconds: req.TTLSeconds, Labels: req.Labels, Tenant: tenantID(p)}
+	switch {
+	case req.Image != "" && req.ImagePath != "":
+		return bad("give image or image_path, not both", "image names a catalog image; image_path a disk on the nodes")
+	case req.ImagePath != "":
+		if !p.Operator {
+			names, _ := s.catalogNames(ctx)
+			return sdk.CreateVMRequest{}, "", http.StatusForbidden, "image_path is for the operator",
+				"launch a catalog image by name instead (\"image\"): " + names
+		}
+		if !filepath.IsAbs(req.ImagePath) {
+			return bad("image_path must be an absolute path on the nodes", "or launch a catalog image by name (\"image\")")
+		}
+		spec.Image, image = req.ImagePath, req.ImagePath
+	default:
+		names, err := s.catalogNames(ctx)
+		if err != nil {
+			return sdk.CreateVMRequest{}, "", http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment"
+		}
+		if req.Image == "" {
+			return bad("image is required: a catalog image's name", "catalog images: "+names)
+		}
+		im, err := s.opts.Store.GetImage(ctx, req.Image)
+		if !store.ValidName(req.Image) || errors.Is(err, store.ErrNotFound) {
+			return bad(fmt.Sprintf("no image %q in the catalog", req.Image), "catalog images: "+names)
+		}
+		if err != nil {
+			return sdk.CreateVMRequest{}, "", http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment"
+		}
+		if spec.GuestOS != "" && spec.GuestOS != im.GuestOS {
+			return bad(fmt.Sprintf("guest_os %q does not match image %s, a %s image", spec.GuestOS, im.Name, im.GuestOS),
+				"leave guest_os out: the catalog image sets it")
+		}
+		spec.GuestOS, spec.Image, image = im.GuestOS, im.Image, im.Name
+		if spec.VCPUs == 0 {
+			spec.VCPUs = im.VCPUs
+		}
+		if spec.MemoryMiB == 0 {
+			spec.MemoryMiB = im.MemoryMiB
+		}
+	}
+	if spec.GuestOS == "" {
+		spec.GuestOS = store.GuestLinux
+	}
+	switch {
+	case spec.GuestOS != store.GuestLinux && spec.GuestOS != store.GuestMacOS:
+		return bad(fmt.Sprintf("guest_os %q is not known", spec.GuestOS), `use "linux" or "macos"`)
+	case spec.VCPUs < 1 || spec.VCPUs > 1024:
+		return bad(fmt.Sprintf("vcpus must be between 1 and 1024, not %d", spec.VCPUs), "ask for 1 or more vCPUs")
+	case spec.MemoryMiB < 64 || spec.MemoryMiB > 16<<20:
+		return bad(fmt.Sprintf("memory_mib must be between 64 and 16777216, not %d", spec.MemoryMiB), "ask for at least 64 MiB")
+	case spec.TTLSeconds < 0:
+		return bad("ttl_seconds must not be negative", "leave it out for a VM that lives until deleted")
+	case spec.Network != "" && spec.Network != "user" && spec.Network != "none":
+		return bad(fmt.Sprintf("network %q is not known", spec.Network), `use "user" (NAT) or "none"`)
+	case req.Node != "" && !store.ValidName(req.Node):
+		return bad(fmt.Sprintf("node %q is not a valid node name", req.Node), "GET /fleet/capacity lists the nodes you may use")
+	case len(req.Labels) > maxLabels || len(req.NodeSelector) > maxLabels:
+		return bad(fmt.Sprintf("at most %d labels and %d node_selector entries", maxLabels, maxLabels), "trim them")
+	}
+	for _, m := range []map[string]string{req.Labels, req.NodeSelector} {
+		for k, v := range m {
+			if !labelKeyRE.MatchString(k) || len(v) > 256 {
+				return bad(fmt.Sprintf("label %q is not valid", k),
+					"label keys are 1-63 letters, digits, '.', '_', '/' or '-'; values at most 256 characters")
+			}
+		}
+	}
+	return spec, image, 0, "", ""
+}
+
+// catalogNames lists the catalog for hints.
+func (s *Server) catalogNames(ctx context.Context) (string, error) {
+	ims, err := s.opts.Store.ListImages(ctx)
+	if err != nil {
+		return "", err
+	}
+	if len(ims) == 0 {
+		return "(none yet: the operator adds them with PUT /fleet/images/{name})", nil
+	}
+	names := make([]string, len(ims))
+	for i, im := range ims {
+		names[i] = im.Name
+	}
+	return strings.Join(names, ", "), nil
+}
+
+// listVMs merges every node's VM list. Nodes that are down or do not answer
+// are named in unreachable_nodes and their VMs shown as last reported. A
+// tenant sees only its own VMs, and only the unreachable nodes that run them.
+func (s *Server) listVMs(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalOf(r.Context())
+	ns, err := s.opts.Store.ListNodes(r.Context())
+	if err != nil {
+		s.storeError(w, "list nodes", err)
+		return
+	}
+	var owned map[string]bool             // node/vm id of the tenant's ledger entries
+	var tenantEntries []store.LedgerEntry // the tenant's running entries
+	if p.Tenant != nil {
+		tenantEntries, err = s.opts.Store.RunningForTenant(r.Context(), p.Tenant.ID)
+		if err != nil {
+			s.storeError(w, "read the ledger", err)
+			return
+		}
+		owned = map[string]bool{}
+		for _, e := range tenantEntries {
+			owned[e.Node+"/"+e.VMID] = true
+		}
+	}
+	mine := func(node, id, stamp string) bool {
+		return p.Tenant == nil || stamp == p.Tenant.ID || owned[node+"/"+id]
+	}
+
+	type answer struct {
+		vms []sdk.VM
+		err error
+	}
+	answers := make([]answer, len(ns))
+	var wg sync.WaitGroup
+	for i := range ns {
+		if ns[i].State != store.NodeUp {
+			answers[i].err = errors.New("node is down: no heartbeat since " + ns[i].LastHeartbeat.Format(time.RFC3339))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(r.Context(), nodeListTimeout)
+			defer cancel()
+			nc, err := s.nodes.client(&ns[i])
+			if err == nil {
+				answers[i].vms, err = nc.ListVMs(ctx)
+			}
+			answers[i].err = err
+		}()
+	}
+	wg.Wait()
+
+	out := sdk.FleetVMList{VMs: []sdk.FleetVM{}, UnreachableNodes: []sdk.UnreachableNode{}}
+	for i, n := range ns {
+		a := answers[i]
+		if a.err == nil {
+			for _, vm := range a.vms {
+				if mine(n.Name, vm.ID, vm.Tenant) {
+					out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, VM: vm})
+				}
+			}
+			continue
+		}
+		// Out of sight: the VMs of the node's last heartbeat, and those the
+		// ledger runs there that the heartbeat did not carry yet.
+		shown := 0
+		seen := map[string]bool{}
+		for _, vm := range n.VMs {
+			seen[vm.ID] = true
+			if mine(n.Name, vm.ID, vm.Tenant) {
+				shown++
+				out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, VM: sdk.VM{ID: vm.ID, Name: vm.Name,
+					Tenant: vm.Tenant, State: vm.State, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS}})
+			}
+		}
+		entries := tenantEntries
+		if p.Tenant == nil {
+			if entries, err = s.opts.Store.RunningOnNode(r.Context(), n.Name); err != nil {
+				s.storeError(w, "read the ledger", err)
+				return
+			}
+		}
+		for _, e := range entries {
+			if e.Node != n.Name || seen[e.VMID] {
+				continue
+			}
+			shown++
+			out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, VM: sdk.VM{ID: e.VMID, Name: e.Name,
+				Tenant: e.Tenant, State: "unknown", VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, GuestOS: e.GuestOS, Image: e.Image,
+				CreatedAt: e.StartedAt}})
+		}
+		switch {
+		case p.Operator:
+			hb := n.LastHeartbeat
+			out.UnreachableNodes = append(out.UnreachableNodes, sdk.UnreachableNode{Node: n.Name, Error: a.err.Error(), LastHeartbeat: &hb})
+		case shown > 0:
+			out.UnreachableNodes = append(out.UnreachableNodes, sdk.UnreachableNode{Node: n.Name})
+		}
+	}
+	sort.SliceStable(out.VMs, func(i, j int) bool {
+		if out.VMs[i].Node != out.VMs[j].Node {
+			return out.VMs[i].Node < out.VMs[j].Node
+		}
+		return out.VMs[i].CreatedAt.Before(out.VMs[j].CreatedAt)
+	})
+	jsonapi.Write(w, http.StatusOK, out)
+}
+
+// target is a VM named by a /fleet/vms/{node}/{id} route, resolved for the
+// caller.
+type target struct {
+	node  *store.Node
+	entry *store.LedgerEntry // nil: not created through central (or not yet recorded)
+	id    string             // the VM's id (or name) on the node
+}
+
+// resolve finds the VM of a /fleet/vms/{node}/{id} route. A tenant gets 404
+// for a VM that is not its own, exactly as for one that does not exist: the
+// ledger says whose a VM is, and for a VM the ledger has not recorded yet
+// (a crash between the node's create and the ledger write), the node's
+// tenant stamp does.
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (*target, bool) {
+	p := PrincipalOf(r.Context())
+	v := mux.Vars(r)
+	nodeName, id := v["node"], v["id"]
+	notFound := func() (*target, bool) {
+		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", id, nodeName), "GET /fleet/vms lists your VMs with their nodes")
+		return nil, false
+	}
+	if !store.ValidName(nodeName) || id == "" || len(id) > 128 {
+		return notFound()
+	}
+	n, err := s.opts.Store.GetNode(r.Context(), nodeName)
+	if errors.Is(err, store.ErrNotFound) {
+		return notFound()
+	}
+	if err != nil {
+		s.storeError(w, "read node "+nodeName, err)
+		return nil, false
+	}
+	es, err := s.opts.Store.RunningOnNode(r.Context(), nodeName)
+	if err != nil {
+		s.storeError(w, "read the ledger", err)
+		return nil, false
+	}
+	t := &target{node: n, id: id}
+	for i := range es {
+		if es[i].VMID == id || es[i].Name == id {
+			t.entry, t.id = &es[i], es[i].VMID
+			break
+		}
+	}
+	if p.Tenant == nil {
+		return t, true
+	}
+	if t.entry != nil {
+		if t.entry.Tenant != p.Tenant.ID {
+			return notFound()
+		}
+		return t, true
+	}
+	// Not in the ledger: only the node's stamp can make it the tenant's.
+	if n.State != store.NodeUp {
+		return notFound()
+	}
+	nc, err := s.nodes.client(n)
+	if err != nil {
+		return notFound()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), nodeListTimeout)
+	defer cancel()
+	vm, err := nc.GetVM(ctx, id)
+	if err != nil || vm.Tenant != p.Tenant.ID {
+		return notFound()
+	}
+	t.id = vm.ID
+	return t, true
+}
+
+// nodeClient is the client for a target's node, or an answer when the node
+// is down.
+func (s *Server) nodeClient(w http.ResponseWriter, t *target) (*sdk.NodeClient, bool) {
+	if t.node.State != store.NodeUp {
+		jsonapi.WriteError(w, http.StatusServiceUnavailable,
+			fmt.Sprintf("node %s is down: no heartbeat since %s", t.node.Name, t.node.LastHeartbeat.Format(time.RFC3339)),
+			"its VMs are unreachable, not lost; retry once the node reports again")
+		return nil, false
+	}
+	nc, err := s.nodes.client(t.node)
+	if err != nil {
+		jsonapi.WriteError(w, http.StatusBadGateway, err.Error(), "the node's heartbeat must carry its API address")
+		return nil, false
+	}
+	return nc, true
+}
+
+// nodeError answers a failed call to a node. The node's own refusals pass
+// through (they are about the caller's VM); a node that refuses central's
+// token or does not answer is central's problem, told as such.
+func (s *Server) nodeError(w http.ResponseWriter, p Principal, n *store.Node, what string, err error) {
+	var ae *sdk.APIError
+	var ce *sdk.ConnectError
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
+		// (A 403 is the node's policy refusing the request, passed on below.)
+		s.log.Error("node refuses central's fleet token", "node", n.Name)
+		jsonapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("node %s refused central's token", n.Name),
+			"the operator must list central's fleet token among the node's tokens.admin")
+	case errors.As(err, &ae):
+		jsonapi.WriteError(w, ae.Status, fmt.Sprintf("node %s: %s", n.Name, ae.Message), ae.Hint)
+	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
+		s.log.Warn("node does not answer", "node", n.Name, "op", what, "error", err)
+		msg := fmt.Sprintf("node %s did not answer: could not %s", n.Name, what)
+		if p.Operator {
+			msg += ": " + err.Error()
+		}
+		jsonapi.WriteError(w, http.StatusBadGateway, msg, "retry; GET /fleet/vms shows whether the VM is there")
+	default:
+		s.log.Error("call node", "node", n.Name, "op", what, "error", err)
+		jsonapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("node %s: could not %s", n.Name, what), "retry in a moment")
+	}
+}
+
+// deleteVM deletes a VM on its node and ends its ledger entry.
+func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
+	t, ok := s.resolve(w, r)
+	if !ok {
+		return
+	}
+	nc, ok := s.nodeClient(w, t)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodeCallTimeout)
+	defer cancel()
+	err := nc.DeleteVM(ctx, t.id)
+	gone := sdk.IsNotFound(err)
+	if err != nil && !gone {
+		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the vm", err)
+		return
+	}
+	if t.entry != nil {
+		reason := "deleted"
+		if gone {
+			reason = "vanished"
+		}
+		if _, err := s.opts.Store.EndEntry(ctx, t.entry.ID, reason, s.opts.Now()); err != nil {
+			// The reconciler closes it when it sees the VM gone.
+			s.log.Error("end ledger entry", "entry", t.entry.ID, "error", err)
+		}
+	}
+	if gone {
+		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", t.id, t.node.Name), "GET /fleet/vms lists your VMs")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// execVM runs a command in a VM through its node. The body is passed on and
+// never logged.
+func (s *Server) execVM(w http.ResponseWriter, r *http.Request) {
+	t, ok := s.resolve(w, r)
+	if !ok {
+		return
+	}
+	var req sdk.ExecRequest
+	if e := jsonapi.ReadBody(w, r, &req, true, specHint); e != nil {
+		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
+		return
+	}
+	nc, ok := s.nodeClient(w, t)
+	if !ok {
+		return
+	}
+	timeout := 5 * time.Minute
+	if req.TimeoutSeconds > 0 {
+		timeout = time.Duration(req.TimeoutSeconds)*time.Second + nodeCallTimeout
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	res, err := nc.Exec(ctx, t.id, req)
+	if err != nil {
+		s.nodeError(w, PrincipalOf(r.Context()), t.node, "run the command", err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, res)
+}
+
+// vmAction serves start, stop, restart, pause and resume.
+func vmAction(action string) func(*Server, http.ResponseWriter, *http.Request) {
+	return func(s *Server, w http.ResponseWriter, r *http.Request) {
+		t, ok := s.resolve(w, r)
+		if !ok {
+			return
+		}
+		var stop sdk.StopRequest
+		if action == "stop" {
+			if e := jsonapi.ReadBody(w, r, &stop, false, specHint); e != nil {
+				jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
+				return
+			}
+		} else if e := jsonapi.ReadBody(w, r, &struct{}{}, false, specHint); e != nil {
+			jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
+			return
+		}
+		nc, ok := s.nodeClient(w, t)
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), nodeCallTimeout+time.Duration(stop.TimeoutSeconds)*time.Second)
+		defer cancel()
+		var vm *sdk.VM
+		var err error
+		switch action {
+		case "start":
+			vm, err = nc.StartVM(ctx, t.id)
+		case "stop":
+			vm, err = nc.StopVM(ctx, t.id, time.Duration(stop.TimeoutSeconds)*time.Second)
+		case "restart":
+			vm, err = nc.RestartVM(ctx, t.id)
+		case "pause":
+			vm, err = nc.PauseVM(ctx, t.id)
+		case "resume":
+			vm, err = nc.ResumeVM(ctx, t.id)
+		default:
+			err = fmt.Errorf("unknown action %s", action)
+		}
+		if err != nil {
+			s.nodeError(w, PrincipalOf(r.Context()), t.node, action+" the vm", err)
+			return
+		}
+		jsonapi.Write(w, http.StatusOK, sdk.FleetVM{Node: t.node.Name, VM: *vm})
+	}
+}
+
+// vmLogs is the end of a VM's console log, as its node keeps it.
+func (s *Server) vmLogs(w http.ResponseWriter, r *http.Request) {
+	lines, ok := jsonapi.IntParam(w, r, "lines", 0, 0, 100000)
+	if !ok {
+		return
+	}
+	t, ok := s.resolve(w, r)
+	if !ok {
+		return
+	}
+	nc, ok := s.nodeClient(w, t)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), nodeCallTimeout)
+	defer cancel()
+	b, err := nc.Logs(ctx, t.id, lines)
+	if err != nil {
+		s.nodeError(w, PrincipalOf(r.Context()), t.node, "read the console log", err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,187 @@
+// Package central runs FluxVM's control plane (`fluxvm-agent central`): it
+// opens the etcd store, serves the fleet API, and, while this central leads
+// the etcd election, runs the background loops (reconciler, node-down
+// marking). Several centrals may serve one etcd; one leads.
+package central
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/api"
+	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults of Options.
+const (
+	DefaultListen         = "127.0.0.1:7799"
+	DefaultReconcileEvery = 60 * time.Second
+	// ElectionName is the etcd election the background loops run under.
+	ElectionName = "central"
+)
+
+// Options configure Run.
+type Options struct {
+	// Listen is the fleet API's host:port (DefaultListen when empty).
+	Listen string
+	// StateDir holds the embedded etcd (StateDir/etcd) and the activity log.
+	StateDir string
+	// EtcdEndpoints of an external etcd; empty starts an embedded one.
+	EtcdEndpoints []string
+	// FleetToken is the operator's token, which nodes heartbeat with and
+	// central calls nodes with. Empty is lab mode.
+	FleetToken string
+	// ReconcileEvery is the reconciler's period (DefaultReconcileEvery).
+	ReconcileEvery time.Duration
+	// HeartbeatInterval is what nodes are told (api.DefaultHeartbeatInterval);
+	// a node silent for three is marked down.
+	HeartbeatInterval time.Duration
+	// ID names this central in elections (default hostname-pid).
+	ID      string
+	Version string
+	Logger  hclog.Logger
+	// Listening, if set, receives the API's address once it listens.
+	Listening func(addr string)
+}
+
+// Run serves central until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.New(&hclog.LoggerOptions{Name: "central", Level: hclog.Info})
+	}
+	if opts.Listen == "" {
+		opts.Listen = DefaultListen
+	}
+	if opts.ReconcileEvery <= 0 {
+		opts.ReconcileEvery = DefaultReconcileEvery
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = api.DefaultHeartbeatInterval
+	}
+	if opts.StateDir == "" {
+		return errors.New("central: a state directory is required (-state-dir)")
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return fmt.Errorf("central: state dir: %w", err)
+	}
+	st, err := store.Open(ctx, store.Options{Endpoints: opts.EtcdEndpoints, DataDir: filepath.Join(opts.StateDir, "etcd"),
+		Logger: log.Named("store"), ID: opts.ID})
+	if err != nil {
+		return fmt.Errorf("central: %w", err)
+	}
+	defer st.Close()
+	if len(opts.EtcdEndpoints) == 0 {
+		log.Info("embedded etcd", "data", filepath.Join(opts.StateDir, "etcd"), "endpoints", st.Endpoints())
+	}
+	activity, err := audit.Open(audit.Options{Dir: opts.StateDir, Logger: log.Named("audit")})
+	if err != nil {
+		return fmt.Errorf("central: %w", err)
+	}
+	defer activity.Close()
+
+	srv := api.New(api.Options{Store: st, FleetToken: opts.FleetToken, Logger: log.Named("api"), Version: opts.Version,
+		Activity: activity, HeartbeatInterval: opts.HeartbeatInterval})
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("central: fleet api: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	if opts.FleetToken == "" {
+		log.Warn("no -token: lab mode, anyone who reaches the API is the operator until the first tenant exists")
+	}
+	log.Info("central listening", "url", "http://"+ln.Addr().String(), "id", st.ID())
+	if opts.Listening != nil {
+		opts.Listening(ln.Addr().String())
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	loops := make(chan struct{})
+	go func() {
+		defer close(loops)
+		lead(ctx, st, srv, opts, log.Named("leader"))
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		err = fmt.Errorf("central: fleet api: %w", err)
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_ = hs.Shutdown(sctx)
+	<-loops
+	log.Info("central stopped")
+	return err
+}
+
+// lead campaigns for leadership and runs the background loops while this
+// central leads; when leadership is lost (etcd unreachable past the lease)
+// it campaigns again. On ctx's end it resigns, so another central takes over
+// at once rather than after the lease's TTL.
+func lead(ctx context.Context, st *store.Store, srv *api.Server, opts Options, log hclog.Logger) {
+	for ctx.Err() == nil {
+		l, err := st.Campaign(ctx, ElectionName)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("campaign for leadership failed; retrying", "error", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		log.Info("leading: running the reconciler and node checks", "id", st.ID())
+		runLoops(ctx, l.Done(), srv, opts, log)
+		rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = l.Resign(rctx)
+		cancel()
+		if ctx.Err() == nil {
+			log.Warn("lost leadership; campaigning again")
+		}
+	}
+}
+
+// runLoops runs the leader-only work until ctx ends or leadership is lost.
+func runLoops(ctx context.Context, lost <-chan struct{}, srv *api.Server, opts Options, log hclog.Logger) {
+	// Node checks run several times per heartbeat interval so that a node is
+	// marked down close to three intervals after its last heartbeat.
+	check := time.NewTicker(max(opts.HeartbeatInterval/4, 100*time.Millisecond))
+	defer check.Stop()
+	reconcile := time.NewTicker(opts.ReconcileEvery)
+	defer reconcile.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lost:
+			return
+		case <-check.C:
+			if _, err := srv.MarkDownNodes(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("check node heartbeats", "error", err)
+			}
+		case <-reconcile.C:
+			rctx, cancel := context.WithTimeout(ctx, max(opts.ReconcileEvery, time.Minute))
+			if _, err := srv.Reconcile(rctx); err != nil && ctx.Err() == nil {
+				log.Warn("reconcile", "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
