@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export PATH := $(HOME)/go/bin:$(PATH)
 
-.PHONY: help build test unit bench guest-image proto lint deps clean
+.PHONY: help build test unit bench guest-image proto lint deps clean dev
 
 help:
 	@echo "make build        build fluxvm-agent and fluxvm-guest into $(BIN)/"
@@ -23,6 +23,12 @@ build:
 guest-image: deps
 	@scripts/guest-image.sh
 
+# One process with central, a node and a demo tenant; it prints the URL, the
+# tokens and commands to try. Flags go in DEV_FLAGS, e.g. DEV_FLAGS=-reset.
+dev: deps guest-image
+	@$(GO) build -o $(BIN)/ ./cmd/fluxvm-agent ./cmd/fluxctl
+	exec $(BIN)/fluxvm-agent dev $(DEV_FLAGS)
+
 # The real-VM tests boot QEMU under TCG; two packages at a time is what two
 # cores take.
 test: deps guest-image
@@ -35,6 +41,9 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./drivers/sim/
 	$(GO) test -run '^$$' -bench BenchmarkNodeCreateToReady -benchtime 5x -timeout 30m ./cmd/fluxvm-agent/
 	$(GO) test -run '^$$' -bench BenchmarkAgentMemory -benchtime 1x ./cmd/fluxvm-agent/
+	$(GO) test -run '^$$' -bench BenchmarkPlace -benchtime 2s ./scheduler/
+	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 2s ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkHeartbeat2000Nodes -benchtime 1x ./central/api/
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12

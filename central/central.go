@@ -141,7 +141,9 @@ func lead(ctx context.Context, st *store.Store, srv *api.Server, opts Options, l
 			continue
 		}
 		log.Info("leading: running the reconciler and node checks", "id", st.ID())
+		srv.SetLeader(true)
 		runLoops(ctx, l.Done(), srv, opts, log)
+		srv.SetLeader(false)
 		rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = l.Resign(rctx)
 		cancel()

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/audit"
@@ -104,10 +105,13 @@ type Server struct {
 	opts   Options
 	log    hclog.Logger
 	router *mux.Router
-	fleet  []byte // the fleet token, for constant-time comparison
+	// leading is whether this central leads the election (SetLeader).
+	leading atomic.Bool
+	fleet   []byte // the fleet token, for constant-time comparison
 	// prom is this server's Prometheus registry (see health.go).
-	prom  *metrics
-	nodes *nodeCaller
+	prom      *metrics
+	fleetProm *fleetMetrics // placements, reservations, leadership (metrics_fleet.go)
+	nodes     *nodeCaller
 }
 
 // New makes the fleet API.
@@ -123,6 +127,7 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken)}
 	s.prom = newMetrics(opts.Store)
+	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
 	s.nodes = newNodeCaller(opts.FleetToken)
 	for _, rt := range Routes() {
 		rt := rt

@@ -239,6 +239,12 @@ func TestBadBodiesAre400WithHintsAndLeaveNothingBehind(t *testing.T) {
 	if ns, err := st.ListNodes(ctx); err != nil || len(ns) != 1 {
 		t.Errorf("nodes: %v %v, want only sim-1", ns, err)
 	}
+	// The good heartbeat registers its node.
+	var reply sdk.HeartbeatReply
+	fxMust(t, "POST", hbURL, fxToken, good, http.StatusOK, &reply)
+	if reply.State != store.NodeUp || reply.IntervalSeconds != 1 {
+		t.Errorf("heartbeat reply %+v", reply)
+	}
 }
 
 // TestNodeGoesDownAndComesBackWithItsVMs runs central.Run with a one-second
@@ -246,7 +252,9 @@ func TestBadBodiesAre400WithHintsAndLeaveNothingBehind(t *testing.T) {
 // unreachable (to its tenant without error text, to nobody else) and kept in
 // the ledger; after a restart the node is up with the VM. It also walks the
 // reconciler (a VM deleted on the node directly is ended, a stamped VM the
-// ledger lacks is adopted) and tenant isolation (another tenant's VM is 404).
+// ledger lacks is adopted), tenant isolation (another tenant's VM is 404),
+// every VM route through central, and the placement, reservation, leader and
+// node metrics moving with all of it.
 func TestNodeGoesDownAndComesBackWithItsVMs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
@@ -276,10 +284,35 @@ func TestNodeGoesDownAndComesBackWithItsVMs(t *testing.T) {
 	fxMust(t, "PUT", url+"/fleet/images/tiny", fxToken, map[string]any{"guest_os": "linux", "image": img, "vcpus": 1, "memory_mib": 64},
 		http.StatusCreated, nil)
 	acme, acmeToken := fxTenant(t, url, "acme", nil)
-	_, otherToken := fxTenant(t, url, "other", nil)
+	_, otherToken := fxTenant(t, url, "other", map[string]int64{"max_vcpus": 1})
+	fxWait(t, "central leads", 10*time.Second, func() bool { return fxMetrics(t, url)["fluxvm_central_leader"] == 1 })
+	before := fxMetrics(t, url)
 	var created sdk.FleetCreateVMResponse
 	fxMust(t, "POST", url+"/fleet/vms", acmeToken, map[string]any{"name": "web", "image": "tiny"}, http.StatusCreated, &created)
 	vmURL := url + "/fleet/vms/sim-1/" + created.VM.ID
+	// One of each other outcome: over a quota, no node fits, the node refuses.
+	fxMust(t, "POST", url+"/fleet/vms", otherToken, map[string]any{"name": "big", "image": "tiny", "vcpus": 2}, http.StatusTooManyRequests, nil)
+	fxMust(t, "POST", url+"/fleet/vms", acmeToken, map[string]any{"name": "pinned", "image": "tiny", "node": "ghost"}, http.StatusConflict, nil)
+	if code, body := fxCall(t, "POST", url+"/fleet/vms", fxToken, map[string]any{"name": "x", "image_path": "/etc/passwd", "vcpus": 1, "memory_mib": 64}); code/100 != 4 {
+		t.Fatalf("create of an image the node does not allow: %d %s, want the node's 4xx", code, body)
+	}
+	after := fxMetrics(t, url)
+	for name, delta := range map[string]float64{
+		`fluxvm_central_placements_total{result="placed"}`:                  2,
+		`fluxvm_central_placements_total{result="quota"}`:                   1,
+		`fluxvm_central_placements_total{result="no_placement"}`:            1,
+		`fluxvm_central_reservations_total{result="committed"}`:             1,
+		`fluxvm_central_reservations_total{result="released"}`:              1,
+		`fluxvm_central_reservation_seconds_count`:                          2,
+		`fluxvm_central_requests_total{code="201",route="POST /fleet/vms"}`: 1,
+	} {
+		if got := after[name] - before[name]; got != delta {
+			t.Errorf("%s moved by %v, want %v", name, got, delta)
+		}
+	}
+	if after[`fluxvm_central_nodes{state="up"}`] != 1 || after[`fluxvm_central_nodes{state="down"}`] != 0 {
+		t.Errorf("node metrics with sim-1 up: %v up, %v down", after[`fluxvm_central_nodes{state="up"}`], after[`fluxvm_central_nodes{state="down"}`])
+	}
 
 	// Another tenant sees nothing of it and touches nothing.
 	var list sdk.FleetVMList
@@ -305,6 +338,9 @@ func TestNodeGoesDownAndComesBackWithItsVMs(t *testing.T) {
 	killed := time.Now()
 	fxWait(t, "sim-1 marked down", 15*time.Second, func() bool { return fxNodeState(t, url, "sim-1").State == store.NodeDown })
 	t.Logf("marked down %v after the kill", time.Since(killed).Round(100*time.Millisecond))
+	if m := fxMetrics(t, url); m[`fluxvm_central_nodes{state="up"}`] != 0 || m[`fluxvm_central_nodes{state="down"}`] != 1 {
+		t.Errorf("node metrics with sim-1 down: %v up, %v down", m[`fluxvm_central_nodes{state="up"}`], m[`fluxvm_central_nodes{state="down"}`])
+	}
 	fxMust(t, "GET", url+"/fleet/vms", acmeToken, nil, http.StatusOK, &list)
 	if len(list.VMs) != 1 || !list.VMs[0].Unreachable || list.VMs[0].ID != created.VM.ID {
 		t.Fatalf("tenant's list while its node is down: %+v, want its VM marked unreachable", list.VMs)
@@ -337,6 +373,26 @@ func TestNodeGoesDownAndComesBackWithItsVMs(t *testing.T) {
 	if stopped.Node != "sim-1" || stopped.State != sdk.StateStopped {
 		t.Fatalf("stop through central: %+v", stopped)
 	}
+	// The other VM routes, each answer held to the spec by fxCall.
+	for _, action := range []struct{ name, state string }{
+		{"start", sdk.StateRunning}, {"pause", sdk.StatePaused}, {"resume", sdk.StateRunning}, {"restart", sdk.StateRunning},
+	} {
+		var vm sdk.FleetVM
+		fxMust(t, "POST", vmURL+"/"+action.name, acmeToken, nil, http.StatusOK, &vm)
+		if vm.State != action.state {
+			t.Errorf("%s through central: state %s, want %s", action.name, vm.State, action.state)
+		}
+	}
+	if code, body := fxCall(t, "GET", vmURL+"/logs?lines=5", acmeToken, nil); code != http.StatusOK {
+		t.Errorf("logs through central: %d %s", code, body)
+	}
+	// The sim driver runs no guest: the node's 501 passes through.
+	if code, body := fxCall(t, "POST", vmURL+"/exec", acmeToken, map[string]any{"command": "true"}); code != http.StatusNotImplemented {
+		t.Errorf("exec on a sim VM through central: %d %s, want the node's 501", code, body)
+	}
+	fxMust(t, "GET", url+"/fleet/capacity", acmeToken, nil, http.StatusOK, nil)
+	fxMust(t, "GET", url+"/fleet/nodes", fxToken, nil, http.StatusOK, nil)
+	fxMust(t, "GET", url+"/fleet/vms", fxToken, nil, http.StatusOK, nil)
 
 	// The reconciler: a VM deleted on the node directly is ended...
 	fxMust(t, "DELETE", n.url+"/v1/vms/"+created.VM.ID, n.admin, nil, http.StatusNoContent, nil)

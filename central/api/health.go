@@ -144,6 +144,8 @@ type Health struct {
 	// Etcd is "ok" or "unavailable" (the reason is in central's log: this
 	// route is public and must not show endpoints or errors).
 	Etcd string `json:"etcd"`
+	// Leader says whether this central runs the background loops now.
+	Leader bool `json:"leader"`
 }
 
 // healthz answers whether this central can serve: it reads one key from etcd
@@ -151,7 +153,7 @@ type Health struct {
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	h := Health{Status: "ok", Version: s.opts.Version, Etcd: "ok"}
+	h := Health{Status: "ok", Version: s.opts.Version, Etcd: "ok", Leader: s.leading.Load()}
 	if _, err := s.opts.Store.Client().Get(ctx, s.opts.Store.Prefix()+"healthz"); err != nil {
 		s.log.Warn("health check: etcd does not answer", "error", err)
 		h.Status, h.Etcd = "degraded", "unavailable"

@@ -319,7 +319,13 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err = s.opts.Store.DeleteTenant(r.Context(), t.ID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		// A create raced in after the check above.
+		jsonapi.WriteError(w, http.StatusConflict, "tenant "+t.Name+" cannot be deleted now: "+err.Error(),
+			"delete its VMs first (GET /fleet/vms lists them; disable the tenant to stop new ones), then retry")
+		return
+	case err != nil && !errors.Is(err, store.ErrNotFound):
 		s.storeError(w, "delete tenant "+t.Name, err)
 		return
 	}

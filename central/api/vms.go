@@ -78,6 +78,7 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		var np *scheduler.NoPlacementError
 		switch {
 		case errors.As(err, &np):
+			s.fleetProm.placed(placementNoPlacement)
 			body := sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
 				Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"}
 			jsonapi.Write(w, http.StatusConflict, body)
@@ -97,6 +98,7 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil:
 		case errors.As(err, &qe):
+			s.fleetProm.placed(placementQuota)
 			jsonapi.WriteError(w, http.StatusTooManyRequests, qe.Error(),
 				fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too); delete VMs you no longer need, or ask the operator to raise %s",
 					qe.Field, p.Tenant.Name, qe.Field))
@@ -116,10 +118,14 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if res == nil {
+		s.fleetProm.placed(placementNoPlacement)
 		jsonapi.WriteError(w, http.StatusConflict, "no node kept room for the vm: "+lastErr.Error(),
 			"the fleet is filling up under concurrent creates; GET /fleet/capacity shows what fits now, then retry")
 		return
 	}
+
+	s.fleetProm.placed(placementPlaced)
+	reserved := time.Now()
 
 	// From here on the request's own context is not used: a client that goes
 	// away must not leave a VM without its ledger entry or a reservation held.
@@ -130,6 +136,7 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		if rerr := s.opts.Store.Release(ctx, res); rerr != nil {
 			s.log.Warn("release reservation (it lapses with this central's lease)", "reservation", res.ID, "error", rerr)
 		}
+		s.fleetProm.reservationEnded(reservationReleased, reserved)
 		s.nodeError(w, p, node, "create the vm", err)
 		return
 	}
@@ -139,6 +146,9 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		// The VM runs; the reconciler adopts it from its tenant stamp.
 		s.log.Error("record the ledger entry of a created vm; the reconciler will adopt it", "node", node.Name, "vm", vm.ID, "error", err)
 		_ = s.opts.Store.Release(ctx, res)
+		s.fleetProm.reservationEnded(reservationReleased, reserved)
+	} else {
+		s.fleetProm.reservationEnded(reservationCommitted, reserved)
 	}
 	w.Header().Set("Location", "/fleet/vms/"+node.Name+"/"+vm.ID)
 	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: node.Name, VM: *vm,

@@ -366,18 +366,50 @@ func (s *Store) RotateTenantToken(ctx context.Context, id, newTokenSHA256 string
 
 // DeleteTenant removes a tenant and its indexes in one transaction. Its ledger entries stay
 // for metering until retention drops them.
+//
+// A tenant with VMs running (its usage counter) or being created (live reservations under
+// its prefix) is refused with ErrConflict. The check and the delete are one decision: the
+// delete compares the tenant record's and the usage counter's revisions as read, and every
+// operation that adds to a tenant's usage (Reserve, Commit, RecordEntry) rewrites that
+// counter, so a reservation landing between the read and the delete makes the delete decide
+// again instead of orphaning the reservation. A reservation released (or lapsed) meanwhile
+// only makes the refusal stale, never the delete wrong.
 func (s *Store) DeleteTenant(ctx context.Context, id string) error {
-	key := s.tenantKey(id)
-	return s.casLoop(ctx, "delete tenant "+id, func(bool) (bool, error) {
-		t, rev, err := getJSON[Tenant](ctx, s, key)
+	key, uk, rp := s.tenantKey(id), s.usageTenantKey(id), s.resTenantPrefix(id)
+	what := "delete tenant " + id
+	return s.casLoop(ctx, what, func(bool) (bool, error) {
+		r, err := s.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(uk), clientv3.OpGet(rp, clientv3.WithPrefix())).Commit()
 		if err != nil {
-			return false, fmt.Errorf("delete tenant %s: %w", id, err)
+			return false, fmt.Errorf("%s: %w", what, err)
 		}
-		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(
+		var t Tenant
+		rev, err := decodeOne(r.Responses[0].GetResponseRange().Kvs, &t)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		if rev == 0 {
+			return false, fmt.Errorf("%s: %w", what, ErrNotFound)
+		}
+		var c counter
+		urev, err := decodeOne(r.Responses[1].GetResponseRange().Kvs, &c)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		reserved, err := sumReservations(r.Responses[2].GetResponseRange().Kvs)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", what, err)
+		}
+		if c.VMs > 0 || reserved.VMs > 0 {
+			return false, fmt.Errorf("%s: %w: %d VMs running and %d being created", what, ErrConflict, c.VMs, reserved.VMs)
+		}
+		resp, err := s.client.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(key), "=", rev),
+			clientv3.Compare(clientv3.ModRevision(uk), "=", urev), // 0: no counter yet, none may appear
+		).Then(
 			clientv3.OpDelete(key), clientv3.OpDelete(s.tenantNameKey(t.Name)), clientv3.OpDelete(s.tenantTokenKey(t.TokenSHA256)),
 		).Commit()
 		if err != nil {
-			return false, fmt.Errorf("delete tenant %s: %w", id, err)
+			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		return resp.Succeeded, nil
 	})
