@@ -4,6 +4,7 @@
 //	fluxvm-agent node -config agent.hcl   the node agent
 //	fluxvm-agent node -check -config F    validate a node config and exit
 //	fluxvm-agent central -token T         central: the fleet API on etcd
+//	fluxvm-agent dev                      central, a node and a demo tenant in one process
 //	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
 //	fluxvm-agent plugin sim               the simulated driver plugin
 package main
@@ -43,6 +44,8 @@ func main() {
 		os.Exit(runNode(os.Args[2:]))
 	case "central":
 		os.Exit(runCentral(os.Args[2:]))
+	case "dev":
+		os.Exit(runDev(os.Args[2:]))
 	case "plugin":
 		os.Exit(runPlugin(os.Args[2:]))
 	case "version", "-version", "--version":
@@ -63,6 +66,7 @@ func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
   fluxvm-agent node -config agent.hcl [-check]
   fluxvm-agent central [-token T] [-listen ADDR] [-state-dir DIR] [-etcd-endpoints URLS] [-reconcile-secs N]
+  fluxvm-agent dev [-state-dir DIR] [-reset] [-listen ADDR] [-node-listen ADDR]
   fluxvm-agent plugin NAME
   fluxvm-agent version
 
