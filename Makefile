@@ -7,7 +7,8 @@ export PATH := $(HOME)/go/bin:$(PATH)
 .PHONY: help build test unit bench guest-image proto lint deps clean dev
 
 help:
-	@echo "make build        build fluxvm-agent and fluxvm-guest into $(BIN)/"
+	@echo "make dev          install what is missing and run fluxvm-agent dev (central + a node + a demo tenant)"
+	@echo "make build        build fluxvm-agent, fluxctl and fluxvm-guest into $(BIN)/"
 	@echo "make test         install what is missing, build the guest image, run every test"
 	@echo "make bench        boot and plugin benchmarks, with ratios (docs/benchmarks.md)"
 	@echo "make guest-image  build the minimal Linux guest image (cached)"

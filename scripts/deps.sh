@@ -13,6 +13,7 @@ declare -A need=(
   [zstd]=zstd
   [xz]=xz-utils
   [as]=binutils
+  [curl]=curl
 )
 missing=()
 for cmd in "${!need[@]}"; do
