@@ -36,6 +36,10 @@ type Options struct {
 	StateDir string
 	// EtcdEndpoints of an external etcd; empty starts an embedded one.
 	EtcdEndpoints []string
+	// EtcdListen is the client URL the embedded etcd listens on (default: a
+	// free loopback port). Set it so that other centrals can use this one's
+	// etcd through their EtcdEndpoints.
+	EtcdListen string
 	// FleetToken is the operator's token, which nodes heartbeat with and
 	// central calls nodes with. Empty is lab mode.
 	FleetToken string
@@ -73,7 +77,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return fmt.Errorf("central: state dir: %w", err)
 	}
-	st, err := store.Open(ctx, store.Options{Endpoints: opts.EtcdEndpoints, DataDir: filepath.Join(opts.StateDir, "etcd"),
+	st, err := store.Open(ctx, store.Options{Endpoints: opts.EtcdEndpoints, DataDir: filepath.Join(opts.StateDir, "etcd"), ClientURL: opts.EtcdListen,
 		Logger: log.Named("store"), ID: opts.ID})
 	if err != nil {
 		return fmt.Errorf("central: %w", err)

@@ -65,7 +65,7 @@ var version = "0.1.0-dev"
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
   fluxvm-agent node -config agent.hcl [-check]
-  fluxvm-agent central [-token T] [-listen ADDR] [-state-dir DIR] [-etcd-endpoints URLS] [-reconcile-secs N]
+  fluxvm-agent central [-token T] [-listen ADDR] [-state-dir DIR] [-etcd-endpoints URLS | -etcd-listen URL] [-reconcile-secs N]
   fluxvm-agent dev [-state-dir DIR] [-reset] [-listen ADDR] [-node-listen ADDR]
   fluxvm-agent plugin NAME
   fluxvm-agent version
@@ -127,6 +127,7 @@ func runCentral(args []string) int {
 	listen := fs.String("listen", central.DefaultListen, "the fleet API's host:port")
 	stateDir := fs.String("state-dir", "/var/lib/fluxvm-central", "embedded etcd data (DIR/etcd) and the activity log")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated client URLs of an external etcd (none: embedded etcd in the state dir)")
+	etcdListen := fs.String("etcd-listen", "", "client URL of the embedded etcd, e.g. http://10.0.0.5:2379, so other centrals can join it with -etcd-endpoints (default: a free loopback port)")
 	reconcileSecs := fs.Int("reconcile-secs", 60, "seconds between reconciler passes (leader only)")
 	heartbeatSecs := fs.Int("heartbeat-secs", 10, "seconds between node heartbeats; a node silent for three is marked down")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
@@ -146,7 +147,7 @@ func runCentral(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := central.Run(ctx, central.Options{
-		Listen: *listen, StateDir: *stateDir, EtcdEndpoints: eps, FleetToken: *token,
+		Listen: *listen, StateDir: *stateDir, EtcdEndpoints: eps, EtcdListen: *etcdListen, FleetToken: *token,
 		ReconcileEvery: time.Duration(*reconcileSecs) * time.Second, HeartbeatInterval: time.Duration(*heartbeatSecs) * time.Second,
 		Version: version, Logger: hclog.New(&hclog.LoggerOptions{Name: "central", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
 		Listening: func(addr string) { fmt.Printf("fluxvm central: http://%s\n", addr) },
