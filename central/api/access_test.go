@@ -50,6 +50,24 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		}
 	}
 
+	// Nodes leased by A and B, and one for the operator's node routes.
+	for _, name := range []string{"node-lease-a", "node-lease-b", "node-ops"} {
+		if err := e.store.PutNode(ctx, &store.Node{Name: name, URL: "http://127.0.0.1:1", State: store.NodeUp,
+			LastHeartbeat: time.Now().UTC(), GuestOS: []string{"linux", "macos"},
+			Capacity: store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 16384, MacOSSlots: 2}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leaseA, err := e.store.CreateLease(ctx, store.CreateLeaseRequest{Tenant: a.ID, Node: "node-lease-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseB, err := e.store.CreateLease(ctx, store.CreateLeaseRequest{Tenant: b.ID, Node: "node-lease-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(action string) routeCase { return routeCase{own: "/fleet/nodes/node-ops/" + action} }
+
 	vm := func(action string) routeCase {
 		return routeCase{own: "/fleet/vms/node-1/vm-a" + action, other: "/fleet/vms/node-1/vm-b" + action, foreign: 404}
 	}
@@ -58,8 +76,19 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"GET /metrics":                       {own: "/metrics"},
 		"POST /fleet/nodes/{name}/heartbeat": {own: "/fleet/nodes/node-2/heartbeat", body: `{}`},
 		"GET /fleet/nodes":                   {own: "/fleet/nodes"},
-		// No leases yet: a tenant leases no node, so every node is "not found" to it.
-		"GET /fleet/nodes/{name}":               {own: "/fleet/nodes/node-1", other: "/fleet/nodes/node-1", foreign: 404, tenantOK: 404},
+		// A tenant sees a node it leases; any other is "not found" to it.
+		"GET /fleet/nodes/{name}":           {own: "/fleet/nodes/node-lease-a", other: "/fleet/nodes/node-lease-b", foreign: 404, tenantOK: 200},
+		"POST /fleet/nodes/{name}/cordon":   node("cordon"),
+		"POST /fleet/nodes/{name}/uncordon": node("uncordon"),
+		"POST /fleet/nodes/{name}/drain":    node("drain"),
+		"GET /fleet/nodes/{name}/drain":     node("drain"),
+		"POST /fleet/nodes/{name}/scrub":    node("scrub"),
+		"GET /fleet/leases":                 {own: "/fleet/leases", tenantOK: 200},
+		// Every Mac is leased or runs VMs: a tenant's lease is refused for the state (409).
+		"POST /fleet/leases":     {own: "/fleet/leases", body: `{}`, tenantOK: 409},
+		"GET /fleet/leases/{id}": {own: "/fleet/leases/" + leaseA.ID, other: "/fleet/leases/" + leaseB.ID, foreign: 404, tenantOK: 200},
+		// Before the 24-hour minimum: refused for the state (409).
+		"POST /fleet/leases/{id}/release":       {own: "/fleet/leases/" + leaseA.ID + "/release", other: "/fleet/leases/" + leaseB.ID + "/release", foreign: 404, tenantOK: 409},
 		"GET /fleet/capacity":                   {own: "/fleet/capacity", tenantOK: 200},
 		"GET /fleet/tenants":                    {own: "/fleet/tenants"},
 		"POST /fleet/tenants":                   {own: "/fleet/tenants", body: `{"name": "made-by-access-test"}`},
@@ -95,7 +124,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		table[rt.Method+" "+rt.Path] = rt
 	}
 	served := 0
-	err := e.api.router.Walk(func(r *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+	err = e.api.router.Walk(func(r *mux.Route, _ *mux.Router, _ []*mux.Route) error {
 		tmpl, err := r.GetPathTemplate()
 		if err != nil {
 			return err

@@ -189,14 +189,19 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, nodeList{Nodes: ns})
 }
 
-// getNode shows one node to the operator. A tenant may see a node it leases;
-// leases do not exist yet, so every node is "not found" to a tenant for now.
+// getNode shows one node to the operator. A tenant sees a node it leases,
+// without its address or labels (tenantNodeView); any other is "not found".
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
+	p := PrincipalOf(r.Context())
 	notFound := func() {
-		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, "GET /fleet/nodes lists the nodes (operator)")
+		hint := "GET /fleet/nodes lists the nodes (operator)"
+		if p.Tenant != nil {
+			hint = "GET /fleet/leases lists the nodes you lease"
+		}
+		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, hint)
 	}
-	if !PrincipalOf(r.Context()).Operator || !store.ValidName(name) {
+	if !store.ValidName(name) {
 		notFound()
 		return
 	}
@@ -207,6 +212,19 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.storeError(w, "read node "+name, err)
+		return
+	}
+	if p.Tenant != nil {
+		if n.LeasedBy != p.Tenant.ID {
+			notFound()
+			return
+		}
+		v, err := s.leasedNodeView(r.Context(), n)
+		if err != nil {
+			s.storeError(w, "read node "+name, err)
+			return
+		}
+		jsonapi.Write(w, http.StatusOK, v)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, n)
@@ -289,7 +307,7 @@ func schedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
 	sn := scheduler.Node{
 		Name: n.Name, Up: n.State == store.NodeUp, Healthy: healthy, GuestOS: n.GuestOS,
 		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending,
-		Labels: n.Labels, Nested: n.Nested, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS),
+		Labels: n.Labels, Nested: n.Nested, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS), LeasedBy: n.LeasedBy,
 		Total: scheduler.Resources{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, MacOSSlots: t.MacOSSlots},
 		Used:  used,
 	}

@@ -36,6 +36,9 @@ type ReconcileReport struct {
 	Dropped int `json:"dropped"`
 	// CountersFixed are usage counters the recount found wrong and rewrote.
 	CountersFixed []CounterFix `json:"counters_fixed"`
+	// LeasesEnded are leases whose end time passed, ended by this pass (their
+	// nodes are scrub pending and the lessee's VMs there deleted).
+	LeasesEnded []string `json:"leases_ended"`
 }
 
 // SkippedNode is a node a reconcile pass could not check.
@@ -74,7 +77,10 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, rep)
 }
 
-// Reconcile makes the ledger agree with the nodes: it closes entries of VMs
+// Reconcile first ends leases whose end time passed (deleting the lessee's
+// VMs on the node, which becomes scrub pending), finishes ended leases whose
+// VMs were not all deleted and takes up unfinished drains. Then it makes the
+// ledger agree with the nodes: it closes entries of VMs
 // an up node no longer lists (deleted on the node, expired by a TTL), adopts
 // VMs a node lists with a tenant stamp but the ledger lacks (central died
 // between the node's create and the ledger write), drops ended entries past
@@ -85,7 +91,17 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	start := s.opts.Now()
 	rep := &ReconcileReport{StartedAt: start.UTC(), NodesChecked: []string{}, NodesSkipped: []SkippedNode{},
-		Ended: []LedgerChange{}, Adopted: []LedgerChange{}, CountersFixed: []CounterFix{}}
+		Ended: []LedgerChange{}, Adopted: []LedgerChange{}, CountersFixed: []CounterFix{}, LeasesEnded: []string{}}
+	// Leases first: the VMs an ended lease deletes are then not reported as
+	// vanished below. A node that does not answer keeps them for the next pass.
+	ended, err := s.EndExpiredLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.LeasesEnded = ended
+	if err := s.ResumeDrains(ctx); err != nil {
+		s.log.Warn("resume unfinished drains; retrying next pass", "error", err)
+	}
 	ns, err := s.opts.Store.ListNodes(ctx)
 	if err != nil {
 		return nil, err
@@ -126,8 +142,8 @@ func (s *Server) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 		rep.CountersFixed = append(rep.CountersFixed, CounterFix{Scope: f.Scope, Name: f.Name, Was: f.Was, Now: f.Now})
 	}
 	rep.DurationMS = s.opts.Now().Sub(start).Milliseconds()
-	if len(rep.Ended)+len(rep.Adopted)+rep.Dropped+len(rep.CountersFixed) > 0 {
-		s.log.Info("reconciled", "ended", len(rep.Ended), "adopted", len(rep.Adopted), "dropped", rep.Dropped,
+	if len(rep.Ended)+len(rep.Adopted)+rep.Dropped+len(rep.CountersFixed)+len(rep.LeasesEnded) > 0 {
+		s.log.Info("reconciled", "leases_ended", len(rep.LeasesEnded), "ended", len(rep.Ended), "adopted", len(rep.Adopted), "dropped", rep.Dropped,
 			"counters_fixed", len(rep.CountersFixed), "nodes_skipped", len(rep.NodesSkipped))
 	}
 	return rep, nil

@@ -26,6 +26,16 @@ func Routes() []Route {
 		{Method: "GET", Path: "/fleet/nodes", Access: Operator, handler: h((*Server).listNodes)},
 		{Method: "GET", Path: "/fleet/nodes/{name}", Access: Tenant, handler: h((*Server).getNode)},
 		{Method: "GET", Path: "/fleet/capacity", Access: Tenant, handler: h((*Server).capacity)},
+		{Method: "POST", Path: "/fleet/nodes/{name}/cordon", Access: Operator, handler: h((*Server).cordonNode)},
+		{Method: "POST", Path: "/fleet/nodes/{name}/uncordon", Access: Operator, handler: h((*Server).uncordonNode)},
+		{Method: "POST", Path: "/fleet/nodes/{name}/drain", Access: Operator, handler: h((*Server).drainNode)},
+		{Method: "GET", Path: "/fleet/nodes/{name}/drain", Access: Operator, handler: h((*Server).drainStatus)},
+		{Method: "POST", Path: "/fleet/nodes/{name}/scrub", Access: Operator, handler: h((*Server).scrubNode)},
+
+		{Method: "GET", Path: "/fleet/leases", Access: Tenant, handler: h((*Server).listLeases)},
+		{Method: "POST", Path: "/fleet/leases", Access: Tenant, handler: h((*Server).createLease)},
+		{Method: "GET", Path: "/fleet/leases/{id}", Access: Tenant, handler: h((*Server).getLease)},
+		{Method: "POST", Path: "/fleet/leases/{id}/release", Access: Tenant, handler: h((*Server).releaseLease)},
 
 		{Method: "GET", Path: "/fleet/tenants", Access: Operator, handler: h((*Server).listTenants)},
 		{Method: "POST", Path: "/fleet/tenants", Access: Operator, handler: h((*Server).createTenant)},

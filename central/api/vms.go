@@ -92,8 +92,13 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 				node = &stored[i]
 			}
 		}
+		// The lease rules are checked again in the reservation's transaction,
+		// against the lessee the node record names then.
+		macOS := spec.GuestOS == store.GuestMacOS
 		res, err = s.opts.Store.Reserve(r.Context(), store.ReserveRequest{Tenant: tenant, Node: decision.Node,
-			VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: spec.GuestOS == store.GuestMacOS})
+			VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS,
+			ExclusiveLeases: pol.ExclusiveLeasedHosts && (tenant != "" || req.Node == ""), // the operator may name a leased host
+			RequireLease:    pol.RequireLeaseForMacOS && macOS && tenant != ""})
 		var qe *store.QuotaError
 		switch {
 		case err == nil:

@@ -30,6 +30,10 @@ import (
 //	P reservations/tenant/<tenant>/<id>      Reservation (leased; tenant reservations only)
 //	P usage/node/<node>                      counter: running usage + generation
 //	P usage/tenant/<tenant>                  counter: running usage + generation
+//	P leases/<id>                            Lease (active and ended)
+//	P lease-tenant/<tenant>/<id>             lease id, while the lease is active
+//	P lease-gen/<tenant>                     counter: generation of the tenant's leases
+//	P drains/<node>                          Drain (the node's latest)
 //	P election/<name>/                       concurrency.Election keys
 func (s *Store) nodeKey(name string) string        { return s.prefix + "nodes/" + name }
 func (s *Store) tenantKey(id string) string        { return s.prefix + "tenants/" + id }

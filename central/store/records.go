@@ -82,9 +82,15 @@ type Node struct {
 	Cordoned      bool              `json:"cordoned"`
 	Draining      bool              `json:"draining"`
 	ScrubPending  bool              `json:"scrub_pending"`
-	GuestOS       []string          `json:"guest_os,omitempty"`
-	Nested        bool              `json:"nested"`
-	VMs           []VMSummary       `json:"vms,omitempty"`
+	// LeasedBy is the tenant holding the node's active lease and LeaseID that
+	// lease ("" when none). Only CreateLease and EndLease write them, in the
+	// same transaction as the lease, so a Reserve that compares the node
+	// record's revision always decides on the current lessee.
+	LeasedBy string      `json:"leased_by,omitempty"`
+	LeaseID  string      `json:"lease_id,omitempty"`
+	GuestOS  []string    `json:"guest_os,omitempty"`
+	Nested   bool        `json:"nested"`
+	VMs      []VMSummary `json:"vms,omitempty"`
 }
 
 // Validate checks what the store relies on.

@@ -93,6 +93,14 @@ type ReserveRequest struct {
 	VCPUs, MemoryMiB int64
 	// MacOS takes one of the node's macOS slots.
 	MacOS bool
+	// ExclusiveLeases refuses a node leased by anyone but Tenant (the policy's
+	// exclusive_leased_hosts; the operator placing on a host it named leaves
+	// it off). The lessee is read from the node record the reservation
+	// compares, so a lease made between placement and reservation is seen.
+	ExclusiveLeases bool
+	// RequireLease refuses a node Tenant does not lease (a tenant's macOS
+	// guest under require_lease_for_macos).
+	RequireLease bool
 	// Quotas of the tenant (ignored for the operator). Nil: Reserve reads the tenant record in its transaction (and
 	// compares its revision, so a quota change or a disable cannot slip in between) and
 	// refuses a missing or disabled tenant.
@@ -244,7 +252,7 @@ func admit(req ReserveRequest, snap *reserveSnapshot, what string) error {
 	if err := checkNode(snap.node, snap.nodeUsage.Usage.add(snap.nodeReserved), ask); err != nil {
 		return err
 	}
-	return nil
+	return checkLessee(snap.node, req)
 }
 
 // reserveReads are the reads Reserve decides on: node counter, node record, node

@@ -1,0 +1,388 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/gorilla/mux"
+)
+
+// Drain modes.
+const (
+	DrainCordon         = "cordon"
+	DrainEvictEphemeral = "evict-ephemeral"
+	DrainReschedule     = "reschedule"
+)
+
+// EphemeralLabel marks a VM that a drain may delete, like one with a TTL.
+const EphemeralLabel = "fluxvm.dev/ephemeral"
+
+// drainTimeout bounds one drain's work on the node.
+const drainTimeout = 5 * time.Minute
+
+// isEphemeral: a VM with a TTL or labelled fluxvm.dev/ephemeral=true.
+func isEphemeral(vm *sdk.VM) bool {
+	return vm.ExpiresAt != nil || vm.Labels[EphemeralLabel] == "true"
+}
+
+// nodeFromPath reads the route's node, or answers 404.
+func (s *Server) nodeFromPath(w http.ResponseWriter, r *http.Request) (*store.Node, bool) {
+	name := mux.Vars(r)["name"]
+	if !store.ValidName(name) {
+		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, "GET /fleet/nodes lists the nodes")
+		return nil, false
+	}
+	n, err := s.opts.Store.GetNode(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, "GET /fleet/nodes lists the nodes")
+		return nil, false
+	}
+	if err != nil {
+		s.storeError(w, "read node "+name, err)
+		return nil, false
+	}
+	return n, true
+}
+
+// setNodeFlags changes the central-owned flags of the route's node.
+func (s *Server) setNodeFlags(w http.ResponseWriter, r *http.Request, fn func(*store.Node)) (*store.Node, bool) {
+	n, ok := s.nodeFromPath(w, r)
+	if !ok {
+		return nil, false
+	}
+	n, err := s.opts.Store.UpdateNode(r.Context(), n.Name, false, func(n *store.Node) error { fn(n); return nil })
+	if errors.Is(err, store.ErrNotFound) {
+		jsonapi.WriteError(w, http.StatusNotFound, "no node "+mux.Vars(r)["name"], "GET /fleet/nodes lists the nodes")
+		return nil, false
+	}
+	if err != nil {
+		s.storeError(w, "update node", err)
+		return nil, false
+	}
+	return n, true
+}
+
+// cordonNode is POST /fleet/nodes/{name}/cordon: no new VM or lease lands
+// there; what runs stays.
+func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) {
+	if n, ok := s.setNodeFlags(w, r, func(n *store.Node) { n.Cordoned = true }); ok {
+		s.log.Info("node cordoned", "node", n.Name)
+		jsonapi.Write(w, http.StatusOK, n)
+	}
+}
+
+// uncordonNode is POST /fleet/nodes/{name}/uncordon: it ends a cordon and a
+// drain (the drain's record stays for GET .../drain).
+func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
+	if n, ok := s.setNodeFlags(w, r, func(n *store.Node) { n.Cordoned, n.Draining = false, false }); ok {
+		s.log.Info("node uncordoned", "node", n.Name)
+		jsonapi.Write(w, http.StatusOK, n)
+	}
+}
+
+// drainNode is POST /fleet/nodes/{name}/drain?mode=cordon|evict-ephemeral
+// [&force=true]: it cordons the node, marks it draining, then handles each
+// VM by mode and records what it did (GET .../drain). A leased node needs
+// force: draining it breaks the tenant's sole use.
+func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
+	mode := r.URL.Query().Get("mode")
+	if mode == "" {
+		mode = DrainCordon
+	}
+	force, ok := boolParam(w, r, "force")
+	if !ok {
+		return
+	}
+	switch mode {
+	case DrainCordon, DrainEvictEphemeral:
+	case DrainReschedule:
+		jsonapi.WriteError(w, http.StatusNotImplemented, "drain mode reschedule is not implemented yet",
+			"use mode=evict-ephemeral or mode=cordon; delete or recreate the remaining VMs yourself")
+		return
+	default:
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("mode %q is not a drain mode", mode),
+			"use mode=cordon (keep every VM) or mode=evict-ephemeral (delete VMs with a TTL or label fluxvm.dev/ephemeral=true)")
+		return
+	}
+	n, ok := s.nodeFromPath(w, r)
+	if !ok {
+		return
+	}
+	if n.LeasedBy != "" && !force {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s is leased (lease %s): draining it breaks the tenant's sole use", n.Name, n.LeaseID),
+			"add force=true to drain it anyway, or wait for the lease to end")
+		return
+	}
+	n, ok = s.setNodeFlags(w, r, func(n *store.Node) { n.Cordoned, n.Draining = true, true })
+	if !ok {
+		return
+	}
+	now := s.opts.Now().UTC()
+	d := &store.Drain{Node: n.Name, Mode: mode, Forced: force, StartedAt: now, UpdatedAt: now, VMs: []store.DrainVM{}}
+	if err := s.opts.Store.PutDrain(r.Context(), d); err != nil {
+		s.storeError(w, "record the drain", err)
+		return
+	}
+	s.log.Info("drain started", "node", n.Name, "mode", mode, "forced", force)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), drainTimeout)
+	defer cancel()
+	if err := s.runDrain(ctx, n, d); err != nil {
+		s.log.Warn("drain not finished; the reconciler goes on with it", "node", n.Name, "error", err)
+	}
+	jsonapi.Write(w, http.StatusOK, d)
+}
+
+// runDrain handles each VM of the node by the drain's mode and records the
+// outcome. It finishes the drain when every VM is kept or deleted; a VM that
+// failed (or a node that does not answer) leaves it unfinished, for the
+// reconciler to take up again.
+func (s *Server) runDrain(ctx context.Context, n *store.Node, d *store.Drain) error {
+	save := func() error {
+		d.UpdatedAt = s.opts.Now().UTC()
+		return s.opts.Store.PutDrain(ctx, d)
+	}
+	if n.State != store.NodeUp {
+		return fmt.Errorf("node %s is down", n.Name)
+	}
+	nc, err := s.nodes.client(n)
+	if err != nil {
+		return err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+	vms, err := nc.ListVMs(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list the vms of node %s: %w", n.Name, err)
+	}
+	entries, err := s.opts.Store.RunningOnNode(ctx, n.Name)
+	if err != nil {
+		return err
+	}
+	byVM := map[string]*store.LedgerEntry{}
+	for i := range entries {
+		byVM[entries[i].VMID] = &entries[i]
+	}
+	// Earlier outcomes (a drain taken up again) are kept: a deleted VM is no
+	// longer listed, and must stay in the report.
+	seen := map[string]int{}
+	for i, v := range d.VMs {
+		seen[v.ID] = i
+	}
+	failed := false
+	for i := range vms {
+		vm := &vms[i]
+		dv := store.DrainVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, Ephemeral: isEphemeral(vm), Action: "kept"}
+		if e := byVM[vm.ID]; e != nil {
+			dv.Tenant = e.Tenant
+		}
+		if d.Mode == DrainEvictEphemeral && dv.Ephemeral {
+			if err := s.deleteOnNode(ctx, n, vm.ID, byVM[vm.ID], "drained"); err != nil {
+				dv.Action, dv.Error, failed = "failed", err.Error(), true
+			} else {
+				dv.Action = "deleted"
+			}
+		}
+		if j, ok := seen[vm.ID]; ok {
+			d.VMs[j] = dv
+		} else {
+			seen[vm.ID] = len(d.VMs)
+			d.VMs = append(d.VMs, dv)
+		}
+	}
+	if !failed {
+		d.Finished, d.FinishedAt = true, s.opts.Now().UTC()
+		s.log.Info("drain finished", "node", n.Name, "mode", d.Mode, "vms", len(d.VMs))
+	}
+	if err := save(); err != nil {
+		return err
+	}
+	if failed {
+		return fmt.Errorf("some vms of node %s could not be deleted", n.Name)
+	}
+	return nil
+}
+
+// drainStatus is GET /fleet/nodes/{name}/drain: the node's latest drain,
+// each VM with what happened to it, and whether it finished.
+func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.nodeFromPath(w, r)
+	if !ok {
+		return
+	}
+	d, err := s.opts.Store.GetDrain(r.Context(), n.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		jsonapi.WriteError(w, http.StatusNotFound, "node "+n.Name+" has not been drained", "POST /fleet/nodes/"+n.Name+"/drain starts one")
+		return
+	}
+	if err != nil {
+		s.storeError(w, "read the drain", err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, drainView{Drain: *d, Draining: n.Draining})
+}
+
+// drainView is a drain with whether the node is still draining (uncordon
+// ends that).
+type drainView struct {
+	store.Drain
+	Draining bool `json:"draining"`
+}
+
+// ResumeDrains takes up drains left unfinished (a central that died, a VM
+// that failed to delete) whose node is still draining and that nobody
+// touched for a minute. The leader runs it with each reconcile pass.
+func (s *Server) ResumeDrains(ctx context.Context) error {
+	ds, err := s.opts.Store.ListDrains(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range ds {
+		d := &ds[i]
+		if d.Finished || s.opts.Now().Sub(d.UpdatedAt) < time.Minute {
+			continue
+		}
+		n, err := s.opts.Store.GetNode(ctx, d.Node)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !n.Draining {
+			continue // uncordoned meanwhile
+		}
+		if err := s.runDrain(ctx, n, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// scrubResult is POST /fleet/nodes/{name}/scrub.
+type scrubResult struct {
+	Node         string   `json:"node"`
+	ScrubPending bool     `json:"scrub_pending"`
+	Deleted      []string `json:"deleted"`
+}
+
+// scrubNode is POST /fleet/nodes/{name}/scrub[?force=true]: refused while
+// VMs remain on the node (force deletes them); then the node must prove
+// through its API that it lists no VM, and the node's scrub_pending is
+// cleared. A node under an active lease is refused: release the lease first.
+func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
+	force, ok := boolParam(w, r, "force")
+	if !ok {
+		return
+	}
+	n, ok := s.nodeFromPath(w, r)
+	if !ok {
+		return
+	}
+	if n.LeasedBy != "" {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s is leased (lease %s)", n.Name, n.LeaseID),
+			"a scrub follows a lease's end: release the lease first (POST /fleet/leases/"+n.LeaseID+"/release?force=true)")
+		return
+	}
+	if n.State != store.NodeUp {
+		jsonapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s is down: a scrub needs it to answer", n.Name),
+			"retry once the node reports again")
+		return
+	}
+	nc, err := s.nodes.client(n)
+	if err != nil {
+		jsonapi.WriteError(w, http.StatusBadGateway, err.Error(), "the node's heartbeat must carry its API address")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), drainTimeout)
+	defer cancel()
+	list := func() ([]sdk.VM, bool) {
+		lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+		defer cancel()
+		vms, err := nc.ListVMs(lctx)
+		if err != nil {
+			s.nodeError(w, PrincipalOf(r.Context()), n, "list its vms", err)
+			return nil, false
+		}
+		return vms, true
+	}
+	vms, ok := list()
+	if !ok {
+		return
+	}
+	res := scrubResult{Node: n.Name, Deleted: []string{}}
+	if len(vms) > 0 {
+		if !force {
+			names := make([]string, 0, min(len(vms), 5))
+			for _, vm := range vms[:min(len(vms), 5)] {
+				names = append(names, vm.Name)
+			}
+			jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s still runs %d VMs (%v)", n.Name, len(vms), names),
+				"delete them first, or add force=true to delete them with the scrub")
+			return
+		}
+		deleted, err := s.deleteNodeVMs(ctx, n, func(string) bool { return true }, "scrubbed")
+		res.Deleted = append(res.Deleted, deleted...)
+		if err != nil {
+			jsonapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("node %s: could not delete every VM: %v", n.Name, err),
+				"retry the scrub; the node keeps scrub_pending until it lists no VM")
+			return
+		}
+		if vms, ok = list(); !ok {
+			return
+		}
+	}
+	if len(vms) > 0 {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s still lists %d VMs after the deletes", n.Name, len(vms)),
+			"retry the scrub with force=true; the node keeps scrub_pending until it lists no VM")
+		return
+	}
+	n, err = s.opts.Store.UpdateNode(ctx, n.Name, false, func(n *store.Node) error { n.ScrubPending = false; return nil })
+	if err != nil {
+		s.storeError(w, "clear scrub_pending", err)
+		return
+	}
+	s.log.Info("node scrubbed", "node", n.Name, "deleted", len(res.Deleted))
+	res.ScrubPending = n.ScrubPending
+	jsonapi.Write(w, http.StatusOK, res)
+}
+
+// tenantNodeView is what a tenant sees of a node it leases: its size, what
+// is free, its drivers and the lease; never its address or labels.
+type tenantNodeView struct {
+	Name     string               `json:"name"`
+	State    string               `json:"state"`
+	Capacity store.Capacity       `json:"capacity"`
+	Drivers  []store.DriverStatus `json:"drivers"`
+	GuestOS  []string             `json:"guest_os"`
+	Nested   bool                 `json:"nested"`
+	LeaseID  string               `json:"lease_id"`
+	VMs      int                  `json:"vms"`
+}
+
+// leasedNodeView shows n to its lessee, with free capacity as central
+// counts it (running and reserved through central, or what the node
+// reports, whichever is more).
+func (s *Server) leasedNodeView(ctx context.Context, n *store.Node) (tenantNodeView, error) {
+	u, err := s.opts.Store.NodeUsage(ctx, n.Name)
+	if err != nil {
+		return tenantNodeView{}, err
+	}
+	sn := schedulerNode(n, u)
+	t := n.Capacity.Total
+	v := tenantNodeView{Name: n.Name, State: n.State, Nested: n.Nested, LeaseID: n.LeaseID, VMs: len(n.VMs),
+		Drivers: append([]store.DriverStatus{}, n.Drivers...), GuestOS: append([]string{}, n.GuestOS...),
+		Capacity: store.Capacity{Total: t, Free: store.Resources{
+			VCPUs:      max(t.VCPUs-sn.Used.VCPUs, 0),
+			MemoryMiB:  max(t.MemoryMiB-sn.Used.MemoryMiB, 0),
+			MacOSSlots: max(t.MacOSSlots-sn.Used.MacOSSlots, 0),
+		}}}
+	return v, nil
+}
