@@ -418,3 +418,48 @@ func TestNodeRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeRunsAThirdPartyPluginFromPluginDir builds the example driver (a
+// module of its own) into the node's plugin_dir and runs a VM through it:
+// the path a hosting provider's driver takes.
+func TestNodeRunsAThirdPartyPluginFromPluginDir(t *testing.T) {
+	pluginDir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(pluginDir, "example"), ".")
+	build.Dir = "../../examples/driver-example"
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the example driver: %v\n%s", err, out)
+	}
+	n := newNode(t, fmt.Sprintf("plugin_dir = %q\nplugin \"example\" {\n  config { memory_mib = 2048 }\n}", pluginDir))
+	img := filepath.Join(n.dir, "images", "disk.img")
+	if err := os.MkdirAll(filepath.Dir(img), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img, []byte("example"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	var health sdk.NodeHealth
+	n.must("GET", "/v1/health", nil, http.StatusOK, &health)
+	if len(health.Drivers) != 1 || health.Drivers[0].Name != "example" || health.Drivers[0].Health != "healthy" {
+		t.Fatalf("health = %+v, want the healthy third-party driver", health.Drivers)
+	}
+	if health.Capacity.Total.MemoryMiB != 2048 {
+		t.Errorf("capacity %+v: the plugin's config block did not reach it", health.Capacity)
+	}
+	var vm sdk.VM
+	n.must("POST", "/v1/vms", sdk.CreateVMRequest{Name: "third-party", Image: img, VCPUs: 1, MemoryMiB: 256}, http.StatusCreated, &vm)
+	if vm.Driver != "example" || vm.State != sdk.StateRunning {
+		t.Fatalf("vm = %+v, want running on the example driver", vm)
+	}
+	pid, _ := strconv.Atoi(vm.Attributes["pid"])
+	n.kill()
+	n.start()
+	n.must("GET", "/v1/vms/"+vm.ID, nil, http.StatusOK, &vm)
+	if vm.State != sdk.StateRunning || (pid != 0 && vm.Attributes["pid"] != strconv.Itoa(pid)) {
+		t.Fatalf("after an agent restart: %+v", vm)
+	}
+	n.must("DELETE", "/v1/vms/"+vm.ID, nil, http.StatusNoContent, nil)
+	if pid != 0 {
+		n.waitFor("the example VM's process ends", 10*time.Second, func() bool { return !alive(pid) })
+	}
+}
