@@ -463,3 +463,27 @@ func TestNodeRunsAThirdPartyPluginFromPluginDir(t *testing.T) {
 		n.waitFor("the example VM's process ends", 10*time.Second, func() bool { return !alive(pid) })
 	}
 }
+
+// TestNodeReportsADriverItCannotUse configures the qemu plugin with a QEMU
+// that does not exist: the node still starts, and its health shows the
+// driver as undetected with what to do, instead of hiding it.
+func TestNodeReportsADriverItCannotUse(t *testing.T) {
+	n := newNode(t, `plugin "qemu" {
+  config { qemu_binary = "/nonexistent/qemu-system-x86_64" }
+}`)
+	n.start()
+	var health sdk.NodeHealth
+	n.must("GET", "/v1/health", nil, http.StatusOK, &health)
+	if len(health.Drivers) != 1 {
+		t.Fatalf("drivers = %+v", health.Drivers)
+	}
+	d := health.Drivers[0]
+	if d.Name != "qemu" || d.Health == "healthy" || d.Description == "" {
+		t.Fatalf("driver = %+v, want qemu reported as not healthy, with a reason", d)
+	}
+	t.Logf("reported: %s: %s", d.Health, d.Description)
+	code, body := n.call("POST", "/v1/vms", sdk.CreateVMRequest{Name: "x", Image: image.DefaultDir(), VCPUs: 1, MemoryMiB: 128}, n.admin)
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "hint") {
+		t.Fatalf("create on a node without a usable driver = %d %s, want 503 with a hint", code, body)
+	}
+}
