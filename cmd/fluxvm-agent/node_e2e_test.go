@@ -359,8 +359,27 @@ func TestNodeRecoversTwentySimVMs(t *testing.T) {
 		n.must("POST", "/v1/vms", sdk.CreateVMRequest{Name: fmt.Sprintf("sim-%02d", i), Image: img, VCPUs: 1, MemoryMiB: 256}, http.StatusCreated, &vm)
 		ids[vm.ID] = true
 	}
+	pluginLog := filepath.Join(n.stateDir, "logs", "sim.log")
+	before, err := os.Stat(pluginLog)
+	if err != nil || before.Size() == 0 {
+		t.Fatalf("the sim plugin's log %s: %v", pluginLog, err)
+	}
 	n.kill()
 	n.start()
+	// The plugin's log is kept across the restart (appended to), and the
+	// node's files are private.
+	if after, err := os.Stat(pluginLog); err != nil {
+		t.Errorf("plugin log after the restart: %v", err)
+	} else if after.Size() <= before.Size() {
+		t.Errorf("plugin log after the restart: %d bytes, was %d: not appended to", after.Size(), before.Size())
+	}
+	for _, f := range []string{pluginLog, filepath.Join(n.stateDir, "agent.db")} {
+		if fi, err := os.Stat(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		} else if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", f, fi.Mode().Perm())
+		}
+	}
 	var list struct{ VMs []sdk.VM }
 	n.must("GET", "/v1/vms", nil, http.StatusOK, &list)
 	if len(list.VMs) != 20 {
