@@ -144,3 +144,318 @@ type FleetVMList struct {
 	VMs              []FleetVM         `json:"vms"`
 	UnreachableNodes []UnreachableNode `json:"unreachable_nodes"`
 }
+
+// FleetHealth is GET /healthz: whether this central can serve.
+type FleetHealth struct {
+	// Status is "ok", or "degraded" when etcd does not answer (then
+	// Health returns it with an *APIError of status 503).
+	Status  string `json:"status"`
+	Version string `json:"version"`
+	// Etcd is "ok" or "unavailable".
+	Etcd string `json:"etcd"`
+	// Leader says whether this central runs the background loops now.
+	Leader bool `json:"leader"`
+}
+
+// Node states in central.
+const (
+	NodeUp   = "up"
+	NodeDown = "down"
+)
+
+// FleetNode is a node as central keeps it (GET /fleet/nodes), rewritten by
+// each heartbeat.
+type FleetNode struct {
+	Name   string            `json:"name"`
+	URL    string            `json:"url"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Capacity is what the node offers VMs (its total less what its config
+	// keeps for the host) and what it reported free.
+	Capacity    FleetNodeCapacity `json:"capacity"`
+	Drivers     []FleetNodeDriver `json:"drivers,omitempty"`
+	Fingerprint map[string]string `json:"fingerprint,omitempty"`
+	// LastHeartbeat is when the node last reported.
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	// State is NodeUp, or NodeDown after three missed heartbeats.
+	State        string `json:"state"`
+	Cordoned     bool   `json:"cordoned"`
+	Draining     bool   `json:"draining"`
+	ScrubPending bool   `json:"scrub_pending"`
+	// GuestOS lists the guests the node's healthy drivers run.
+	GuestOS []string `json:"guest_os,omitempty"`
+	Nested  bool     `json:"nested"`
+	// VMs are every VM of the node's last heartbeat.
+	VMs []HeartbeatVM `json:"vms,omitempty"`
+}
+
+// FleetNodeCapacity is a node's capacity as central keeps it.
+type FleetNodeCapacity struct {
+	Total Resources `json:"total"`
+	Free  Resources `json:"free"`
+}
+
+// FleetNodeDriver is one hypervisor plugin of a node as central keeps it.
+type FleetNodeDriver struct {
+	Name string `json:"name"`
+	// Health is healthy, unhealthy, undetected or down.
+	Health    string `json:"health"`
+	Simulated bool   `json:"simulated,omitempty"`
+}
+
+// FleetNodeList is GET /fleet/nodes.
+type FleetNodeList struct {
+	Nodes []FleetNode `json:"nodes"`
+}
+
+// VMSize is the largest VM of one guest OS a node can take now.
+type VMSize struct {
+	Node      string `json:"node"`
+	VCPUs     int64  `json:"vcpus"`
+	MemoryMiB int64  `json:"memory_mib"`
+}
+
+// NodeCapacity is one node the caller may place on and what is free there.
+type NodeCapacity struct {
+	Node string `json:"node"`
+	Mac  bool   `json:"mac"`
+	// Leased is true when the calling tenant leases this host.
+	Leased bool `json:"leased"`
+	// Linux and MacOS say which of the caller's guests the node may take.
+	Linux bool `json:"linux"`
+	MacOS bool `json:"macos"`
+	// Free is what is left; MacOSSlots is 0 where MacOS is false.
+	Free Resources `json:"free"`
+}
+
+// CapacityReport is GET /fleet/capacity: what the caller could launch now.
+type CapacityReport struct {
+	// Tenant the report is for, "" for the operator.
+	Tenant string `json:"tenant"`
+	// LargestLinux is the node with the most free memory (then vCPUs) that
+	// takes the caller's Linux guests; zero when none can take one.
+	LargestLinux VMSize `json:"largest_linux"`
+	// LargestMacOS is the same for macOS guests, on Macs with a free slot.
+	LargestMacOS VMSize `json:"largest_macos"`
+	// MacOSSlotsFree sums the free macOS slots the caller may use.
+	MacOSSlotsFree int64 `json:"macos_slots_free"`
+	// Nodes lists every node the caller may place on, by name.
+	Nodes []NodeCapacity `json:"nodes"`
+}
+
+// Quota names, the keys of Quotas and QuotaPatch.
+const (
+	QuotaMaxVMs            = "max_vms"
+	QuotaMaxVCPUs          = "max_vcpus"
+	QuotaMaxMemoryMiB      = "max_memory_mib"
+	QuotaMaxLeasedHosts    = "max_leased_hosts"
+	QuotaMaxSnapshotsPerVM = "max_snapshots_per_vm"
+	QuotaMaxVolumeGiB      = "max_volume_gib"
+)
+
+// Quotas limit a tenant. A zero MaxVMs, MaxVCPUs, MaxMemoryMiB,
+// MaxLeasedHosts or MaxVolumeGiB is no limit. A nil MaxSnapshotsPerVM
+// follows the policy's; an explicit 0 turns snapshots off for the tenant.
+type Quotas struct {
+	MaxVMs            int64  `json:"max_vms,omitempty"`
+	MaxVCPUs          int64  `json:"max_vcpus,omitempty"`
+	MaxMemoryMiB      int64  `json:"max_memory_mib,omitempty"`
+	MaxLeasedHosts    int64  `json:"max_leased_hosts,omitempty"`
+	MaxSnapshotsPerVM *int64 `json:"max_snapshots_per_vm,omitempty"`
+	MaxVolumeGiB      int64  `json:"max_volume_gib,omitempty"`
+}
+
+// QuotaPatch changes some of a tenant's quotas, keyed by the Quota*
+// names: a number sets one, a nil value removes it (no limit; for
+// max_snapshots_per_vm, the policy's), and a quota not in the map stays.
+type QuotaPatch map[string]*int64
+
+// Tenant is a customer of the fleet. Its token is never shown again after
+// CreateTenant and RotateTenantToken.
+type Tenant struct {
+	// ID is "t-" and 16 hex digits.
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Disabled tenants are refused (403).
+	Disabled  bool      `json:"disabled"`
+	Quota     Quotas    `json:"quota"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TenantList is GET /fleet/tenants.
+type TenantList struct {
+	Tenants []Tenant `json:"tenants"`
+}
+
+// CreateTenantRequest is POST /fleet/tenants.
+type CreateTenantRequest struct {
+	// Name is unique: 1-64 letters, digits, '.', '_' or '-'; "me" is reserved.
+	Name  string `json:"name"`
+	Quota Quotas `json:"quota"`
+}
+
+// UpdateTenantRequest is PATCH /fleet/tenants/{id}: nil fields stay as
+// they are.
+type UpdateTenantRequest struct {
+	Name     *string    `json:"name,omitempty"`
+	Disabled *bool      `json:"disabled,omitempty"`
+	Quota    QuotaPatch `json:"quota,omitempty"`
+}
+
+// TenantWithToken answers CreateTenant and RotateTenantToken. Token is in
+// no other answer, ever: central keeps only its SHA-256.
+type TenantWithToken struct {
+	Tenant Tenant `json:"tenant"`
+	// Token is the tenant's fvt_ bearer token.
+	Token string `json:"token"`
+	// Note is central's reminder to store the token now.
+	Note string `json:"note"`
+}
+
+// Usage is an amount of VMs, vCPUs, memory and macOS guests.
+type Usage struct {
+	VMs       int64 `json:"vms"`
+	VCPUs     int64 `json:"vcpus"`
+	MemoryMiB int64 `json:"memory_mib"`
+	MacOS     int64 `json:"macos"`
+}
+
+// TenantUsage is what a tenant has in use, checked against its quota:
+// running VMs, creates in flight (Reserved), and their sum (Total).
+type TenantUsage struct {
+	Running  Usage `json:"running"`
+	Reserved Usage `json:"reserved"`
+	Total    Usage `json:"total"`
+}
+
+// TenantMe is GET /fleet/tenants/me: the calling tenant, what it uses and
+// its effective snapshot limit.
+type TenantMe struct {
+	Tenant Tenant      `json:"tenant"`
+	Usage  TenantUsage `json:"usage"`
+	// MaxSnapshotsPerVM is the limit that applies: the tenant's quota, else
+	// the policy's.
+	MaxSnapshotsPerVM int64 `json:"max_snapshots_per_vm"`
+}
+
+// TunnelPolicy is the policy's tunnels block.
+type TunnelPolicy struct {
+	Enabled bool `json:"enabled"`
+	// Ports are single ports and inclusive ranges ("22", "1024-65535").
+	Ports              []string `json:"ports"`
+	IdleTimeoutMinutes int      `json:"idle_timeout_minutes"`
+	MaxLifetimeMinutes int      `json:"max_lifetime_minutes"`
+	MaxPerTenant       int      `json:"max_per_tenant"`
+}
+
+// Policy is the operator's fleet-wide rules (GET/PUT /fleet/policy). PUT
+// replaces the whole document: get it, change a field, put it back.
+type Policy struct {
+	RequireLeaseForMacOS bool `json:"require_lease_for_macos"`
+	ExclusiveLeasedHosts bool `json:"exclusive_leased_hosts"`
+	// MinLeaseHours below 24 is raised to 24.
+	MinLeaseHours int `json:"min_lease_hours"`
+	// LedgerRetentionDays drops ended ledger entries older than this (0
+	// keeps all).
+	LedgerRetentionDays            int          `json:"ledger_retention_days"`
+	IsolateTenantNetworks          bool         `json:"isolate_tenant_networks"`
+	TenantSubnetPrefix             string       `json:"tenant_subnet_prefix"`
+	AllowSharedPoolClaims          bool         `json:"allow_shared_pool_claims"`
+	SignupRequireEmailVerification bool         `json:"signup_require_email_verification"`
+	MaxSnapshotsPerVM              int64        `json:"max_snapshots_per_vm"`
+	OperatorEmails                 []string     `json:"operator_emails"`
+	Tunnels                        TunnelPolicy `json:"tunnels"`
+}
+
+// Image is a catalog entry: a disk the operator has put on the nodes,
+// launched by name.
+type Image struct {
+	// Name is what FleetCreateVMRequest.Image gives.
+	Name        string `json:"name"`
+	DisplayName string `json:"display_name,omitempty"`
+	// GuestOS is "linux" or "macos".
+	GuestOS string `json:"guest_os"`
+	// Image is the disk's path on the nodes.
+	Image string `json:"image"`
+	// VCPUs and MemoryMiB are the size a launch gets unless it asks for
+	// another (central fills 4 and 8192 when left 0).
+	VCPUs     int64 `json:"vcpus"`
+	MemoryMiB int64 `json:"memory_mib"`
+	// Source says where the image came from (an OCI reference, a URL).
+	Source string `json:"source,omitempty"`
+	// SSHUser is the image's login name (central fills "admin").
+	SSHUser string `json:"ssh_user"`
+}
+
+// ImageList is GET /fleet/images.
+type ImageList struct {
+	Images []Image `json:"images"`
+}
+
+// Event is one change recorded in central's activity log.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Who is "operator" or "tenant:<id>".
+	Who string `json:"who"`
+	// Tenant is the tenant's id, for a tenant's event.
+	Tenant string `json:"tenant,omitempty"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Target is the name or id the change was about.
+	Target string `json:"target,omitempty"`
+	// Status is the HTTP status central answered.
+	Status int `json:"status"`
+}
+
+// EventList is GET /fleet/events.
+type EventList struct {
+	Events []Event `json:"events"`
+}
+
+// EventQuery narrows ListEvents.
+type EventQuery struct {
+	// Limit is how many of the newest events (0: central's default, 100).
+	Limit int
+	// Tenant is a tenant id or name (operator only; a tenant sees its own).
+	Tenant string
+}
+
+// ReconcileReport says what one reconcile pass saw and did.
+type ReconcileReport struct {
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	// NodesChecked are the nodes whose VM lists were compared with the ledger.
+	NodesChecked []string `json:"nodes_checked"`
+	// NodesSkipped were down or did not answer: a VM out of sight is not gone.
+	NodesSkipped []SkippedNode `json:"nodes_skipped"`
+	// Ended are ledger entries closed because their node no longer lists the VM.
+	Ended []LedgerChange `json:"ended"`
+	// Adopted are VMs a node runs with a tenant stamp that the ledger lacked.
+	Adopted []LedgerChange `json:"adopted"`
+	// Dropped counts ended entries older than ledger_retention_days.
+	Dropped int `json:"dropped"`
+	// CountersFixed are usage counters the recount found wrong and rewrote.
+	CountersFixed []CounterFix `json:"counters_fixed"`
+}
+
+// SkippedNode is a node a reconcile pass could not check.
+type SkippedNode struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
+}
+
+// LedgerChange is one ledger entry a reconcile pass closed or wrote.
+type LedgerChange struct {
+	Entry  string `json:"entry"`
+	Node   string `json:"node"`
+	VMID   string `json:"vm_id"`
+	Name   string `json:"name"`
+	Tenant string `json:"tenant,omitempty"`
+}
+
+// CounterFix is a usage counter the recount rewrote.
+type CounterFix struct {
+	Scope string `json:"scope"`
+	Name  string `json:"name"`
+	Was   Usage  `json:"was"`
+	Now   Usage  `json:"now"`
+}

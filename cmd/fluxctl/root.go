@@ -64,7 +64,7 @@ run. Piped, or with -o json, it prints the API's JSON, so scripts keep working.`
 	pf.StringVar(&a.token, "token", "", "the node's API token (env "+envToken+")")
 	pf.StringVarP(&a.output, "output", "o", "", "table, wide or json (default: table on a terminal, json when piped)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json"}, cobra.ShellCompDirectiveNoFileComp))
-	root.AddCommand(a.vmCommand())
+	root.AddCommand(a.vmCommand(), a.fleetCommand())
 	a.root = root
 	return root
 }

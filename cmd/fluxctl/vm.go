@@ -463,15 +463,11 @@ With -o json, the whole result is printed as JSON instead.`,
 			}
 			req.TimeoutSeconds = int64((timeout + time.Second - 1) / time.Second)
 			if withStdin {
-				in, err := io.ReadAll(io.LimitReader(a.stdin, maxStdin+1))
+				in, err := a.readStdin()
 				if err != nil {
-					return fmt.Errorf("read stdin: %w", err)
+					return err
 				}
-				if len(in) > maxStdin {
-					return &cliError{msg: fmt.Sprintf("stdin is larger than %d KiB, more than the node takes", maxStdin>>10),
-						hint: "copy large inputs into the VM's image or fetch them from inside the guest"}
-				}
-				req.Stdin = string(in)
+				req.Stdin = in
 			}
 			nc, err := a.nodeClient()
 			if err != nil {
@@ -481,21 +477,7 @@ With -o json, the whole result is printed as JSON instead.`,
 			if err != nil {
 				return err
 			}
-			if a.output == formatJSON {
-				if err := a.printJSON(res); err != nil {
-					return err
-				}
-			} else {
-				_, _ = io.WriteString(a.stdout, res.Stdout)
-				_, _ = io.WriteString(a.stderr, res.Stderr)
-			}
-			if res.ExitCode != 0 {
-				if res.ExitCode < 0 || res.ExitCode > 255 {
-					return exitCode(1)
-				}
-				return exitCode(res.ExitCode)
-			}
-			return nil
+			return a.execResult(res)
 		},
 	}
 	f := c.Flags()
@@ -503,6 +485,40 @@ With -o json, the whole result is printed as JSON instead.`,
 	f.BoolVar(&withStdin, "stdin", false, "send fluxctl's stdin to the command")
 	f.StringArrayVarP(&env, "env", "e", nil, "a KEY=VALUE environment variable (repeatable)")
 	return c
+}
+
+// readStdin reads what --stdin sends to a command, refusing more than the
+// APIs take.
+func (a *app) readStdin() (string, error) {
+	in, err := io.ReadAll(io.LimitReader(a.stdin, maxStdin+1))
+	if err != nil {
+		return "", fmt.Errorf("read stdin: %w", err)
+	}
+	if len(in) > maxStdin {
+		return "", &cliError{msg: fmt.Sprintf("stdin is larger than %d KiB, more than the API takes", maxStdin>>10),
+			hint: "copy large inputs into the VM's image or fetch them from inside the guest"}
+	}
+	return string(in), nil
+}
+
+// execResult prints what a command printed (with -o json, the whole
+// result) and ends fluxctl with the command's exit code.
+func (a *app) execResult(res *sdk.ExecResult) error {
+	if a.output == formatJSON {
+		if err := a.printJSON(res); err != nil {
+			return err
+		}
+	} else {
+		_, _ = io.WriteString(a.stdout, res.Stdout)
+		_, _ = io.WriteString(a.stderr, res.Stderr)
+	}
+	if res.ExitCode != 0 {
+		if res.ExitCode < 0 || res.ExitCode > 255 {
+			return exitCode(1)
+		}
+		return exitCode(res.ExitCode)
+	}
+	return nil
 }
 
 func (a *app) vmLogs() *cobra.Command {

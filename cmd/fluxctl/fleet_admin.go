@@ -1,0 +1,779 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/spf13/cobra"
+)
+
+// The commands for nodes, capacity, the catalog, tenants, the activity log
+// and reconciling: mostly the operator's.
+
+func (f *fleet) nodesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "nodes",
+		Short: "List the nodes: state, capacity, drivers (operator)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			nodes, err := fc.ListNodes(c.Context())
+			if err != nil {
+				return err
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(sdk.FleetNodeList{Nodes: nodes})
+			}
+			if len(nodes) == 0 {
+				fmt.Fprintln(a.stdout, "no nodes have reported to central yet")
+				fmt.Fprintln(a.stdout, "next: start fluxvm-agent node with a central { url, token } block pointing at "+fc.URL())
+				return nil
+			}
+			wide := a.format() == formatWide
+			now := time.Now()
+			tw := newTable(a.stdout)
+			head := []string{"NAME", "STATE", "VMS", "FREE VCPUS", "FREE MEMORY", "GUESTS", "DRIVERS", "SEEN"}
+			if wide {
+				head = append(head, "URL", "LABELS", "FLAGS")
+			}
+			row(tw, head...)
+			for _, n := range nodes {
+				cells := []string{n.Name, n.State, fmt.Sprint(len(n.VMs)),
+					fmt.Sprintf("%d of %d", n.Capacity.Free.VCPUs, n.Capacity.Total.VCPUs),
+					fmt.Sprintf("%s of %s", mib(n.Capacity.Free.MemoryMiB), mib(n.Capacity.Total.MemoryMiB)),
+					strings.Join(n.GuestOS, ","), drivers(n.Drivers), ago(now, n.LastHeartbeat) + " ago"}
+				if wide {
+					cells = append(cells, n.URL, pairs(n.Labels), nodeFlags(&n))
+				}
+				row(tw, cells...)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// drivers formats a node's drivers as name(health), with "sim" marked.
+func drivers(ds []sdk.FleetNodeDriver) string {
+	var out []string
+	for _, d := range ds {
+		s := d.Name
+		if d.Health != "healthy" {
+			s += "(" + d.Health + ")"
+		}
+		if d.Simulated {
+			s += "*"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ",")
+}
+
+// nodeFlags lists what central has set on a node.
+func nodeFlags(n *sdk.FleetNode) string {
+	var out []string
+	for _, fl := range []struct {
+		on   bool
+		name string
+	}{{n.Cordoned, "cordoned"}, {n.Draining, "draining"}, {n.ScrubPending, "scrub-pending"}, {n.Nested, "nested"}} {
+		if fl.on {
+			out = append(out, fl.name)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func (f *fleet) nodeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:               "node NAME",
+		Short:             "Show one node with its VMs (operator)",
+		Args:              oneName("node name"),
+		ValidArgsFunction: f.completeNodes(),
+		RunE: func(c *cobra.Command, args []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			n, err := fc.GetNode(c.Context(), args[0])
+			if err != nil {
+				return withHints(err, map[int]string{404: "fluxctl fleet nodes lists the nodes (as the operator)"})
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(n)
+			}
+			now := time.Now()
+			tw := newTable(a.stdout)
+			for _, fl := range [][2]string{
+				{"name", n.Name}, {"state", n.State}, {"url", n.URL},
+				{"last heartbeat", fmt.Sprintf("%s (%s ago)", n.LastHeartbeat.Local().Format(time.DateTime), short(now.Sub(n.LastHeartbeat)))},
+				{"vcpus", fmt.Sprintf("%d free of %d", n.Capacity.Free.VCPUs, n.Capacity.Total.VCPUs)},
+				{"memory", fmt.Sprintf("%s free of %s", mib(n.Capacity.Free.MemoryMiB), mib(n.Capacity.Total.MemoryMiB))},
+				{"macos slots", fmt.Sprintf("%d free of %d", n.Capacity.Free.MacOSSlots, n.Capacity.Total.MacOSSlots)},
+				{"guests", strings.Join(n.GuestOS, ", ")}, {"drivers", drivers(n.Drivers)},
+				{"labels", pairs(n.Labels)}, {"flags", nodeFlags(n)},
+			} {
+				row(tw, fl[0], fl[1])
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(n.VMs) == 0 {
+				fmt.Fprintln(a.stdout, "\nno VMs")
+				return nil
+			}
+			fmt.Fprintln(a.stdout)
+			tw = newTable(a.stdout)
+			row(tw, "NAME", "STATE", "VCPUS", "MEMORY", "GUEST", "TENANT", "ID")
+			for _, v := range n.VMs {
+				row(tw, v.Name, v.State, fmt.Sprint(v.VCPUs), mib(v.MemoryMiB), v.GuestOS, v.Tenant, v.ID)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func (f *fleet) capacityCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "capacity",
+		Short: "What you could launch now, and where",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			rep, err := fc.Capacity(c.Context())
+			if err != nil {
+				return err
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(rep)
+			}
+			if len(rep.Nodes) == 0 {
+				fmt.Fprintln(a.stdout, "no node takes VMs now (none up and healthy, or all cordoned, draining or leased)")
+				return nil
+			}
+			tw := newTable(a.stdout)
+			row(tw, "NODE", "GUESTS", "FREE VCPUS", "FREE MEMORY", "MACOS SLOTS")
+			for _, n := range rep.Nodes {
+				var guests []string
+				if n.Linux {
+					guests = append(guests, "linux")
+				}
+				if n.MacOS {
+					guests = append(guests, "macos")
+				}
+				row(tw, n.Node, strings.Join(guests, ","), fmt.Sprint(n.Free.VCPUs), mib(n.Free.MemoryMiB), fmt.Sprint(n.Free.MacOSSlots))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if l := rep.LargestLinux; l.Node != "" {
+				fmt.Fprintf(a.stdout, "\nlargest Linux VM now: %s, %s on %s\n", plural(l.VCPUs, "vCPU"), mib(l.MemoryMiB), l.Node)
+			}
+			if m := rep.LargestMacOS; m.Node != "" {
+				fmt.Fprintf(a.stdout, "largest macOS VM now: %s, %s on %s (%d slots free)\n", plural(m.VCPUs, "vCPU"), mib(m.MemoryMiB), m.Node, rep.MacOSSlotsFree)
+			}
+			return nil
+		},
+	}
+}
+
+func (f *fleet) imagesCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "images",
+		Aliases: []string{"image"},
+		Short:   "The image catalog: list, add, remove",
+		Args:    subcommandArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			ims, err := fc.ListImages(c.Context())
+			if err != nil {
+				return err
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(sdk.ImageList{Images: ims})
+			}
+			if len(ims) == 0 {
+				fmt.Fprintln(a.stdout, "the catalog is empty")
+				fmt.Fprintln(a.stdout, "next: fluxctl fleet images add NAME --image PATH --guest-os linux (as the operator)")
+				return nil
+			}
+			wide := a.format() == formatWide
+			tw := newTable(a.stdout)
+			head := []string{"NAME", "GUEST", "VCPUS", "MEMORY", "SSH USER", "DESCRIPTION"}
+			if wide {
+				head = append(head, "PATH", "SOURCE")
+			}
+			row(tw, head...)
+			for _, im := range ims {
+				cells := []string{im.Name, im.GuestOS, fmt.Sprint(im.VCPUs), mib(im.MemoryMiB), im.SSHUser, im.DisplayName}
+				if wide {
+					cells = append(cells, im.Image, im.Source)
+				}
+				row(tw, cells...)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "next: fluxctl fleet launch --image %s\n", ims[0].Name)
+			return nil
+		},
+	}
+	c.AddCommand(f.imagesAddCmd(), f.imagesRemoveCmd())
+	return c
+}
+
+func (f *fleet) imagesAddCmd() *cobra.Command {
+	var im sdk.Image
+	c := &cobra.Command{
+		Use:   "add NAME --image PATH --guest-os linux",
+		Short: "Add an image to the catalog, or replace the one of that name (operator)",
+		Long: `Add an image to the catalog under NAME, or replace the entry of that name.
+--image is the disk's path on the nodes: central does not copy it, so put it
+on every node first. --vcpus and --memory-mib are the size a launch gets
+unless it asks for another (central's defaults: 4 and 8192).`,
+		Example: `  fluxctl fleet images add debian-minimal --image /var/cache/fluxvm/images/debian-minimal --guest-os linux --vcpus 1 --memory-mib 512`,
+		Args:    oneName("image name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if im.Image == "" {
+				return usageError(c, "images add needs --image PATH, the disk's path on the nodes")
+			}
+			im.Name = args[0]
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			out, err := fc.PutImage(c.Context(), im)
+			if err != nil {
+				return err
+			}
+			if !f.a.human() {
+				return f.a.printJSON(out)
+			}
+			f.a.done("fluxctl fleet launch --image "+out.Name, "Image %s in the catalog (%s, %s, %s, %s)",
+				out.Name, out.GuestOS, plural(out.VCPUs, "vCPU"), mib(out.MemoryMiB), out.Image)
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&im.Image, "image", "", "the disk's path on the nodes (required)")
+	fl.StringVar(&im.GuestOS, "guest-os", "linux", "linux or macos")
+	fl.Int64Var(&im.VCPUs, "vcpus", 0, "vCPUs a launch gets by default (0: central's default, 4)")
+	fl.Int64Var(&im.MemoryMiB, "memory-mib", 0, "memory a launch gets by default (0: central's default, 8192)")
+	fl.StringVar(&im.DisplayName, "display-name", "", "what people see, e.g. \"Debian 12 minimal\"")
+	fl.StringVar(&im.SSHUser, "ssh-user", "", "the image's login name (default admin)")
+	fl.StringVar(&im.Source, "source", "", "where the image came from (an OCI reference, a URL)")
+	_ = c.RegisterFlagCompletionFunc("guest-os", cobra.FixedCompletions([]string{"linux", "macos"}, cobra.ShellCompDirectiveNoFileComp))
+	return c
+}
+
+func (f *fleet) imagesRemoveCmd() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:               "remove NAME",
+		Aliases:           []string{"rm"},
+		Short:             "Remove an image from the catalog; its VMs keep running (operator)",
+		Args:              oneName("image name"),
+		ValidArgsFunction: f.completeImages(),
+		RunE: func(c *cobra.Command, args []string) error {
+			if !yes {
+				if err := f.confirm(fmt.Sprintf("remove image %s from the catalog?", args[0]), "remove an image",
+					"fluxctl fleet images remove "+args[0]+" -y"); err != nil {
+					return err
+				}
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			if err := fc.DeleteImage(c.Context(), args[0]); err != nil {
+				return withHints(err, map[int]string{404: hintListImages})
+			}
+			if f.a.human() {
+				f.a.done("", "Removed image %s from the catalog", args[0])
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "remove without asking")
+	return c
+}
+
+func (f *fleet) tenantCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:     "tenant",
+		Aliases: []string{"tenants"},
+		Short:   "Tenants: create, list, get, me, update, rotate-token, delete",
+		Long: `Tenants are the fleet's customers. The operator creates them; each gets an
+fvt_ token, printed once. A tenant sees its own record with
+"fluxctl fleet tenant me".`,
+		Args: subcommandArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
+	}
+	c.AddCommand(f.tenantCreateCmd(), f.tenantListCmd(), f.tenantGetCmd(), f.tenantMeCmd(),
+		f.tenantUpdateCmd(), f.tenantRotateCmd(), f.tenantDeleteCmd())
+	return c
+}
+
+// quotaFlags are the quota flags of tenant create and update, as given:
+// a number, or "none" for no limit.
+type quotaFlags struct {
+	vms, vcpus, memoryGiB, snapshots string
+}
+
+func (q *quotaFlags) add(c *cobra.Command, update bool) {
+	none := ""
+	if update {
+		none = `; "none" removes it`
+	}
+	fl := c.Flags()
+	fl.StringVar(&q.vms, "max-vms", "", "most VMs at once (0: no limit"+none+")")
+	fl.StringVar(&q.vcpus, "max-vcpus", "", "most vCPUs at once (0: no limit"+none+")")
+	fl.StringVar(&q.memoryGiB, "max-memory-gib", "", "most memory at once, in GiB (0: no limit"+none+")")
+	fl.StringVar(&q.snapshots, "max-snapshots-per-vm", "", "most snapshots per VM (0: none allowed"+none+": the policy's)")
+}
+
+// patch turns the flags that were given into a quota patch.
+func (q *quotaFlags) patch(c *cobra.Command) (sdk.QuotaPatch, error) {
+	p := sdk.QuotaPatch{}
+	for _, fl := range []struct {
+		flag, value, key string
+		scale            float64
+	}{
+		{"max-vms", q.vms, sdk.QuotaMaxVMs, 1}, {"max-vcpus", q.vcpus, sdk.QuotaMaxVCPUs, 1},
+		{"max-memory-gib", q.memoryGiB, sdk.QuotaMaxMemoryMiB, 1024}, {"max-snapshots-per-vm", q.snapshots, sdk.QuotaMaxSnapshotsPerVM, 1},
+	} {
+		if !c.Flags().Changed(fl.flag) {
+			continue
+		}
+		if fl.value == "none" {
+			p[fl.key] = nil
+			continue
+		}
+		v, err := strconv.ParseFloat(fl.value, 64)
+		if err != nil || v < 0 || (fl.scale == 1 && v != math.Trunc(v)) {
+			return nil, usageError(c, fmt.Sprintf("--%s %q: want a whole number, 0 or more, or none", fl.flag, fl.value))
+		}
+		n := int64(math.Round(v * fl.scale))
+		p[fl.key] = &n
+	}
+	return p, nil
+}
+
+// quotaText says a tenant's quotas in one line.
+func quotaText(q sdk.Quotas) string {
+	var out []string
+	if q.MaxVMs > 0 {
+		out = append(out, fmt.Sprintf("%d VMs", q.MaxVMs))
+	}
+	if q.MaxVCPUs > 0 {
+		out = append(out, fmt.Sprintf("%d vCPUs", q.MaxVCPUs))
+	}
+	if q.MaxMemoryMiB > 0 {
+		out = append(out, mib(q.MaxMemoryMiB))
+	}
+	if q.MaxSnapshotsPerVM != nil {
+		out = append(out, fmt.Sprintf("%d snapshots/VM", *q.MaxSnapshotsPerVM))
+	}
+	if len(out) == 0 {
+		return "no limits"
+	}
+	return strings.Join(out, ", ")
+}
+
+// printToken shows a tenant's new token, once, with the warning to keep it.
+func (f *fleet) printToken(verb string, tw *sdk.TenantWithToken) {
+	a := f.a
+	fmt.Fprintf(a.stdout, "✓ %s tenant %s (%s), quota: %s\n\n  token  %s\n\n", verb, tw.Tenant.Name, tw.Tenant.ID, quotaText(tw.Tenant.Quota), tw.Token)
+	fmt.Fprintln(a.stdout, "! Store this token now: it is shown only this once (central keeps only its SHA-256).")
+	fmt.Fprintf(a.stdout, "next: give it to the tenant, who runs: %s=%s fluxctl fleet status\n", envFleetToken, tw.Token)
+}
+
+func (f *fleet) tenantCreateCmd() *cobra.Command {
+	var q quotaFlags
+	c := &cobra.Command{
+		Use:     "create NAME",
+		Short:   "Create a tenant; its token is printed once (operator)",
+		Example: `  fluxctl fleet tenant create acme --max-vms 20 --max-vcpus 64 --max-memory-gib 128`,
+		Args:    oneName("tenant name"),
+		RunE: func(c *cobra.Command, args []string) error {
+			p, err := q.patch(c)
+			if err != nil {
+				return err
+			}
+			req := sdk.CreateTenantRequest{Name: args[0]}
+			for key, v := range p {
+				if v == nil {
+					continue // "none" is what an absent quota is anyway
+				}
+				switch key {
+				case sdk.QuotaMaxVMs:
+					req.Quota.MaxVMs = *v
+				case sdk.QuotaMaxVCPUs:
+					req.Quota.MaxVCPUs = *v
+				case sdk.QuotaMaxMemoryMiB:
+					req.Quota.MaxMemoryMiB = *v
+				case sdk.QuotaMaxSnapshotsPerVM:
+					req.Quota.MaxSnapshotsPerVM = v
+				}
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			out, err := fc.CreateTenant(c.Context(), req)
+			if err != nil {
+				return withHints(err, map[int]string{409: "pick another name; " + hintTenants})
+			}
+			if !f.a.human() {
+				return f.a.printJSON(out)
+			}
+			f.printToken("Created", out)
+			return nil
+		},
+	}
+	q.add(c, false)
+	return c
+}
+
+func (f *fleet) tenantListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the tenants (operator)",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			ts, err := fc.ListTenants(c.Context())
+			if err != nil {
+				return err
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(sdk.TenantList{Tenants: ts})
+			}
+			if len(ts) == 0 {
+				fmt.Fprintln(a.stdout, "no tenants\nnext: fluxctl fleet tenant create NAME --max-vms 10")
+				return nil
+			}
+			now := time.Now()
+			tw := newTable(a.stdout)
+			row(tw, "NAME", "ID", "STATE", "QUOTA", "AGE")
+			for _, t := range ts {
+				state := "enabled"
+				if t.Disabled {
+					state = "disabled"
+				}
+				row(tw, t.Name, t.ID, state, quotaText(t.Quota), ago(now, t.CreatedAt))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// printTenant shows one tenant as a list of fields.
+func (f *fleet) printTenant(t *sdk.Tenant) error {
+	state := "enabled"
+	if t.Disabled {
+		state = "disabled"
+	}
+	tw := newTable(f.a.stdout)
+	for _, fl := range [][2]string{{"name", t.Name}, {"id", t.ID}, {"state", state}, {"quota", quotaText(t.Quota)},
+		{"created", t.CreatedAt.Local().Format(time.DateTime)}} {
+		row(tw, fl[0], fl[1])
+	}
+	return tw.Flush()
+}
+
+func (f *fleet) tenantGetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:               "get TENANT",
+		Aliases:           []string{"show"},
+		Short:             "Show a tenant, by name or ID (operator)",
+		Args:              oneName("tenant name or ID"),
+		ValidArgsFunction: f.completeTenants(),
+		RunE: func(c *cobra.Command, args []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			if args[0] == "me" {
+				return usageError(c, `"me" is the calling tenant: use fluxctl fleet tenant me`)
+			}
+			t, err := fc.GetTenant(c.Context(), args[0])
+			if err != nil {
+				return withHints(err, map[int]string{404: hintTenants})
+			}
+			if !f.a.human() {
+				return f.a.printJSON(t)
+			}
+			return f.printTenant(t)
+		},
+	}
+}
+
+func (f *fleet) tenantMeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "me",
+		Short: "Show your tenant: quota and what counts against it",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			me, err := fc.TenantMe(c.Context())
+			if err != nil {
+				return withHints(err, map[int]string{400: "pass a tenant's fvt_ token with --token or " + envFleetToken +
+					"; as the operator, fluxctl fleet tenant get NAME shows a tenant"})
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(me)
+			}
+			if err := f.printTenant(&me.Tenant); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout)
+			q, u := me.Tenant.Quota, me.Usage
+			limit := func(n int64, unit func(int64) string) string {
+				if n <= 0 {
+					return "no limit"
+				}
+				return unit(n)
+			}
+			count := func(n int64) string { return fmt.Sprint(n) }
+			tw := newTable(a.stdout)
+			row(tw, "QUOTA", "IN USE", "BEING CREATED", "LIMIT")
+			row(tw, "VMs", count(u.Running.VMs), count(u.Reserved.VMs), limit(q.MaxVMs, count))
+			row(tw, "vCPUs", count(u.Running.VCPUs), count(u.Reserved.VCPUs), limit(q.MaxVCPUs, count))
+			row(tw, "Memory", mib(u.Running.MemoryMiB), mib(u.Reserved.MemoryMiB), limit(q.MaxMemoryMiB, mib))
+			row(tw, "Snapshots per VM", "", "", count(me.MaxSnapshotsPerVM))
+			return tw.Flush()
+		},
+	}
+}
+
+func (f *fleet) tenantUpdateCmd() *cobra.Command {
+	var (
+		q               quotaFlags
+		name            string
+		disable, enable bool
+	)
+	c := &cobra.Command{
+		Use:   "update TENANT [--name N] [--disable|--enable] [--max-vms N|none]...",
+		Short: "Rename, disable, enable a tenant or change its quotas (operator)",
+		Example: `  fluxctl fleet tenant update acme --max-vms 40 --max-vcpus none
+  fluxctl fleet tenant update acme --disable`,
+		Args:              oneName("tenant name or ID"),
+		ValidArgsFunction: f.completeTenants(),
+		RunE: func(c *cobra.Command, args []string) error {
+			if disable && enable {
+				return usageError(c, "give --disable or --enable, not both")
+			}
+			p, err := q.patch(c)
+			if err != nil {
+				return err
+			}
+			var req sdk.UpdateTenantRequest
+			if len(p) > 0 {
+				req.Quota = p
+			}
+			if c.Flags().Changed("name") {
+				req.Name = &name
+			}
+			if disable || enable {
+				req.Disabled = &disable
+			}
+			if req.Name == nil && req.Disabled == nil && req.Quota == nil {
+				return usageError(c, "nothing to change: give --name, --disable, --enable or a --max-… quota")
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			t, err := fc.UpdateTenant(c.Context(), args[0], req)
+			if err != nil {
+				return withHints(err, map[int]string{404: hintTenants, 409: "another tenant has that name; " + hintTenants})
+			}
+			if !f.a.human() {
+				return f.a.printJSON(t)
+			}
+			state := "enabled"
+			if t.Disabled {
+				state = "disabled"
+			}
+			f.a.done("", "Updated tenant %s (%s, %s), quota: %s", t.Name, t.ID, state, quotaText(t.Quota))
+			return nil
+		},
+	}
+	q.add(c, true)
+	c.Flags().StringVar(&name, "name", "", "a new name")
+	c.Flags().BoolVar(&disable, "disable", false, "refuse the tenant's token (its VMs keep running)")
+	c.Flags().BoolVar(&enable, "enable", false, "accept the tenant's token again")
+	return c
+}
+
+func (f *fleet) tenantRotateCmd() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:               "rotate-token TENANT",
+		Short:             "Give a tenant a new token; the old one stops working at once (operator)",
+		Args:              oneName("tenant name or ID"),
+		ValidArgsFunction: f.completeTenants(),
+		RunE: func(c *cobra.Command, args []string) error {
+			if !yes {
+				if err := f.confirm(fmt.Sprintf("rotate the token of tenant %s? its current token stops working at once", args[0]),
+					"rotate a token", "fluxctl fleet tenant rotate-token "+args[0]+" -y"); err != nil {
+					return err
+				}
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			out, err := fc.RotateTenantToken(c.Context(), args[0])
+			if err != nil {
+				return withHints(err, map[int]string{404: hintTenants})
+			}
+			if !f.a.human() {
+				return f.a.printJSON(out)
+			}
+			f.printToken("New token for", out)
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "rotate without asking")
+	return c
+}
+
+func (f *fleet) tenantDeleteCmd() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:               "delete TENANT",
+		Aliases:           []string{"rm"},
+		Short:             "Delete a tenant that has no VMs (operator)",
+		Args:              oneName("tenant name or ID"),
+		ValidArgsFunction: f.completeTenants(),
+		RunE: func(c *cobra.Command, args []string) error {
+			if !yes {
+				if err := f.confirm(fmt.Sprintf("delete tenant %s? its token stops working", args[0]),
+					"delete a tenant", "fluxctl fleet tenant delete "+args[0]+" -y"); err != nil {
+					return err
+				}
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			if err := fc.DeleteTenant(c.Context(), args[0]); err != nil {
+				return withHints(err, map[int]string{404: hintTenants,
+					409: "delete its VMs first (fluxctl fleet vms lists them; fluxctl fleet tenant update " + args[0] + " --disable stops new ones)"})
+			}
+			if f.a.human() {
+				f.a.done("", "Deleted tenant %s", args[0])
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "delete without asking")
+	return c
+}
+
+func (f *fleet) eventsCmd() *cobra.Command {
+	var q sdk.EventQuery
+	c := &cobra.Command{
+		Use:   "events",
+		Short: "The activity log, newest first (a tenant sees its own)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if q.Limit < 0 {
+				return usageError(c, "--limit must not be negative")
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			evs, err := fc.ListEvents(c.Context(), q)
+			if err != nil {
+				return err
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(sdk.EventList{Events: evs})
+			}
+			if len(evs) == 0 {
+				fmt.Fprintln(a.stdout, "no events")
+				return nil
+			}
+			tw := newTable(a.stdout)
+			row(tw, "TIME", "WHO", "METHOD", "PATH", "TARGET", "STATUS")
+			for _, e := range evs {
+				row(tw, e.Time.Local().Format(time.DateTime), e.Who, e.Method, e.Path, e.Target, strconv.Itoa(e.Status))
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().IntVarP(&q.Limit, "limit", "n", 0, "how many of the newest events (0: central's default, 100)")
+	c.Flags().StringVar(&q.Tenant, "tenant", "", "only this tenant's events, by name or ID (operator)")
+	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
+	return c
+}
+
+func (f *fleet) reconcileCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reconcile",
+		Short: "Make the ledger agree with the nodes now (operator)",
+		Long: `Run one reconcile pass now: close ledger entries of VMs their node no
+longer lists, adopt VMs a node runs for a tenant that the ledger lacks, drop
+old entries and recount usage. The leader also runs it on its own.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			rep, err := fc.Reconcile(c.Context())
+			if err != nil {
+				return err
+			}
+			a := f.a
+			if !a.human() {
+				return a.printJSON(rep)
+			}
+			a.done("", "Reconciled in %d ms: %d nodes checked, %d skipped, %d entries ended, %d adopted, %d dropped, %d counters fixed",
+				rep.DurationMS, len(rep.NodesChecked), len(rep.NodesSkipped), len(rep.Ended), len(rep.Adopted), rep.Dropped, len(rep.CountersFixed))
+			for _, s := range rep.NodesSkipped {
+				fmt.Fprintf(a.stdout, "  skipped node %s: %s\n", s.Node, s.Reason)
+			}
+			for _, e := range rep.Ended {
+				fmt.Fprintf(a.stdout, "  ended   %s (%s on %s): gone from its node\n", e.Name, e.VMID, e.Node)
+			}
+			for _, e := range rep.Adopted {
+				fmt.Fprintf(a.stdout, "  adopted %s (%s on %s) for tenant %s\n", e.Name, e.VMID, e.Node, e.Tenant)
+			}
+			for _, cf := range rep.CountersFixed {
+				fmt.Fprintf(a.stdout, "  fixed   %s %s: %d VMs, %d vCPUs, %s (was %d, %d, %s)\n", cf.Scope, cf.Name,
+					cf.Now.VMs, cf.Now.VCPUs, mib(cf.Now.MemoryMiB), cf.Was.VMs, cf.Was.VCPUs, mib(cf.Was.MemoryMiB))
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,641 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/spf13/cobra"
+)
+
+// tenantStatus is `fleet status -o json` for a tenant: the API's answers
+// to GET /fleet/tenants/me and GET /fleet/vms, unchanged.
+type tenantStatus struct {
+	Me  *sdk.TenantMe    `json:"me"`
+	VMs *sdk.FleetVMList `json:"vms"`
+}
+
+// operatorStatus is `fleet status -o json` for the operator: GET /healthz,
+// the nodes of GET /fleet/nodes and GET /fleet/vms, unchanged.
+type operatorStatus struct {
+	Health *sdk.FleetHealth `json:"health"`
+	Nodes  []sdk.FleetNode  `json:"nodes"`
+	VMs    *sdk.FleetVMList `json:"vms"`
+}
+
+func (f *fleet) statusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "A tenant's quota and VMs; for the operator, fleet health and what needs attention",
+		Long: `For a tenant (an fvt_ token): its quota use as bars, its VMs and the next
+step. For the operator: nodes up and down, VMs, and what needs attention
+first (nodes not reporting, unhealthy drivers, nodes draining or cordoned).
+
+With -o json it prints the API's answers it is made of: for a tenant
+{"me": GET /fleet/tenants/me, "vms": GET /fleet/vms}; for the operator
+{"health": GET /healthz, "nodes": [GET /fleet/nodes], "vms": GET /fleet/vms}.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			if f.asTenant() {
+				return f.tenantStatus(c.Context(), fc)
+			}
+			return f.operatorStatus(c.Context(), fc)
+		},
+	}
+}
+
+func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
+	me, err := fc.TenantMe(ctx)
+	if err != nil {
+		return err
+	}
+	vms, err := fc.ListVMs(ctx)
+	if err != nil {
+		return err
+	}
+	a := f.a
+	if !a.human() {
+		return a.printJSON(tenantStatus{Me: me, VMs: vms})
+	}
+	t, q, used, reserved := me.Tenant, me.Tenant.Quota, me.Usage.Total, me.Usage.Reserved
+	state := ""
+	if t.Disabled {
+		state = " (disabled: the operator must enable it before you can launch)"
+	}
+	fmt.Fprintf(a.stdout, "Tenant %s%s  %s\n\n", t.Name, state, fc.URL())
+	tw := newTable(a.stdout)
+	quota := func(label string, used, limit, inFlight int64, unit func(int64) string) {
+		amount := unit(used) + " (no limit)"
+		if limit > 0 {
+			amount = fmt.Sprintf("%s of %s", unit(used), unit(limit))
+		}
+		if inFlight > 0 {
+			amount += fmt.Sprintf(", %s being created", unit(inFlight))
+		}
+		fmt.Fprintf(tw, "%s\t%s  %s\n", label, bar(used, limit, 16), amount)
+	}
+	count := func(n int64) string { return fmt.Sprint(n) }
+	quota("VMs", used.VMs, q.MaxVMs, reserved.VMs, count)
+	quota("vCPUs", used.VCPUs, q.MaxVCPUs, reserved.VCPUs, count)
+	quota("Memory", used.MemoryMiB, q.MaxMemoryMiB, reserved.MemoryMiB, mib)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	if len(vms.VMs) == 0 {
+		fmt.Fprintln(a.stdout, "No VMs yet.")
+		fmt.Fprintln(a.stdout, "next: fluxctl fleet images, then fluxctl fleet launch --image IMAGE")
+		return nil
+	}
+	if err := f.printVMs(vms, false); err != nil {
+		return err
+	}
+	next := "fluxctl fleet launch --image IMAGE"
+	if q.MaxVMs > 0 && used.VMs >= q.MaxVMs {
+		next = "fluxctl fleet rm VM (your VM quota is used up)"
+	}
+	fmt.Fprintf(a.stdout, "\nnext: %s\n", next)
+	return nil
+}
+
+func (f *fleet) operatorStatus(ctx context.Context, fc *sdk.FleetClient) error {
+	health, err := fc.Health(ctx)
+	if err != nil {
+		return err
+	}
+	nodes, err := fc.ListNodes(ctx)
+	if err != nil {
+		return err
+	}
+	vms, err := fc.ListVMs(ctx)
+	if err != nil {
+		return err
+	}
+	a := f.a
+	if !a.human() {
+		return a.printJSON(operatorStatus{Health: health, Nodes: nodes, VMs: vms})
+	}
+	role := "standby"
+	if health.Leader {
+		role = "leader"
+	}
+	fmt.Fprintf(a.stdout, "Fleet  %s (central %s, %s)\n\n", fc.URL(), health.Version, role)
+
+	now := time.Now()
+	var up, down int
+	var total, free sdk.Resources
+	var attention []string
+	next := ""
+	for _, n := range nodes {
+		if n.State != sdk.NodeUp {
+			down++
+			attention = append(attention, fmt.Sprintf("node %s is down: no heartbeat for %s; its %s out of sight, not lost",
+				n.Name, short(now.Sub(n.LastHeartbeat)), pluralVMs(len(n.VMs))))
+			next = cmp.Or(next, "fluxctl fleet node "+n.Name)
+			continue
+		}
+		up++
+		total.VCPUs += n.Capacity.Total.VCPUs
+		total.MemoryMiB += n.Capacity.Total.MemoryMiB
+		free.VCPUs += n.Capacity.Free.VCPUs
+		free.MemoryMiB += n.Capacity.Free.MemoryMiB
+		var sick []string
+		for _, d := range n.Drivers {
+			if d.Health != "healthy" {
+				sick = append(sick, d.Name+" is "+d.Health)
+			}
+		}
+		switch {
+		case len(n.Drivers) > 0 && len(sick) == len(n.Drivers):
+			attention = append(attention, fmt.Sprintf("node %s takes no VMs: driver %s", n.Name, strings.Join(sick, ", ")))
+		case len(sick) > 0:
+			attention = append(attention, fmt.Sprintf("node %s: driver %s", n.Name, strings.Join(sick, ", ")))
+		}
+		if n.ScrubPending {
+			attention = append(attention, fmt.Sprintf("node %s needs a scrub before it takes VMs again", n.Name))
+		}
+		if n.Draining {
+			attention = append(attention, fmt.Sprintf("node %s is draining (%s left)", n.Name, pluralVMs(len(n.VMs))))
+		}
+		if n.Cordoned {
+			attention = append(attention, fmt.Sprintf("node %s is cordoned: it takes no new VMs", n.Name))
+		}
+		if len(sick) > 0 || n.ScrubPending || n.Draining || n.Cordoned {
+			next = cmp.Or(next, "fluxctl fleet node "+n.Name)
+		}
+	}
+	running, unseen := 0, 0
+	for _, v := range vms.VMs {
+		switch {
+		case v.Unreachable:
+			unseen++
+		case v.State == sdk.StateRunning:
+			running++
+		}
+	}
+	tw := newTable(a.stdout)
+	nodesLine := fmt.Sprintf("%d up", up)
+	if down > 0 {
+		nodesLine += fmt.Sprintf(", %d down", down)
+	}
+	fmt.Fprintf(tw, "Nodes\t%s\n", nodesLine)
+	vmLine := fmt.Sprintf("%d (%d running", len(vms.VMs), running)
+	if unseen > 0 {
+		vmLine += fmt.Sprintf(", %d out of sight", unseen)
+	}
+	fmt.Fprintf(tw, "VMs\t%s)\n", vmLine)
+	if up > 0 {
+		fmt.Fprintf(tw, "vCPUs\t%s  %d of %d in use\n", bar(total.VCPUs-free.VCPUs, total.VCPUs, 16), total.VCPUs-free.VCPUs, total.VCPUs)
+		fmt.Fprintf(tw, "Memory\t%s  %s of %s in use\n", bar(total.MemoryMiB-free.MemoryMiB, total.MemoryMiB, 16),
+			mib(total.MemoryMiB-free.MemoryMiB), mib(total.MemoryMiB))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	switch {
+	case len(nodes) == 0:
+		fmt.Fprintln(a.stdout, "No node has reported yet: start fluxvm-agent node with a central { url, token } block pointing here.")
+		next = "fluxctl fleet nodes"
+	case len(attention) == 0:
+		fmt.Fprintln(a.stdout, "Nothing needs attention.")
+		next = "fluxctl fleet vms"
+	default:
+		fmt.Fprintln(a.stdout, "Needs attention:")
+		for _, s := range attention {
+			fmt.Fprintf(a.stdout, "  ! %s\n", s)
+		}
+	}
+	fmt.Fprintf(a.stdout, "\nnext: %s\n", next)
+	return nil
+}
+
+func pluralVMs(n int) string {
+	if n == 1 {
+		return "1 VM is"
+	}
+	return fmt.Sprintf("%d VMs are", n)
+}
+
+// printVMs writes the VMs of GET /fleet/vms as a table, then the nodes that
+// did not answer.
+func (f *fleet) printVMs(list *sdk.FleetVMList, wide bool) error {
+	a := f.a
+	now := time.Now()
+	tw := newTable(a.stdout)
+	head := []string{"NAME", "STATE", "AGENT", "NODE", "VCPUS", "MEMORY", "AGE"}
+	if wide {
+		head = append(head, "ID", "IMAGE", "DRIVER", "TENANT", "EXPIRES", "LABELS")
+	}
+	row(tw, head...)
+	for _, v := range list.VMs {
+		state := v.State
+		if v.Unreachable {
+			state += "?" // as last reported
+		}
+		cells := []string{v.Name, state, agentState(&v.VM), v.Node, fmt.Sprint(v.VCPUs), mib(v.MemoryMiB), ago(now, v.CreatedAt)}
+		if wide {
+			expires := ""
+			if v.ExpiresAt != nil {
+				expires = "in " + short(v.ExpiresAt.Sub(now))
+			}
+			cells = append(cells, v.ID, v.Image, v.Driver, v.Tenant, expires, pairs(v.Labels))
+		}
+		row(tw, cells...)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, u := range list.UnreachableNodes {
+		why := ""
+		if u.Error != "" {
+			why = " (" + u.Error + ")"
+		}
+		fmt.Fprintf(a.stdout, "! node %s did not answer%s: its VMs (state?) are shown as it last reported them\n", u.Node, why)
+	}
+	return nil
+}
+
+func (f *fleet) vmsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "vms",
+		Aliases: []string{"list", "ls"},
+		Short:   "List your VMs on every node (the operator's: all)",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			list, err := fc.ListVMs(c.Context())
+			if err != nil {
+				return err
+			}
+			if !f.a.human() {
+				return f.a.printJSON(list)
+			}
+			if len(list.VMs) == 0 && len(list.UnreachableNodes) == 0 {
+				fmt.Fprintf(f.a.stdout, "no VMs\nnext: fluxctl fleet launch --image IMAGE (fluxctl fleet images lists them)\n")
+				return nil
+			}
+			return f.printVMs(list, f.a.format() == formatWide)
+		},
+	}
+}
+
+// vmNameRE is central's rule for VM names.
+var vmNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// suggestName is IMAGE-N with the smallest N from 1 that no VM in taken
+// uses, cut to fit a VM name.
+func suggestName(image string, taken map[string]bool) string {
+	base := strings.TrimRight(image, ".-_")
+	if base == "" || !vmNameRE.MatchString(base) {
+		base = "vm"
+	}
+	for n := 1; ; n++ {
+		suffix := fmt.Sprintf("-%d", n)
+		b := base
+		if len(b)+len(suffix) > 63 {
+			b = strings.TrimRight(b[:63-len(suffix)], ".-_")
+		}
+		if name := b + suffix; !taken[name] {
+			return name
+		}
+	}
+}
+
+func (f *fleet) launchCmd() *cobra.Command {
+	var (
+		req         sdk.FleetCreateVMRequest
+		memoryGiB   float64
+		ttl         time.Duration
+		labels      []string
+		wait        bool
+		waitTimeout time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "launch [NAME] --image IMAGE",
+		Short: "Launch a VM from the image catalog on a node central picks",
+		Long: `Launch a VM from the image catalog. Central's scheduler picks the node
+(or --node pins one) within your quota; fluxctl says where it landed and why.
+Without NAME, fluxctl suggests one from the image (debian-minimal-1, -2, ...)
+that none of your VMs uses. With --wait it returns once the guest agent
+answers, showing progress on a terminal.`,
+		Example: `  fluxctl fleet launch --image debian-minimal
+  fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError(c, fmt.Sprintf("fleet launch takes at most one VM name, got %d arguments", len(args)))
+			}
+			return nil
+		},
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE: func(c *cobra.Command, args []string) error {
+			if req.Image == "" {
+				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them)")
+			}
+			if ttl < 0 || memoryGiB < 0 || req.VCPUs < 0 {
+				return usageError(c, "--ttl, --vcpus and --memory-gib must not be negative")
+			}
+			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
+			req.MemoryMiB = int64(math.Round(memoryGiB * 1024))
+			req.Labels = nil
+			for _, l := range labels {
+				k, v, ok := strings.Cut(l, "=")
+				if !ok || k == "" {
+					return usageError(c, fmt.Sprintf("--label %q: want KEY=VALUE", l))
+				}
+				if req.Labels == nil {
+					req.Labels = map[string]string{}
+				}
+				req.Labels[k] = v
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				req.Name = args[0]
+			} else {
+				list, err := fc.ListVMs(c.Context())
+				if err != nil {
+					return err
+				}
+				taken := map[string]bool{}
+				for _, v := range list.VMs {
+					taken[v.Name] = true
+				}
+				req.Name = suggestName(req.Image, taken)
+			}
+			hints := map[int]string{
+				409: "pick another name, or leave NAME out and fluxctl picks a free one; if no node fits, fluxctl fleet capacity shows what fits now (ask for less, or drop --node)",
+				400: hintListImages + "; fluxctl fleet launch --help shows the flags",
+			}
+			var resp *sdk.FleetCreateVMResponse
+			if !wait {
+				resp, err = fc.CreateVM(c.Context(), req)
+				if err != nil {
+					return withHints(err, hints)
+				}
+			} else {
+				ctx, cancel := context.WithTimeout(c.Context(), waitTimeout)
+				defer cancel()
+				stop := func() {}
+				if f.a.human() && f.a.stderrTTY {
+					stop = spinner(f.a.stderr, fmt.Sprintf("launching %s and waiting for its guest agent…", req.Name))
+				}
+				resp, err = fc.LaunchAndWait(ctx, req, 250*time.Millisecond)
+				stop()
+				if err != nil && resp == nil {
+					return withHints(err, hints)
+				}
+				if err != nil {
+					return &cliError{msg: fmt.Sprintf("launched vm %s on %s (%s), but: %v", resp.VM.Name, resp.Node, resp.VM.ID, err),
+						hint: fmt.Sprintf("its console log may say why: fluxctl fleet logs %s", resp.VM.Name)}
+				}
+			}
+			if !f.a.human() {
+				return f.a.printJSON(resp)
+			}
+			vm := resp.VM
+			next := fmt.Sprintf("fluxctl fleet run %s -- uname -a", vm.Name)
+			if vm.Attributes["simulated"] == "true" {
+				// The simulator runs no guest, so it cannot run commands.
+				next = fmt.Sprintf("fluxctl fleet logs %s", vm.Name)
+			}
+			ready := ""
+			if vm.AgentReady {
+				ready = ", guest agent ready"
+			}
+			f.a.done(next, "Launched %s on %s (%s, %s, %s%s)\n  ID      %s\n  placed  %s",
+				vm.Name, resp.Node, req.Image, plural(vm.VCPUs, "vCPU"), mib(vm.MemoryMiB), ready, vm.ID, resp.Placement.Reason)
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&req.Image, "image", "", "a catalog image's name (required; fluxctl fleet images lists them)")
+	fl.Int64Var(&req.VCPUs, "vcpus", 0, "virtual CPUs (default: the image's)")
+	fl.Float64Var(&memoryGiB, "memory-gib", 0, "memory in GiB, e.g. 4 or 0.5 (default: the image's)")
+	fl.DurationVar(&ttl, "ttl", 0, "delete the VM after this long, e.g. 8h (0: keep it)")
+	fl.StringVar(&req.Node, "node", "", "pin the VM to this node (placement rules still apply)")
+	fl.StringArrayVar(&labels, "label", nil, "a KEY=VALUE label (repeatable)")
+	fl.BoolVar(&wait, "wait", false, "wait until the guest agent is ready")
+	fl.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
+	_ = c.RegisterFlagCompletionFunc("image", f.completeImages())
+	_ = c.RegisterFlagCompletionFunc("node", f.completeNodes())
+	return c
+}
+
+func (f *fleet) runCmd() *cobra.Command {
+	var (
+		timeout   time.Duration
+		withStdin bool
+		env       []string
+	)
+	c := &cobra.Command{
+		Use:   "run VM -- CMD [ARG...]",
+		Short: "Run a command in a VM found by name or ID prefix",
+		Long: `Run a command in a VM through its guest agent. The VM is found in your
+VM list by name, ID prefix or NODE/NAME. Its stdout and stderr are printed
+to fluxctl's, and fluxctl exits with the command's exit code. With -o json
+the whole result is printed as JSON instead.`,
+		Example: `  fluxctl fleet run debian-minimal-1 -- uname -a
+  echo hello | fluxctl fleet run 0b9c --stdin -- cat`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) < 2 || c.ArgsLenAtDash() > 1 {
+				return usageError(c, "fleet run takes a VM, then -- and the command to run")
+			}
+			return nil
+		},
+		ValidArgsFunction: f.completeVMs(),
+		RunE: func(c *cobra.Command, args []string) error {
+			if timeout < 0 {
+				return usageError(c, "--timeout must not be negative")
+			}
+			req := sdk.ExecRequest{Command: sdk.Command{Argv: args[1:]}, Env: env,
+				TimeoutSeconds: int64((timeout + time.Second - 1) / time.Second)}
+			if withStdin {
+				in, err := f.a.readStdin()
+				if err != nil {
+					return err
+				}
+				req.Stdin = in
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			vm, err := f.findVM(c.Context(), fc, args[0])
+			if err != nil {
+				return err
+			}
+			res, err := fc.Exec(c.Context(), vm.Node, vm.ID, req)
+			if err != nil {
+				return withHints(err, map[int]string{
+					501: fmt.Sprintf("the driver of %s (%s) cannot run commands; fluxctl fleet logs %s shows its console", vm.Name, cmp.Or(vm.Driver, "unknown"), vm.Name),
+					409: fmt.Sprintf("is %s running with its guest agent ready? fluxctl fleet vms shows its state", vm.Name),
+				})
+			}
+			return f.a.execResult(res)
+		},
+	}
+	fl := c.Flags()
+	fl.DurationVar(&timeout, "timeout", 0, "kill the command after this long, e.g. 5m (0: the node's default)")
+	fl.BoolVar(&withStdin, "stdin", false, "send fluxctl's stdin to the command")
+	fl.StringArrayVarP(&env, "env", "e", nil, "a KEY=VALUE environment variable (repeatable)")
+	return c
+}
+
+func (f *fleet) rmCmd() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:     "rm VM",
+		Aliases: []string{"delete"},
+		Short:   "Delete a VM with its disks (asks on a terminal; -y to skip)",
+		Long: `Delete a VM, stopping it first, with its workspace and disks. On a
+terminal it asks first; otherwise it needs -y.`,
+		Args:              oneFleetVM,
+		ValidArgsFunction: f.completeVMs(),
+		RunE: func(c *cobra.Command, args []string) error {
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			vm, err := f.findVM(c.Context(), fc, args[0])
+			if err != nil {
+				return err
+			}
+			if !yes {
+				err := f.confirm(fmt.Sprintf("delete vm %s (%s on %s, %s) and its disks?", vm.Name, vm.ID, vm.Node, vm.State),
+					"delete", "fluxctl fleet rm "+args[0]+" -y")
+				if err != nil {
+					return err
+				}
+			}
+			if err := fc.DeleteVM(c.Context(), vm.Node, vm.ID); err != nil {
+				return withHints(err, map[int]string{404: "it is gone already; " + hintListVMs})
+			}
+			if f.a.human() {
+				f.a.done("", "Deleted vm %s (%s on %s)", vm.Name, vm.ID, vm.Node)
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "delete without asking")
+	return c
+}
+
+// powerCmd makes start, stop, restart, pause and resume, which differ in
+// the call they make and whether they ask first on a terminal.
+func (f *fleet) powerCmd(verb, shortHelp, past string, ask bool) *cobra.Command {
+	var (
+		yes     bool
+		timeout time.Duration
+	)
+	c := &cobra.Command{
+		Use:               verb + " VM",
+		Short:             shortHelp,
+		Args:              oneFleetVM,
+		ValidArgsFunction: f.completeVMs(),
+		RunE: func(c *cobra.Command, args []string) error {
+			if timeout < 0 {
+				return usageError(c, "--timeout must not be negative")
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			vm, err := f.findVM(c.Context(), fc, args[0])
+			if err != nil {
+				return err
+			}
+			if ask && !yes && f.a.stdinTTY {
+				if err := f.confirm(fmt.Sprintf("%s vm %s (%s on %s)?", verb, vm.Name, vm.ID, vm.Node), verb, ""); err != nil {
+					return err
+				}
+			}
+			var out *sdk.FleetVM
+			switch verb {
+			case "start":
+				out, err = fc.StartVM(c.Context(), vm.Node, vm.ID)
+			case "stop":
+				out, err = fc.StopVM(c.Context(), vm.Node, vm.ID, timeout)
+			case "restart":
+				out, err = fc.RestartVM(c.Context(), vm.Node, vm.ID)
+			case "pause":
+				out, err = fc.PauseVM(c.Context(), vm.Node, vm.ID)
+			case "resume":
+				out, err = fc.ResumeVM(c.Context(), vm.Node, vm.ID)
+			}
+			if err != nil {
+				return withHints(err, map[int]string{409: fmt.Sprintf("vm %s is %s; fluxctl fleet vms shows its state", vm.Name, vm.State)})
+			}
+			return f.powered(out, past)
+		},
+	}
+	if ask {
+		c.Flags().BoolVarP(&yes, "yes", "y", false, "do it without asking")
+	}
+	if verb == "stop" {
+		c.Long = "Ask the guest to shut down; after --timeout the node stops the VM hard. On a terminal it asks first."
+		c.Flags().DurationVar(&timeout, "timeout", 0, "how long the guest gets to shut down (0: the node's default)")
+	}
+	return c
+}
+
+// powered prints the VM a power call returned.
+func (f *fleet) powered(vm *sdk.FleetVM, past string) error {
+	if !f.a.human() {
+		return f.a.printJSON(vm)
+	}
+	next := ""
+	switch vm.State {
+	case sdk.StatePaused:
+		next = "fluxctl fleet resume " + vm.Name
+	case sdk.StateStopped:
+		next = "fluxctl fleet start " + vm.Name
+	}
+	f.a.done(next, "%s vm %s on %s (%s)", strings.ToUpper(past[:1])+past[1:], vm.Name, vm.Node, vm.State)
+	return nil
+}
+
+func (f *fleet) logsCmd() *cobra.Command {
+	var lines int
+	c := &cobra.Command{
+		Use:               "logs VM",
+		Short:             "Print the end of a VM's console log",
+		Args:              oneFleetVM,
+		ValidArgsFunction: f.completeVMs(),
+		RunE: func(c *cobra.Command, args []string) error {
+			if lines < 0 {
+				return usageError(c, "--lines must not be negative")
+			}
+			fc, err := f.client()
+			if err != nil {
+				return err
+			}
+			vm, err := f.findVM(c.Context(), fc, args[0])
+			if err != nil {
+				return err
+			}
+			out, err := fc.Logs(c.Context(), vm.Node, vm.ID, lines)
+			if err != nil {
+				return err
+			}
+			_, err = f.a.stdout.Write(out)
+			return err
+		},
+	}
+	c.Flags().IntVarP(&lines, "lines", "n", 0, "how many lines from the end (0: the node's default, 100)")
+	return c
+}

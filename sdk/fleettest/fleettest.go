@@ -1,0 +1,407 @@
+// Package fleettest starts a real FluxVM fleet for tests of fleet API
+// clients: `fluxvm-agent central` on its embedded etcd and one
+// `fluxvm-agent node` heartbeating to it, with the simulated driver (or
+// QEMU), built from this module in a temporary directory. It needs the Go
+// toolchain and this module's source, so it serves tests in this
+// repository, not programs that merely import the SDK.
+package fleettest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
+)
+
+// Fleet is a running central with one node reporting to it.
+type Fleet struct {
+	// URL is central's base URL, http://127.0.0.1:PORT.
+	URL string
+	// OperatorToken is central's fleet token: the operator's credential.
+	// The node lists it among its admin tokens, so central can call it.
+	OperatorToken string
+	// Node is the node's name and NodeURL its API.
+	Node, NodeURL string
+	// Image is a disk path every node allows, for a catalog entry
+	// (PUT /fleet/images/{name} "image"): a file the sim driver only
+	// needs to exist, or the guest image directory given to WithQEMU.
+	Image string
+	// Dir holds the binaries' state, configs and logs.
+	Dir string
+
+	central, node *process
+}
+
+// Option changes the fleet Start runs.
+type Option func(*options)
+
+type options struct {
+	qemuImage        string
+	vcpus, memoryMiB int64
+}
+
+// WithQEMU runs the node with the qemu driver (TCG, microvm) instead of
+// sim, so VMs boot a real guest and exec works. imageDir is a guest image
+// directory (make guest-image builds one); it becomes Fleet.Image.
+func WithQEMU(imageDir string) Option { return func(o *options) { o.qemuImage = imageDir } }
+
+// WithNodeSize sets what the sim node offers (default 8 vCPUs, 16 GiB).
+func WithNodeSize(vcpus, memoryMiB int64) Option {
+	return func(o *options) { o.vcpus, o.memoryMiB = vcpus, memoryMiB }
+}
+
+// Start runs a fleet for one test and waits until central sees the node up
+// with a healthy driver. It is stopped when the test ends; the logs are
+// printed when the test failed.
+func Start(t testing.TB, opts ...Option) *Fleet {
+	t.Helper()
+	f, err := Launch(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.stopProcesses()
+		if t.Failed() {
+			t.Logf("central log:\n%s\nnode log:\n%s", f.central.tail(), f.node.tail())
+		}
+		_ = os.RemoveAll(f.Dir)
+	})
+	return f
+}
+
+// Launch is Start for a TestMain, which has no testing.TB: the caller must
+// call Stop.
+func Launch(opts ...Option) (*Fleet, error) {
+	o := options{vcpus: 8, memoryMiB: 16384}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	bin, err := build()
+	if err != nil {
+		return nil, err
+	}
+	// Not t.TempDir: VM workspaces hold unix sockets, whose paths must fit
+	// in 107 bytes.
+	dir, err := os.MkdirTemp("", "fxt")
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{Dir: dir, OperatorToken: "fleet-" + randomHex(), Node: "node-1"}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Stop()
+		}
+	}()
+
+	caddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	f.URL = "http://" + caddr
+	f.central, err = startProcess(filepath.Join(dir, "central.log"), bin, "central", "-token", f.OperatorToken,
+		"-listen", caddr, "-state-dir", filepath.Join(dir, "central"), "-heartbeat-secs", "1")
+	if err != nil {
+		return nil, err
+	}
+	if err := f.central.waitFor("central's GET /healthz", 60*time.Second, func() bool {
+		return get(f.URL+"/healthz") == http.StatusOK
+	}); err != nil {
+		return nil, err
+	}
+
+	images := filepath.Join(dir, "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		return nil, err
+	}
+	f.Image = filepath.Join(images, "sim.img")
+	if err := os.WriteFile(f.Image, []byte("sim image"), 0o644); err != nil {
+		return nil, err
+	}
+	plugin := fmt.Sprintf(`plugin "sim" {
+  config {
+    boot_delay_ms = 100
+    vcpus         = %d
+    memory_mib    = %d
+  }
+}`, o.vcpus, o.memoryMiB)
+	if o.qemuImage != "" {
+		f.Image, images = o.qemuImage, filepath.Dir(o.qemuImage)
+		plugin = `plugin "qemu" {
+  config {
+    machine = "microvm"
+    accel   = "tcg"
+  }
+}`
+	}
+	naddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	f.NodeURL = "http://" + naddr
+	cfg := fmt.Sprintf(`name = %q
+state_dir = %q
+listen = %q
+tokens {
+  admin = [%q]
+}
+policy { allowed_image_dirs = [%q] }
+%s
+central {
+  url   = %q
+  token = %q
+}
+`, f.Node, filepath.Join(dir, "node"), naddr, f.OperatorToken, images, plugin, f.URL, f.OperatorToken)
+	cfgPath := filepath.Join(dir, "node.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	f.node, err = startProcess(filepath.Join(dir, "node.log"), bin, "node", "-config", cfgPath, "-log-level", "debug")
+	if err != nil {
+		return nil, err
+	}
+	if err := f.node.waitFor("node "+f.Node+" up in central with a healthy driver", 60*time.Second, f.nodeUp); err != nil {
+		return nil, err
+	}
+	ok = true
+	return f, nil
+}
+
+// nodeUp reports whether central lists the node up with a guest OS (so a
+// healthy driver) and capacity.
+func (f *Fleet) nodeUp() bool {
+	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := fc.GetNode(ctx, f.Node)
+	return err == nil && n.State == sdk.NodeUp && len(n.GuestOS) > 0 && n.Capacity.Total.VCPUs > 0
+}
+
+// Stop deletes the node's VMs (they outlive their agent by design), then
+// stops the node and central and removes Dir.
+func (f *Fleet) Stop() {
+	f.stopProcesses()
+	if f.Dir != "" {
+		_ = os.RemoveAll(f.Dir)
+	}
+}
+
+func (f *Fleet) stopProcesses() {
+	if f.node != nil && f.NodeURL != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if nc, err := sdk.NewNodeClient(f.NodeURL, sdk.WithToken(f.OperatorToken)); err == nil {
+			if vms, err := nc.ListVMs(ctx); err == nil {
+				for _, vm := range vms {
+					_ = nc.DeleteVM(ctx, vm.ID)
+				}
+			}
+		}
+		cancel()
+	}
+	f.node.stop()
+	f.central.stop()
+}
+
+// Tenant creates a tenant with the quota given (keys as in sdk.Quotas'
+// JSON, e.g. "max_vms") and returns its id and token.
+func (f *Fleet) Tenant(t testing.TB, name string, quota map[string]int64) (id, token string) {
+	t.Helper()
+	var req sdk.CreateTenantRequest
+	req.Name = name
+	b, _ := json.Marshal(quota)
+	if err := json.Unmarshal(b, &req.Quota); err != nil {
+		t.Fatalf("quota %v: %v", quota, err)
+	}
+	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, err := fc.CreateTenant(context.Background(), req)
+	if err != nil {
+		t.Fatalf("create tenant %s: %v", name, err)
+	}
+	return tw.Tenant.ID, tw.Token
+}
+
+// CatalogImage puts Fleet.Image in the catalog as name, a Linux image of 1
+// vCPU and 256 MiB.
+func (f *Fleet) CatalogImage(t testing.TB, name string) {
+	t.Helper()
+	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.PutImage(context.Background(), sdk.Image{Name: name, GuestOS: "linux", Image: f.Image, VCPUs: 1, MemoryMiB: 256}); err != nil {
+		t.Fatalf("put image %s: %v", name, err)
+	}
+}
+
+// process is one fluxvm-agent with its log file.
+type process struct {
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+}
+
+func startProcess(logPath, bin string, args ...string) (*process, error) {
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{cmd: exec.Command(bin, args...), log: logPath, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = lf, lf
+	if err := p.cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start fluxvm-agent %s: %w", args[0], err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		lf.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// waitFor polls ok until it holds, the process exits or timeout passes.
+func (p *process) waitFor(what string, timeout time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("waiting for %s: fluxvm-agent exited:\n%s", what, p.tail())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %v:\n%s", what, timeout, p.tail())
+		}
+	}
+	return nil
+}
+
+// stop sends SIGTERM, which lets a node stop its plugins, and kills after
+// 10 seconds.
+func (p *process) stop() {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// tail is the end of the process's log.
+func (p *process) tail() string {
+	if p == nil {
+		return ""
+	}
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 6000 {
+		b = b[len(b)-6000:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
+}
+
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildErr  error
+)
+
+// build compiles fluxvm-agent once per test process, into a shared
+// directory where each process has its own binary and removes those of
+// processes that have ended, so test runs leave nothing behind.
+func build() (string, error) {
+	buildOnce.Do(func() {
+		dir := filepath.Join(os.TempDir(), "fluxvm-fleettest")
+		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
+			return
+		}
+		stale, _ := filepath.Glob(filepath.Join(dir, "fluxvm-agent-*"))
+		for _, p := range stale {
+			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(p), "fluxvm-agent-"))
+			if err == nil && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+				_ = os.Remove(p)
+			}
+		}
+		bin := filepath.Join(dir, fmt.Sprintf("fluxvm-agent-%d", os.Getpid()))
+		out, err := exec.Command(goTool(), "build", "-o", bin, "github.com/fluxvm/fluxvm/cmd/fluxvm-agent").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build fluxvm-agent: %v\n%s", err, out)
+			return
+		}
+		buildBin = bin
+	})
+	return buildBin, buildErr
+}
+
+// goTool is the go command: the one in $GOROOT when `go test` set it, else
+// the one on $PATH.
+func goTool() string {
+	if root := os.Getenv("GOROOT"); root != "" {
+		if p := filepath.Join(root, "bin", "go"); fileExists(p) {
+			return p
+		}
+	}
+	return "go"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// get is the status of an unauthenticated GET, 0 when nothing answered.
+func get(url string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func randomHex() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(errors.New("crypto/rand failed"))
+	}
+	return hex.EncodeToString(b)
+}
