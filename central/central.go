@@ -1,7 +1,7 @@
 // Package central runs FluxVM's control plane (`fluxvm-agent central`): it
 // opens the etcd store, serves the fleet API, and, while this central leads
 // the etcd election, runs the background loops (reconciler, node-down
-// marking). Several centrals may serve one etcd; one leads.
+// marking, warm pools). Several centrals may serve one etcd; one leads.
 package central
 
 import (
@@ -165,6 +165,11 @@ func runLoops(ctx context.Context, lost <-chan struct{}, srv *api.Server, opts O
 	defer check.Stop()
 	reconcile := time.NewTicker(opts.ReconcileEvery)
 	defer reconcile.Stop()
+	// Warm pools (docs/warm-pools.md) are kept full by the leader, in their
+	// own goroutine: a pool VM's boot must not hold up the node checks.
+	pctx, stopPools := context.WithCancel(ctx)
+	defer stopPools()
+	go srv.PoolLoop(pctx, 0)
 	for {
 		select {
 		case <-ctx.Done():

@@ -157,6 +157,13 @@ func jsonFields(dst any) []string {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			// An embedded struct's fields are the request's own.
+			if sub := jsonFields(reflect.New(f.Type).Interface()); sub[0] != "(no fields: send no body)" {
+				out = append(out, sub...)
+			}
+			continue
+		}
 		if name == "-" || !f.IsExported() {
 			continue
 		}

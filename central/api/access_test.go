@@ -67,6 +67,15 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := func(action string) routeCase { return routeCase{own: "/fleet/nodes/node-ops/" + action} }
+	// Warm pools of A and B (nothing boots: no pool loop runs here).
+	for _, pl := range []store.Pool{{Name: "pool-a", Tenant: a.ID}, {Name: "pool-b", Tenant: b.ID},
+		{Name: "pool-a-del", Tenant: a.ID}, {Name: "pool-b-del", Tenant: b.ID}} {
+		pl.Image, pl.VCPUs, pl.MemoryMiB, pl.Size, pl.MaxSize = "img-1", 1, 512, 1, 1
+		if err := e.store.CreatePool(ctx, &pl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.must(req{method: "PUT", path: "/fleet/images/img-pool", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-pool.raw"}`}, 201)
 
 	vm := func(action string) routeCase {
 		return routeCase{own: "/fleet/vms/node-1/vm-a" + action, other: "/fleet/vms/node-1/vm-b" + action, foreign: 404}
@@ -112,8 +121,15 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/vms/{node}/{id}/pause":     vm("/pause"),
 		"POST /fleet/vms/{node}/{id}/resume":    vm("/resume"),
 		"GET /fleet/vms/{node}/{id}/logs":       vm("/logs"),
-		"POST /fleet/reconcile":                 {own: "/fleet/reconcile"},
-		"GET /fleet/events":                     {own: "/fleet/events", tenantOK: 200},
+		"GET /fleet/pools":                      {own: "/fleet/pools", tenantOK: 200},
+		"POST /fleet/pools":                     {own: "/fleet/pools", body: `{"name": "pool-new", "image": "img-pool", "size": 1}`, tenantOK: 201},
+		// Another tenant's pool is "not found", as for one that does not exist.
+		"GET /fleet/pools/{name}":        {own: "/fleet/pools/pool-a", other: "/fleet/pools/pool-b", foreign: 404, tenantOK: 200},
+		"PATCH /fleet/pools/{name}":      {own: "/fleet/pools/pool-a", other: "/fleet/pools/pool-b", body: `{"size": 2}`, foreign: 404, tenantOK: 200},
+		"DELETE /fleet/pools/{name}":     {own: "/fleet/pools/pool-a-del", other: "/fleet/pools/pool-b-del", foreign: 404, tenantOK: 204},
+		"GET /fleet/pools/{name}/status": {own: "/fleet/pools/pool-a/status", other: "/fleet/pools/pool-b/status", foreign: 404, tenantOK: 200},
+		"POST /fleet/reconcile":          {own: "/fleet/reconcile"},
+		"GET /fleet/events":              {own: "/fleet/events", tenantOK: 200},
 	}
 
 	// The table, the router and the spec agree: every route the mux serves

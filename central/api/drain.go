@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/scheduler"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
@@ -86,8 +88,8 @@ func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// drainNode is POST /fleet/nodes/{name}/drain?mode=cordon|evict-ephemeral
-// [&force=true]: it cordons the node, marks it draining, then handles each
+// drainNode is POST /fleet/nodes/{name}/drain?mode=cordon|evict-ephemeral|
+// reschedule[&force=true]: it cordons the node, marks it draining, then handles each
 // VM by mode and records what it did (GET .../drain). A leased node needs
 // force: draining it breaks the tenant's sole use.
 func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
@@ -100,14 +102,11 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch mode {
-	case DrainCordon, DrainEvictEphemeral:
-	case DrainReschedule:
-		jsonapi.WriteError(w, http.StatusNotImplemented, "drain mode reschedule is not implemented yet",
-			"use mode=evict-ephemeral or mode=cordon; delete or recreate the remaining VMs yourself")
-		return
+	case DrainCordon, DrainEvictEphemeral, DrainReschedule:
 	default:
 		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("mode %q is not a drain mode", mode),
-			"use mode=cordon (keep every VM) or mode=evict-ephemeral (delete VMs with a TTL or label fluxvm.dev/ephemeral=true)")
+			"use mode=cordon (keep every VM), mode=evict-ephemeral (delete VMs with a TTL or label fluxvm.dev/ephemeral=true) "+
+				"or mode=reschedule (also recreate reschedulable VMs on other nodes)")
 		return
 	}
 	n, ok := s.nodeFromPath(w, r)
@@ -181,19 +180,41 @@ func (s *Server) runDrain(ctx context.Context, n *store.Node, d *store.Drain) er
 		if e := byVM[vm.ID]; e != nil {
 			dv.Tenant = e.Tenant
 		}
-		if d.Mode == DrainEvictEphemeral && dv.Ephemeral {
+		var prev *store.DrainVM
+		if j, ok := seen[vm.ID]; ok {
+			prev = &d.VMs[j]
+		}
+		put := func() {
+			if j, ok := seen[vm.ID]; ok {
+				d.VMs[j] = dv
+			} else {
+				seen[vm.ID] = len(d.VMs)
+				d.VMs = append(d.VMs, dv)
+			}
+		}
+		switch {
+		case (d.Mode == DrainEvictEphemeral || d.Mode == DrainReschedule) && dv.Ephemeral:
 			if err := s.deleteOnNode(ctx, n, vm.ID, byVM[vm.ID], "drained"); err != nil {
 				dv.Action, dv.Error, failed = "failed", err.Error(), true
 			} else {
 				dv.Action = "deleted"
 			}
+		case d.Mode == DrainReschedule && byVM[vm.ID] != nil:
+			to, err := s.moveVM(ctx, n, vm, byVM[vm.ID], prev, func(target string) error {
+				dv.Action, dv.MovedTo = "pending", target
+				put()
+				return save()
+			})
+			switch {
+			case errors.Is(err, errNotReschedulable):
+				dv.Action, dv.MovedTo = "kept", ""
+			case err != nil:
+				dv.Action, dv.Error, failed = "failed", err.Error(), true
+			default:
+				dv.Action, dv.MovedTo = "moved", to
+			}
 		}
-		if j, ok := seen[vm.ID]; ok {
-			d.VMs[j] = dv
-		} else {
-			seen[vm.ID] = len(d.VMs)
-			d.VMs = append(d.VMs, dv)
-		}
+		put()
 	}
 	if !failed {
 		d.Finished, d.FinishedAt = true, s.opts.Now().UTC()
@@ -203,9 +224,209 @@ func (s *Server) runDrain(ctx context.Context, n *store.Node, d *store.Drain) er
 		return err
 	}
 	if failed {
-		return fmt.Errorf("some vms of node %s could not be deleted", n.Name)
+		return fmt.Errorf("some vms of node %s could not be deleted or moved", n.Name)
 	}
 	return nil
+}
+
+// errNotReschedulable: the VM keeps no spec, so a reschedule keeps it.
+var errNotReschedulable = errors.New("not reschedulable")
+
+// keptSpec is what central keeps (in etcd, under specs/<entry id>) of a VM
+// created with "reschedulable": true: the node's create request as resolved
+// at creation (image path, size, labels, TTL, tenant stamp) and the
+// placement constraints. A pin to one node is not kept: the VM is meant to
+// move.
+type keptSpec struct {
+	Spec         sdk.CreateVMRequest `json:"spec"`
+	Image        string              `json:"image,omitempty"`
+	NodeSelector map[string]string   `json:"node_selector,omitempty"`
+	Nested       bool                `json:"nested,omitempty"`
+}
+
+func (k *keptSpec) encode() []byte {
+	b, err := json.Marshal(k)
+	if err != nil {
+		panic(err) // plain struct
+	}
+	return b
+}
+
+// moveVM recreates a reschedulable VM (entry e, on the draining node n) on
+// another node and then deletes it from n. It returns the new node. Order:
+// place, reserve as a replacement of e (the tenant's quota does not count
+// the old VM twice; the new node's capacity is checked as for any create),
+// record the target in the drain (pending), create on the target, commit
+// the new ledger entry with the spec and Replaces = e, and only then delete
+// the old VM. A drain taken up again (this central died, the node did not
+// answer) first looks for the copy it made: a running entry that replaces
+// e, or, if the drain was pending on a target, a VM of that name and tenant
+// there that the ledger has not recorded yet. So a VM is never created twice
+// by one move, and the old one goes only once the new one is recorded.
+// Disk state does not move: the new VM boots from the spec's image.
+func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store.LedgerEntry, prev *store.DrainVM, pending func(target string) error) (string, error) {
+	raw, err := s.opts.Store.GetSpec(ctx, e.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", errNotReschedulable
+	}
+	if err != nil {
+		return "", err
+	}
+	var kept keptSpec
+	if err := json.Unmarshal(raw, &kept); err != nil {
+		return "", fmt.Errorf("read the kept spec of vm %s: %w", vm.Name, err)
+	}
+	finish := func(target string) (string, error) {
+		if err := s.deleteOnNode(ctx, n, vm.ID, e, "rescheduled"); err != nil {
+			return "", fmt.Errorf("recreated on %s, but the old vm stays: %w", target, err)
+		}
+		s.log.Info("vm rescheduled", "vm", vm.Name, "tenant", e.Tenant, "from", n.Name, "to", target)
+		return target, nil
+	}
+	// 1. A copy this move already recorded.
+	var running []store.LedgerEntry
+	if e.Tenant != "" {
+		running, err = s.opts.Store.RunningForTenant(ctx, e.Tenant)
+	} else {
+		running, err = s.opts.Store.ListEntries(ctx, func(x *store.LedgerEntry) bool { return x.Running() && x.Tenant == "" })
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, x := range running {
+		if x.Replaces == e.ID {
+			return finish(x.Node)
+		}
+	}
+	// 2. A copy created on the target but not recorded (central died
+	// between the node's create and the commit).
+	if prev != nil && prev.Action == "pending" && prev.MovedTo != "" {
+		if target, ok, err := s.adoptCopy(ctx, prev.MovedTo, vm, e, raw); err != nil {
+			return "", err
+		} else if ok {
+			return finish(target)
+		}
+	}
+	// 3. Place and create.
+	pol, err := s.opts.Store.GetPolicy(ctx)
+	if err != nil {
+		return "", err
+	}
+	spec := kept.Spec
+	macOS := spec.GuestOS == store.GuestMacOS
+	placeReq := scheduler.Request{Tenant: e.Tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
+		NodeSelector: kept.NodeSelector, Nested: kept.Nested}
+	var (
+		res    *store.Reservation
+		target *store.Node
+	)
+	for try := 0; try < placeTries && res == nil; try++ {
+		stored, nodes, err := s.snapshot(ctx)
+		if err != nil {
+			return "", err
+		}
+		dec, err := scheduler.Place(nodes, placeReq, schedulerPolicy(pol), scheduler.BinPack)
+		var np *scheduler.NoPlacementError
+		if errors.As(err, &np) {
+			return "", fmt.Errorf("no other node takes it: %s", np.Summary)
+		}
+		if err != nil {
+			return "", err
+		}
+		if dec.Node == n.Name { // cannot happen while n drains; never recreate in place
+			return "", fmt.Errorf("placement chose the draining node %s", n.Name)
+		}
+		for i := range stored {
+			if stored[i].Name == dec.Node {
+				target = &stored[i]
+			}
+		}
+		res, err = s.opts.Store.Reserve(ctx, store.ReserveRequest{Tenant: e.Tenant, Node: dec.Node,
+			VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS, Replaces: e.ID,
+			ExclusiveLeases: pol.ExclusiveLeasedHosts,
+			RequireLease:    pol.RequireLeaseForMacOS && macOS && e.Tenant != ""})
+		var qe *store.QuotaError
+		switch {
+		case err == nil:
+		case errors.As(err, &qe):
+			return "", fmt.Errorf("quota: %s", qe.Error())
+		case errors.Is(err, store.ErrNoCapacity), errors.Is(err, store.ErrNotFound):
+			res = nil // filled up since the snapshot: place again
+		default:
+			return "", err
+		}
+	}
+	if res == nil || target == nil {
+		return "", errors.New("no node kept room for it under concurrent creates")
+	}
+	if err := pending(target.Name); err != nil {
+		_ = s.opts.Store.Release(ctx, res)
+		return "", fmt.Errorf("record the move: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, nodeCreateTimeout)
+	nvm, err := s.createOnNode(cctx, target, spec)
+	cancel()
+	if err != nil {
+		if rerr := s.opts.Store.Release(ctx, res); rerr != nil {
+			s.log.Warn("release reservation (it lapses with this central's lease)", "reservation", res.ID, "error", rerr)
+		}
+		return "", fmt.Errorf("create on node %s: %w", target.Name, err)
+	}
+	entry := store.LedgerEntry{VMID: nvm.ID, Name: nvm.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
+		GuestOS: spec.GuestOS, Image: kept.Image, StartedAt: s.opts.Now().UTC(), Replaces: e.ID}
+	if _, err := s.opts.Store.CommitSpec(ctx, res, entry, raw); err != nil {
+		// The copy runs; the next attempt finds it by name on the target.
+		_ = s.opts.Store.Release(ctx, res)
+		return "", fmt.Errorf("record the copy on node %s: %w", target.Name, err)
+	}
+	return finish(target.Name)
+}
+
+// adoptCopy looks on node target for the copy an earlier attempt of a move
+// created but did not record (same name, same tenant stamp), and records
+// it as replacing e, with the kept spec. ok is false when there is none.
+func (s *Server) adoptCopy(ctx context.Context, target string, vm *sdk.VM, e *store.LedgerEntry, raw []byte) (string, bool, error) {
+	tn, err := s.opts.Store.GetNode(ctx, target)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if tn.State != store.NodeUp {
+		return "", false, fmt.Errorf("node %s, where an earlier attempt moved it, is down", target)
+	}
+	nc, err := s.nodes.client(tn)
+	if err != nil {
+		return "", false, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+	vms, err := nc.ListVMs(lctx)
+	cancel()
+	if err != nil {
+		return "", false, fmt.Errorf("list the vms of node %s: %w", target, err)
+	}
+	for _, c := range vms {
+		if c.Name != vm.Name || c.Tenant != e.Tenant {
+			continue
+		}
+		id := adoptedID(target, c.ID) // the id the reconciler would give it
+		ne, err := s.opts.Store.RecordEntry(ctx, store.LedgerEntry{ID: id, Tenant: e.Tenant, Node: target, VMID: c.ID,
+			Name: c.Name, VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, GuestOS: e.GuestOS, Image: e.Image,
+			StartedAt: s.opts.Now().UTC(), Replaces: e.ID})
+		switch {
+		case errors.Is(err, store.ErrExists): // the reconciler adopted it first
+		case err != nil:
+			return "", false, err
+		default:
+			id = ne.ID
+		}
+		if err := s.opts.Store.PutSpec(ctx, id, raw); err != nil {
+			return "", false, err
+		}
+		return target, true, nil
+	}
+	return "", false, nil
 }
 
 // drainStatus is GET /fleet/nodes/{name}/drain: the node's latest drain,

@@ -63,6 +63,13 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/resume", Access: Tenant, handler: h(vmAction("resume"))},
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/logs", Access: Tenant, handler: h((*Server).vmLogs)},
 
+		{Method: "GET", Path: "/fleet/pools", Access: Tenant, handler: h((*Server).listPools)},
+		{Method: "POST", Path: "/fleet/pools", Access: Tenant, handler: h((*Server).createPool)},
+		{Method: "GET", Path: "/fleet/pools/{name}", Access: Tenant, handler: h((*Server).getPool)},
+		{Method: "PATCH", Path: "/fleet/pools/{name}", Access: Tenant, handler: h((*Server).patchPool)},
+		{Method: "DELETE", Path: "/fleet/pools/{name}", Access: Tenant, handler: h((*Server).deletePool)},
+		{Method: "GET", Path: "/fleet/pools/{name}/status", Access: Tenant, handler: h((*Server).poolStatus)},
+
 		{Method: "POST", Path: "/fleet/reconcile", Access: Operator, handler: h((*Server).reconcile)},
 		{Method: "GET", Path: "/fleet/events", Access: Tenant, handler: h((*Server).listEvents)},
 	}

@@ -43,11 +43,15 @@ var (
 // (or is released when the node fails).
 func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalOf(r.Context())
-	var req sdk.FleetCreateVMRequest
-	if e := jsonapi.ReadBody(w, r, &req, true, specHint); e != nil {
+	var body createVMRequest
+	if e := jsonapi.ReadBody(w, r, &body, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
+	if !s.poolDefaults(w, r, &body) { // warm pools (pools.go): "pool" fills image and size
+		return
+	}
+	req := body.FleetCreateVMRequest
 	spec, imageName, status, msg, hint := s.resolveCreate(r.Context(), p, &req)
 	if status != 0 {
 		jsonapi.WriteError(w, status, msg, hint)
@@ -56,6 +60,9 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	pol, err := s.opts.Store.GetPolicy(r.Context())
 	if err != nil {
 		s.storeError(w, "read the policy", err)
+		return
+	}
+	if s.claimFromPool(w, r, &body, spec, imageName, pol) { // warm pools (pools.go): hand out a warm VM if one fits
 		return
 	}
 	tenant := tenantID(p)
@@ -147,7 +154,15 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	}
 	entry := store.LedgerEntry{VMID: vm.ID, Name: vm.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		GuestOS: spec.GuestOS, Image: imageName, StartedAt: s.opts.Now().UTC()}
-	if _, err := s.opts.Store.Commit(ctx, res, entry); err != nil {
+	if body.Reschedulable {
+		// Only a reschedulable VM's spec is kept (in etcd, never logged):
+		// create bodies can carry secrets.
+		kept := keptSpec{Spec: spec, Image: imageName, NodeSelector: req.NodeSelector, Nested: req.Nested}
+		_, err = s.opts.Store.CommitSpec(ctx, res, entry, kept.encode())
+	} else {
+		_, err = s.opts.Store.Commit(ctx, res, entry)
+	}
+	if err != nil {
 		// The VM runs; the reconciler adopts it from its tenant stamp.
 		s.log.Error("record the ledger entry of a created vm; the reconciler will adopt it", "node", node.Name, "vm", vm.ID, "error", err)
 		_ = s.opts.Store.Release(ctx, res)
@@ -158,6 +173,16 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/fleet/vms/"+node.Name+"/"+vm.ID)
 	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: node.Name, VM: *vm,
 		Placement: sdk.Placement{Reason: decision.Reason, Considered: verdicts(decision.Considered)}})
+}
+
+// createVMRequest is POST /fleet/vms: the SDK's request plus reschedulable,
+// which keeps the VM's spec so that a drain in mode reschedule can recreate
+// it on another node (drain.go).
+type createVMRequest struct {
+	sdk.FleetCreateVMRequest
+	Reschedulable bool `json:"reschedulable,omitempty"`
+	// Pool names a warm pool to take the VM from (pools.go).
+	Pool string `json:"pool,omitempty"`
 }
 
 func (s *Server) tenantGone(ctx context.Context, id string) bool {

@@ -34,6 +34,7 @@ import (
 //	P lease-tenant/<tenant>/<id>             lease id, while the lease is active
 //	P lease-gen/<tenant>                     counter: generation of the tenant's leases
 //	P drains/<node>                          Drain (the node's latest)
+//	P specs/<entry id>                       create spec of a reschedulable VM, while it runs
 //	P election/<name>/                       concurrency.Election keys
 func (s *Store) nodeKey(name string) string        { return s.prefix + "nodes/" + name }
 func (s *Store) tenantKey(id string) string        { return s.prefix + "tenants/" + id }
@@ -42,6 +43,7 @@ func (s *Store) tenantTokenKey(hash string) string { return s.prefix + "tenant-t
 func (s *Store) policyKey() string                 { return s.prefix + "policy" }
 func (s *Store) imageKey(name string) string       { return s.prefix + "images/" + name }
 func (s *Store) ledgerKey(id string) string        { return s.prefix + "ledger/" + id }
+func (s *Store) specKey(id string) string          { return s.prefix + "specs/" + id }
 func (s *Store) runningNodePrefix(node string) string {
 	return s.prefix + "running/node/" + node + "/"
 }

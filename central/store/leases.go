@@ -375,9 +375,12 @@ type DrainVM struct {
 	Name      string `json:"name"`
 	Tenant    string `json:"tenant,omitempty"`
 	Ephemeral bool   `json:"ephemeral"`
-	// Action is "kept", "deleted", "failed" (Error says why) or "pending".
-	Action string `json:"action"`
-	Error  string `json:"error,omitempty"`
+	// Action is "kept", "deleted", "moved" (recreated on MovedTo, then
+	// deleted here), "failed" (Error says why) or "pending" (a move to
+	// MovedTo under way).
+	Action  string `json:"action"`
+	MovedTo string `json:"moved_to,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Drain is the state of a node's latest drain.

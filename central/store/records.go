@@ -396,6 +396,9 @@ type LedgerEntry struct {
 	StartedAt time.Time `json:"started_at"`
 	EndedAt   time.Time `json:"ended_at,omitzero"` // zero: running
 	EndReason string    `json:"end_reason,omitempty"`
+	// Replaces is the entry of the VM a drain recreated as this one (drain
+	// mode reschedule): a drain taken up again finds the copy it made.
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // Running reports whether the entry has not ended.
@@ -421,6 +424,9 @@ type Reservation struct {
 	MacOS     bool      `json:"macos"`
 	CreatedAt time.Time `json:"created_at"`
 	Lease     int64     `json:"lease"` // the etcd lease holding it
+	// Replaces is the running entry this VM is to replace (a reschedule):
+	// the tenant's quota does not count that entry while this is reserved.
+	Replaces string `json:"replaces,omitempty"`
 }
 
 func (r *Reservation) usage() Usage {

@@ -101,6 +101,12 @@ type ReserveRequest struct {
 	// RequireLease refuses a node Tenant does not lease (a tenant's macOS
 	// guest under require_lease_for_macos).
 	RequireLease bool
+	// Replaces names a running ledger entry of Tenant that this VM replaces
+	// (a drain recreating a reschedulable VM elsewhere before deleting the
+	// old one). The tenant's quota is checked without that entry, so a
+	// tenant at its quota can still be moved; node capacity counts both.
+	// Only one live reservation may discount a given entry.
+	Replaces string
 	// Quotas of the tenant (ignored for the operator). Nil: Reserve reads the tenant record in its transaction (and
 	// compares its revision, so a quota change or a disable cannot slip in between) and
 	// refuses a missing or disabled tenant.
@@ -135,10 +141,16 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 	defer unlock()
 	readTenant := req.Tenant != "" && req.Quotas == nil
 	reads := s.reserveReads(req.Tenant, req.Node, readTenant)
+	if req.Tenant != "" && req.Replaces != "" {
+		reads = append(reads, clientv3.OpGet(s.runningTenantPrefix(req.Tenant)+req.Replaces))
+	}
 	// The first read may be served by any etcd member from its own state (serializable):
 	// it can be stale, but an admission decided on stale data fails its compare, and a
 	// refusal is confirmed with a linearizable read before it is returned.
 	localReads := s.reserveReads(req.Tenant, req.Node, readTenant, clientv3.WithSerializable())
+	if req.Tenant != "" && req.Replaces != "" {
+		localReads = append(localReads, clientv3.OpGet(s.runningTenantPrefix(req.Tenant)+req.Replaces, clientv3.WithSerializable()))
+	}
 	var resp *clientv3.TxnResponse
 	stale := false // resp came from a serializable read
 	read := func(serializable bool) error {
@@ -167,6 +179,9 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 			if err != nil {
 				return false, fmt.Errorf("%s: %w", what, err)
 			}
+			if err = snap.readReplaced(resp.Responses, req); err != nil {
+				return false, fmt.Errorf("%s: %w", what, err)
+			}
 			if err = admit(req, snap, what); err == nil {
 				break
 			}
@@ -179,7 +194,7 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 		}
 		res := &Reservation{
 			ID: newID("r-"), Tenant: req.Tenant, Node: req.Node, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
-			MacOS: req.MacOS, CreatedAt: time.Now().UTC(), Lease: int64(sess.Lease()),
+			MacOS: req.MacOS, CreatedAt: time.Now().UTC(), Lease: int64(sess.Lease()), Replaces: req.Replaces,
 		}
 		lease := clientv3.WithLease(sess.Lease())
 		cmps := []clientv3.Cmp{
@@ -245,7 +260,13 @@ func admit(req ReserveRequest, snap *reserveSnapshot, what string) error {
 		ask.MacOS = 1
 	}
 	if quotas != nil {
-		if err := checkQuota(*quotas, snap.tenantUsage.Usage.add(snap.tenantReserved), ask); err != nil {
+		used := snap.tenantUsage.Usage.add(snap.tenantReserved)
+		if snap.replaced != nil {
+			// A replacement: the old VM leaves once this one runs, so the
+			// tenant's quota sees only one of them.
+			used = used.sub(snap.replaced.usage())
+		}
+		if err := checkQuota(*quotas, used, ask); err != nil {
 			return err
 		}
 	}
@@ -283,6 +304,35 @@ type reserveSnapshot struct {
 	nodeReserved, tenantReserved Usage
 	tenant                       *Tenant
 	tenantRev                    int64
+	// replaced is the running entry a replacement discounts (nil: none,
+	// ended, or already discounted by another live reservation).
+	replaced *LedgerEntry
+}
+
+// readReplaced fills snap.replaced from the last read of a replacement's
+// reserve (the running entry it replaces), unless another live reservation
+// of the tenant already replaces that entry.
+func (snap *reserveSnapshot) readReplaced(rs []*pb.ResponseOp, req ReserveRequest) error {
+	snap.replaced = nil
+	if req.Tenant == "" || req.Replaces == "" {
+		return nil
+	}
+	var e LedgerEntry
+	rev, err := decodeOne(rs[len(rs)-1].GetResponseRange().Kvs, &e)
+	if err != nil || rev == 0 || !e.Running() {
+		return err
+	}
+	for _, kv := range rs[4].GetResponseRange().Kvs { // the tenant's reservations
+		var r Reservation
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		if r.Replaces == req.Replaces {
+			return nil
+		}
+	}
+	snap.replaced = &e
+	return nil
 }
 
 func parseReserveReads(rs []*pb.ResponseOp, hasTenant, readTenant bool) (*reserveSnapshot, error) {
@@ -440,7 +490,28 @@ func (s *Store) Commit(ctx context.Context, res *Reservation, e LedgerEntry) (*L
 	if e.GuestOS == "" && res.MacOS {
 		e.GuestOS = GuestMacOS
 	}
-	return s.record(ctx, res, e)
+	return s.record(ctx, res, e, nil)
+}
+
+// CommitSpec is Commit that also keeps the VM's create spec (an opaque
+// JSON document) under specs/<entry id>, in the same transaction. Only
+// VMs created "reschedulable" keep one: create bodies can carry secrets.
+// EndEntry deletes it with the entry's end.
+func (s *Store) CommitSpec(ctx context.Context, res *Reservation, e LedgerEntry, spec []byte) (*LedgerEntry, error) {
+	if e.ID == "" {
+		e.ID = res.ID
+	}
+	e.Tenant, e.Node = res.Tenant, res.Node
+	if e.VCPUs == 0 {
+		e.VCPUs = res.VCPUs
+	}
+	if e.MemoryMiB == 0 {
+		e.MemoryMiB = res.MemoryMiB
+	}
+	if e.GuestOS == "" && res.MacOS {
+		e.GuestOS = GuestMacOS
+	}
+	return s.record(ctx, res, e, spec)
 }
 
 // RecordEntry adds a running ledger entry without a reservation: the reconciler adopting a
@@ -450,10 +521,10 @@ func (s *Store) RecordEntry(ctx context.Context, e LedgerEntry) (*LedgerEntry, e
 	if e.ID == "" {
 		e.ID = newID("l-")
 	}
-	return s.record(ctx, nil, e)
+	return s.record(ctx, nil, e, nil)
 }
 
-func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry) (*LedgerEntry, error) {
+func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spec []byte) (*LedgerEntry, error) {
 	if e.StartedAt.IsZero() {
 		e.StartedAt = time.Now().UTC()
 	}
@@ -524,6 +595,9 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry) (*L
 			clientv3.OpPut(lk, body),
 			clientv3.OpPut(s.runningNodePrefix(e.Node)+e.ID, body),
 			clientv3.OpPut(s.usageNodeKey(e.Node), mustJSON(nc)),
+		}
+		if spec != nil {
+			ops = append(ops, clientv3.OpPut(s.specKey(e.ID), string(spec)))
 		}
 		if e.Tenant != "" {
 			trev, err := decodeOne(rs[2].GetResponseRange().Kvs, &tc)
@@ -604,6 +678,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			clientv3.OpPut(lk, mustJSON(&ended)),
 			clientv3.OpDelete(s.runningNodePrefix(e.Node) + id),
 			clientv3.OpPut(s.usageNodeKey(e.Node), mustJSON(nc)),
+			clientv3.OpDelete(s.specKey(id)), // a kept create spec goes with the VM
 		}
 		if e.Tenant != "" {
 			trev, err := decodeOne(rr.Responses[1].GetResponseRange().Kvs, &tc)
@@ -669,4 +744,43 @@ func (s *Store) ListReservations(ctx context.Context) ([]Reservation, error) {
 		return nil, fmt.Errorf("list reservations: %w", err)
 	}
 	return rs, nil
+}
+
+// PutSpec keeps the create spec of a running entry's VM (see CommitSpec):
+// a drain that recreated a VM whose entry it had to write itself. The
+// entry must be running, else ErrNotFound.
+func (s *Store) PutSpec(ctx context.Context, entryID string, spec []byte) error {
+	if err := checkName("ledger entry id", entryID); err != nil {
+		return err
+	}
+	lk := s.ledgerKey(entryID)
+	e, rev, err := getJSON[LedgerEntry](ctx, s, lk)
+	if err != nil {
+		return fmt.Errorf("keep the spec of entry %s: %w", entryID, err)
+	}
+	if !e.Running() {
+		return fmt.Errorf("keep the spec of entry %s: it ended: %w", entryID, ErrNotFound)
+	}
+	r, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).
+		Then(clientv3.OpPut(s.specKey(entryID), string(spec))).Commit()
+	if err != nil {
+		return fmt.Errorf("keep the spec of entry %s: %w", entryID, err)
+	}
+	if !r.Succeeded {
+		return fmt.Errorf("keep the spec of entry %s: it changed: %w", entryID, ErrNotFound)
+	}
+	return nil
+}
+
+// GetSpec reads the create spec kept for a running entry (ErrNotFound: the
+// VM was not created reschedulable, or it ended).
+func (s *Store) GetSpec(ctx context.Context, entryID string) ([]byte, error) {
+	resp, err := s.client.Get(ctx, s.specKey(entryID))
+	if err != nil {
+		return nil, fmt.Errorf("get the spec of entry %s: %w", entryID, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("get the spec of entry %s: %w", entryID, ErrNotFound)
+	}
+	return resp.Kvs[0].Value, nil
 }
