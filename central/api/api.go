@@ -107,7 +107,9 @@ type Server struct {
 	router *mux.Router
 	// leading is whether this central leads the election (SetLeader).
 	leading atomic.Bool
-	fleet   []byte // the fleet token, for constant-time comparison
+	// pools is the pool loop's state in this process.
+	pools *poolRun
+	fleet []byte // the fleet token, for constant-time comparison
 	// prom is this server's Prometheus registry (see health.go).
 	prom      *metrics
 	fleetProm *fleetMetrics // placements, reservations, leadership (metrics_fleet.go)
@@ -125,7 +127,7 @@ func New(opts Options) *Server {
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
 	}
-	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken)}
+	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken), pools: newPoolRun()}
 	s.prom = newMetrics(opts.Store)
 	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
 	s.nodes = newNodeCaller(opts.FleetToken)

@@ -578,15 +578,11 @@ type poolRun struct {
 	kick     chan struct{}
 }
 
-var poolRuns sync.Map // *Server -> *poolRun
-
-func (s *Server) poolRun() *poolRun {
-	if v, ok := poolRuns.Load(s); ok {
-		return v.(*poolRun)
-	}
-	v, _ := poolRuns.LoadOrStore(s, &poolRun{inflight: map[string]bool{}, kick: make(chan struct{}, 1)})
-	return v.(*poolRun)
+func newPoolRun() *poolRun {
+	return &poolRun{inflight: map[string]bool{}, kick: make(chan struct{}, 1)}
 }
+
+func (s *Server) poolRun() *poolRun { return s.pools }
 
 // kickPools wakes this central's pool loop (a no-op when it does not lead:
 // the leader's next tick sees the change).
