@@ -316,48 +316,20 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 	macOS := spec.GuestOS == store.GuestMacOS
 	placeReq := scheduler.Request{Tenant: e.Tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		NodeSelector: kept.NodeSelector, Nested: kept.Nested}
-	var (
-		res    *store.Reservation
-		target *store.Node
-	)
-	for try := 0; try < placeTries && res == nil; try++ {
-		stored, nodes, err := s.snapshot(ctx)
-		if err != nil {
-			return "", err
-		}
-		dec, err := scheduler.Place(nodes, placeReq, schedulerPolicy(pol), scheduler.BinPack)
-		var np *scheduler.NoPlacementError
-		if errors.As(err, &np) {
-			return "", fmt.Errorf("no other node takes it: %s", np.Summary)
-		}
-		if err != nil {
-			return "", err
-		}
-		if dec.Node == n.Name { // cannot happen while n drains; never recreate in place
-			return "", fmt.Errorf("placement chose the draining node %s", n.Name)
-		}
-		for i := range stored {
-			if stored[i].Name == dec.Node {
-				target = &stored[i]
-			}
-		}
-		res, err = s.opts.Store.Reserve(ctx, store.ReserveRequest{Tenant: e.Tenant, Node: dec.Node,
-			VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS, Replaces: e.ID,
-			ExclusiveLeases: pol.ExclusiveLeasedHosts,
-			RequireLease:    pol.RequireLeaseForMacOS && macOS && e.Tenant != ""})
-		var qe *store.QuotaError
-		switch {
-		case err == nil:
-		case errors.As(err, &qe):
-			return "", fmt.Errorf("quota: %s", qe.Error())
-		case errors.Is(err, store.ErrNoCapacity), errors.Is(err, store.ErrNotFound):
-			res = nil // filled up since the snapshot: place again
-		default:
-			return "", err
-		}
-	}
-	if res == nil || target == nil {
-		return "", errors.New("no node kept room for it under concurrent creates")
+	_, target, res, err := s.placeAndReserve(ctx, placeReq, pol, store.ReserveRequest{Tenant: e.Tenant,
+		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS, Replaces: e.ID,
+		ExclusiveLeases: pol.ExclusiveLeasedHosts,
+		RequireLease:    pol.RequireLeaseForMacOS && macOS && e.Tenant != ""},
+		func(c *store.Node) bool { return c.Name != n.Name }) // never recreate in place
+	var np *scheduler.NoPlacementError
+	var qe *store.QuotaError
+	switch {
+	case errors.As(err, &np):
+		return "", fmt.Errorf("no other node takes it: %s", np.Summary)
+	case errors.As(err, &qe):
+		return "", fmt.Errorf("quota: %s", qe.Error())
+	case err != nil:
+		return "", err
 	}
 	if err := pending(target.Name); err != nil {
 		_ = s.opts.Store.Release(ctx, res)

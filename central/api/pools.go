@@ -923,51 +923,35 @@ func (s *Server) reserveForPool(ctx context.Context, pool *store.Pool) (*store.N
 	}
 	macOS := pool.GuestOS == store.GuestMacOS
 	req := scheduler.Request{Tenant: pool.Tenant, GuestOS: pool.GuestOS, VCPUs: pool.VCPUs, MemoryMiB: pool.MemoryMiB, NodeSelector: pool.NodeSelector}
-	why := "no node kept room"
-	for try := 0; try < placeTries; try++ {
-		stored, nodes, err := s.snapshot(ctx)
-		if err != nil {
-			return nil, nil, "cannot read the fleet"
-		}
-		leases := false
-		for i := range stored {
-			leases = leases || pool.Tenant != "" && stored[i].LeasedBy == pool.Tenant
-		}
-		var keepStored []store.Node
-		var keep []scheduler.Node
-		for i := range stored {
-			if stored[i].LeasedBy == "" && !leases || leases && stored[i].LeasedBy == pool.Tenant {
-				keepStored, keep = append(keepStored, stored[i]), append(keep, nodes[i])
-			}
-		}
-		d, err := scheduler.Place(keep, req, schedulerPolicy(pol), scheduler.BinPack)
-		var np *scheduler.NoPlacementError
-		if errors.As(err, &np) {
-			return nil, nil, np.Summary
-		}
-		if err != nil {
-			return nil, nil, err.Error()
-		}
-		var node *store.Node
-		for i := range keepStored {
-			if keepStored[i].Name == d.Node {
-				node = &keepStored[i]
-			}
-		}
-		res, err := s.opts.Store.Reserve(ctx, store.ReserveRequest{Tenant: pool.Tenant, Node: d.Node, VCPUs: pool.VCPUs,
-			MemoryMiB: pool.MemoryMiB, MacOS: macOS, ExclusiveLeases: pol.ExclusiveLeasedHosts,
-			RequireLease: pol.RequireLeaseForMacOS && macOS && pool.Tenant != ""})
-		var qe *store.QuotaError
-		switch {
-		case err == nil:
-			return node, res, ""
-		case errors.As(err, &qe):
-			return nil, nil, "tenant quota: " + qe.Error()
-		case errors.Is(err, store.ErrNoCapacity), errors.Is(err, store.ErrNotFound):
-			why = err.Error()
-		default:
-			return nil, nil, err.Error()
-		}
+	// A tenant that leases hosts keeps its pool on them; otherwise pools
+	// live on unleased nodes.
+	stored, _, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, nil, "cannot read the fleet"
 	}
-	return nil, nil, why
+	leases := false
+	for i := range stored {
+		leases = leases || pool.Tenant != "" && stored[i].LeasedBy == pool.Tenant
+	}
+	keep := func(n *store.Node) bool {
+		if leases {
+			return n.LeasedBy == pool.Tenant
+		}
+		return n.LeasedBy == ""
+	}
+	_, node, res, err := s.placeAndReserve(ctx, req, pol, store.ReserveRequest{Tenant: pool.Tenant, VCPUs: pool.VCPUs,
+		MemoryMiB: pool.MemoryMiB, MacOS: macOS, ExclusiveLeases: pol.ExclusiveLeasedHosts,
+		RequireLease: pol.RequireLeaseForMacOS && macOS && pool.Tenant != ""}, keep)
+	var np *scheduler.NoPlacementError
+	var qe *store.QuotaError
+	switch {
+	case err == nil:
+		return node, res, ""
+	case errors.As(err, &np):
+		return nil, nil, np.Summary
+	case errors.As(err, &qe):
+		return nil, nil, "tenant quota: " + qe.Error()
+	default:
+		return nil, nil, err.Error()
+	}
 }

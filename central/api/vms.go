@@ -69,70 +69,45 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	placeReq := scheduler.Request{Tenant: tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		NodeSelector: req.NodeSelector, Nested: req.Nested, Node: req.Node}
 
-	var (
-		decision scheduler.Decision
-		res      *store.Reservation
-		node     *store.Node
-		lastErr  error
-	)
-	for try := 0; try < placeTries && res == nil; try++ {
-		stored, nodes, err := s.snapshot(r.Context())
-		if err != nil {
-			s.storeError(w, "read the fleet", err)
-			return
-		}
-		decision, err = scheduler.Place(nodes, placeReq, schedulerPolicy(pol), scheduler.BinPack)
-		var np *scheduler.NoPlacementError
-		switch {
-		case errors.As(err, &np):
-			s.fleetProm.placed(placementNoPlacement)
-			body := sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
-				Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"}
-			jsonapi.Write(w, http.StatusConflict, body)
-			return
-		case err != nil:
-			jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
-			return
-		}
-		for i := range stored {
-			if stored[i].Name == decision.Node {
-				node = &stored[i]
-			}
-		}
-		// The lease rules are checked again in the reservation's transaction,
-		// against the lessee the node record names then.
-		macOS := spec.GuestOS == store.GuestMacOS
-		res, err = s.opts.Store.Reserve(r.Context(), store.ReserveRequest{Tenant: tenant, Node: decision.Node,
-			VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS,
-			ExclusiveLeases: pol.ExclusiveLeasedHosts && (tenant != "" || req.Node == ""), // the operator may name a leased host
-			RequireLease:    pol.RequireLeaseForMacOS && macOS && tenant != ""})
-		var qe *store.QuotaError
-		switch {
-		case err == nil:
-		case errors.As(err, &qe):
-			s.fleetProm.placed(placementQuota)
-			jsonapi.WriteError(w, http.StatusTooManyRequests, qe.Error(),
-				fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too); delete VMs you no longer need, or ask the operator to raise %s",
-					qe.Field, p.Tenant.Name, qe.Field))
-			return
-		case errors.Is(err, store.ErrNotFound) && p.Tenant != nil && s.tenantGone(r.Context(), p.Tenant.ID):
-			jsonapi.WriteError(w, http.StatusUnauthorized, "tenant no longer exists", "ask the operator for a new token")
-			return
-		case errors.Is(err, store.ErrNoCapacity), errors.Is(err, store.ErrNotFound):
-			// The node filled up (or went) since the snapshot: place again.
-			lastErr = err
-		case errors.Is(err, store.ErrInvalid) && p.Tenant != nil:
-			jsonapi.WriteError(w, http.StatusForbidden, "tenant "+p.Tenant.Name+" is disabled", "ask the operator to enable it")
-			return
-		default:
-			s.storeError(w, "reserve room for the vm", err)
-			return
-		}
-	}
-	if res == nil {
+	// The lease rules are checked again in the reservation's transaction,
+	// against the lessee the node record names then.
+	macOS := spec.GuestOS == store.GuestMacOS
+	decision, node, res, err := s.placeAndReserve(r.Context(), placeReq, pol, store.ReserveRequest{Tenant: tenant,
+		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS,
+		ExclusiveLeases: pol.ExclusiveLeasedHosts && (tenant != "" || req.Node == ""), // the operator may name a leased host
+		RequireLease:    pol.RequireLeaseForMacOS && macOS && tenant != ""}, nil)
+	var np *scheduler.NoPlacementError
+	var qe *store.QuotaError
+	switch {
+	case err == nil:
+	case errors.As(err, &np):
 		s.fleetProm.placed(placementNoPlacement)
-		jsonapi.WriteError(w, http.StatusConflict, "no node kept room for the vm: "+lastErr.Error(),
+		body := sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
+			Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"}
+		jsonapi.Write(w, http.StatusConflict, body)
+		return
+	case errors.Is(err, scheduler.ErrInvalidRequest):
+		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
+		return
+	case errors.As(err, &qe):
+		s.fleetProm.placed(placementQuota)
+		jsonapi.WriteError(w, http.StatusTooManyRequests, qe.Error(),
+			fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too); delete VMs you no longer need, or ask the operator to raise %s",
+				qe.Field, p.Tenant.Name, qe.Field))
+		return
+	case errors.Is(err, store.ErrNotFound) && p.Tenant != nil && s.tenantGone(r.Context(), p.Tenant.ID):
+		jsonapi.WriteError(w, http.StatusUnauthorized, "tenant no longer exists", "ask the operator for a new token")
+		return
+	case errors.Is(err, errNoRoom):
+		s.fleetProm.placed(placementNoPlacement)
+		jsonapi.WriteError(w, http.StatusConflict, err.Error(),
 			"the fleet is filling up under concurrent creates; GET /fleet/capacity shows what fits now, then retry")
+		return
+	case errors.Is(err, store.ErrInvalid) && p.Tenant != nil:
+		jsonapi.WriteError(w, http.StatusForbidden, "tenant "+p.Tenant.Name+" is disabled", "ask the operator to enable it")
+		return
+	default:
+		s.storeError(w, "reserve room for the vm", err)
 		return
 	}
 
