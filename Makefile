@@ -45,6 +45,7 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchtime 2s ./scheduler/
 	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 2s ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkHeartbeat2000Nodes -benchtime 1x ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkWarmPoolClaimVsCold -benchtime 5x -timeout 15m ./central/api/
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
