@@ -87,6 +87,11 @@ type FleetCreateVMRequest struct {
 	Nested  bool   `json:"nested,omitempty"`
 	Display bool   `json:"display,omitempty"`
 	Network string `json:"network,omitempty"` // "user" (default) or "none"
+	// Reschedulable lets a drain recreate the VM on another node (without
+	// its disk state); only such VMs have their create request kept.
+	Reschedulable bool `json:"reschedulable,omitempty"`
+	// Pool takes the VM from the named warm pool (its image and size).
+	Pool string `json:"pool,omitempty"`
 }
 
 // Placement says why central put a VM where it did.
@@ -109,6 +114,9 @@ type FleetCreateVMResponse struct {
 	Node      string    `json:"node"`
 	VM        VM        `json:"vm"`
 	Placement Placement `json:"placement"`
+	// FromPool names the warm pool the VM was taken from (empty: booted
+	// for this launch).
+	FromPool string `json:"from_pool,omitempty"`
 }
 
 // NoPlacementBody is the 409 answer of POST /fleet/vms when no node can

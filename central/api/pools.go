@@ -40,13 +40,6 @@ const (
 	poolModeRunning = "running"
 )
 
-// createVMAnswer is the 201 of POST /fleet/vms; from_pool names the pool
-// the VM was taken from (absent: booted for this launch).
-type createVMAnswer struct {
-	sdk.FleetCreateVMResponse
-	FromPool string `json:"from_pool,omitempty"`
-}
-
 // poolRequest is POST /fleet/pools.
 type poolRequest struct {
 	Name         string            `json:"name"`
@@ -434,7 +427,7 @@ func poolTarget(p *store.Pool, recent int) int {
 // poolDefaults fills a launch that names a pool with the pool's image and
 // size where it left them out. It answers (and returns false) when the
 // named pool is not one the caller may use.
-func (s *Server) poolDefaults(w http.ResponseWriter, r *http.Request, req *createVMRequest) bool {
+func (s *Server) poolDefaults(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest) bool {
 	if req.Pool == "" {
 		return true
 	}
@@ -485,7 +478,7 @@ func (s *Server) usablePool(ctx context.Context, p Principal, name string) (*sto
 // reschedulable) is booted
 // as before; with "pool" it is refused instead. It returns whether it
 // answered.
-func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *createVMRequest, spec sdk.CreateVMRequest, image string, pol store.Policy) bool {
+func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest, spec sdk.CreateVMRequest, image string, pol store.Policy) bool {
 	p := PrincipalOf(r.Context())
 	plain := !req.Reschedulable && req.ImagePath == "" && req.TTLSeconds == 0 && len(req.Labels) == 0 && !req.Display && req.Network == "" &&
 		req.Node == "" && len(req.NodeSelector) == 0 && !req.Nested
@@ -562,9 +555,9 @@ func (s *Server) answerClaim(w http.ResponseWriter, r *http.Request, pool *store
 		}
 	}
 	w.Header().Set("Location", "/fleet/vms/"+m.Node+"/"+m.VMID)
-	jsonapi.Write(w, http.StatusCreated, createVMAnswer{FleetCreateVMResponse: sdk.FleetCreateVMResponse{Node: m.Node, VM: *vm,
-		Placement: sdk.Placement{Reason: fmt.Sprintf("took warm vm %s of pool %s", m.ID, pool.Name), Considered: []sdk.PlacementVerdict{}}},
-		FromPool: pool.Name})
+	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: m.Node, VM: *vm,
+		Placement: sdk.Placement{Reason: fmt.Sprintf("took warm vm %s of pool %s", m.ID, pool.Name), Considered: []sdk.PlacementVerdict{}},
+		FromPool:  pool.Name})
 }
 
 // ---- the pool loop (leader only) ----
@@ -574,12 +567,17 @@ func (s *Server) answerClaim(w http.ResponseWriter, r *http.Request, pool *store
 // channel that wakes it.
 type poolRun struct {
 	mu       sync.Mutex
-	inflight map[string]bool // member id
+	inflight map[string]string // member id -> its pool's key (inflightKey)
 	kick     chan struct{}
 }
 
 func newPoolRun() *poolRun {
-	return &poolRun{inflight: map[string]bool{}, kick: make(chan struct{}, 1)}
+	return &poolRun{inflight: map[string]string{}, kick: make(chan struct{}, 1)}
+}
+
+// inflightKey names a pool in poolRun.inflight.
+func inflightKey(tenant, pool string) string {
+	return tenant + "/" + pool
 }
 
 func (s *Server) poolRun() *poolRun { return s.pools }
@@ -648,7 +646,7 @@ func (s *Server) reconcilePool(ctx context.Context, pool *store.Pool) error {
 	var warm []store.PoolMember
 	for _, m := range ms {
 		run.mu.Lock()
-		mine := run.inflight[m.ID]
+		_, mine := run.inflight[m.ID]
 		run.mu.Unlock()
 		switch {
 		case mine:
@@ -678,6 +676,21 @@ func (s *Server) reconcilePool(ctx context.Context, pool *store.Pool) error {
 			warm = append(warm, m)
 		}
 	}
+	// Members this central started creating whose record is not written
+	// yet are live too: without them a pass racing a create would start
+	// another.
+	listed := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		listed[m.ID] = true
+	}
+	key := inflightKey(pool.Tenant, pool.Name)
+	run.mu.Lock()
+	for id, k := range run.inflight {
+		if k == key && !listed[id] {
+			live++
+		}
+	}
+	run.mu.Unlock()
 	target := poolTarget(pool, recentClaims(ms, now))
 	for i := 0; live > target && i < len(warm); i++ {
 		// Shrink: retire the youngest warm members.
@@ -689,7 +702,7 @@ func (s *Server) reconcilePool(ctx context.Context, pool *store.Pool) error {
 	for ; live < target; live++ {
 		id := "pool-" + pool.Name + "-" + randHex(4)
 		run.mu.Lock()
-		run.inflight[id] = true
+		run.inflight[id] = key
 		run.mu.Unlock()
 		go s.createMember(context.WithoutCancel(ctx), *pool, id)
 	}
@@ -765,7 +778,7 @@ func (s *Server) finishPoolDelete(ctx context.Context, pool *store.Pool) (bool, 
 		default:
 			run := s.poolRun()
 			run.mu.Lock()
-			mine := run.inflight[m.ID]
+			_, mine := run.inflight[m.ID]
 			run.mu.Unlock()
 			if mine {
 				left++ // a later pass retires it once its creation ends
@@ -869,11 +882,11 @@ func (s *Server) createMember(ctx context.Context, pool store.Pool, id string) {
 func (s *Server) watchBooting(ctx context.Context, pool *store.Pool, m store.PoolMember) {
 	run := s.poolRun()
 	run.mu.Lock()
-	if run.inflight[m.ID] {
+	if _, ok := run.inflight[m.ID]; ok {
 		run.mu.Unlock()
 		return
 	}
-	run.inflight[m.ID] = true
+	run.inflight[m.ID] = inflightKey(pool.Tenant, pool.Name)
 	run.mu.Unlock()
 	go func() {
 		defer func() {

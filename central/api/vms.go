@@ -43,7 +43,7 @@ var (
 // (or is released when the node fails).
 func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalOf(r.Context())
-	var body createVMRequest
+	var body sdk.FleetCreateVMRequest
 	if e := jsonapi.ReadBody(w, r, &body, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
@@ -51,7 +51,7 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	if !s.poolDefaults(w, r, &body) { // warm pools (pools.go): "pool" fills image and size
 		return
 	}
-	req := body.FleetCreateVMRequest
+	req := body
 	spec, imageName, status, msg, hint := s.resolveCreate(r.Context(), p, &req)
 	if status != 0 {
 		jsonapi.WriteError(w, status, msg, hint)
@@ -148,16 +148,6 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/fleet/vms/"+node.Name+"/"+vm.ID)
 	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: node.Name, VM: *vm,
 		Placement: sdk.Placement{Reason: decision.Reason, Considered: verdicts(decision.Considered)}})
-}
-
-// createVMRequest is POST /fleet/vms: the SDK's request plus reschedulable,
-// which keeps the VM's spec so that a drain in mode reschedule can recreate
-// it on another node (drain.go).
-type createVMRequest struct {
-	sdk.FleetCreateVMRequest
-	Reschedulable bool `json:"reschedulable,omitempty"`
-	// Pool names a warm pool to take the VM from (pools.go).
-	Pool string `json:"pool,omitempty"`
 }
 
 func (s *Server) tenantGone(ctx context.Context, id string) bool {
