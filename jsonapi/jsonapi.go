@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"reflect"
@@ -189,6 +190,23 @@ func IntParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi i
 	if err != nil || v < lo || v > hi || len(q[name]) > 1 {
 		WriteError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %s must be one whole number from %d to %d", name, lo, hi),
 			fmt.Sprintf("for example ?%s=%d, or leave it out", name, max(def, lo)))
+		return 0, false
+	}
+	return v, true
+}
+
+// FloatParam reads an optional decimal query parameter within [lo, hi]; def
+// when it is absent. On a bad value (not a finite number, out of range,
+// given twice) it answers 400 naming the parameter and returns false.
+func FloatParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi float64) (float64, bool) {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return def, true
+	}
+	v, err := strconv.ParseFloat(q.Get(name), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < lo || v > hi || len(q[name]) > 1 {
+		WriteError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %s must be one number from %g to %g", name, lo, hi),
+			fmt.Sprintf("for example ?%s=%g, or leave it out", name, def))
 		return 0, false
 	}
 	return v, true

@@ -59,3 +59,81 @@ func BenchmarkPlace(b *testing.B) {
 		})
 	}
 }
+
+// leaseFleet is 1,000 nodes: 800 Linux hosts and 200 Macs, 100 of the Macs
+// leased by 100 tenants (one each, tenant-000 … tenant-099), all partly used;
+// a leased Mac runs 0 or 1 of its lessee's macOS guests, so most have a slot free.
+func leaseFleet() []Node {
+	rng := rand.New(rand.NewPCG(2, 2))
+	nodes := make([]Node, 1000)
+	for i := range nodes {
+		var n Node
+		if i%5 == 0 { // 200 Macs
+			n = mac(fmt.Sprintf("mac-%04d", i))
+			if k := i / 5; k%2 == 0 { // every other Mac: 100 leased
+				n.LeasedBy = fmt.Sprintf("tenant-%03d", k/2)
+				n.VMs = make([]VMRef, rng.IntN(2))
+				for j := range n.VMs {
+					n.VMs[j] = VMRef{Tenant: n.LeasedBy, GuestOS: GuestMacOS}
+				}
+				n.Used.MacOSSlots = int64(len(n.VMs))
+			}
+		} else {
+			n = host(fmt.Sprintf("linux-%04d", i))
+			n.Total = Resources{VCPUs: 64, MemoryMiB: 262144}
+		}
+		n.Labels = map[string]string{"rack": fmt.Sprintf("r%d", i%8)}
+		n.Used.VCPUs = rng.Int64N(n.Total.VCPUs/2 + 1)
+		n.Used.MemoryMiB = rng.Int64N(n.Total.MemoryMiB/2 + 1)
+		nodes[i] = n
+	}
+	return nodes
+}
+
+// BenchmarkPlaceWithLeases: placement decisions per second over 1,000 nodes of
+// which 100 are leased to 100 tenants, under DefaultPolicy (macOS only on the
+// tenant's leased Mac, leased hosts exclusive). The requests cycle through
+// every tenant, three Linux guests for each macOS guest.
+func BenchmarkPlaceWithLeases(b *testing.B) {
+	nodes := leaseFleet()
+	var reqs []Request
+	for k := range 100 {
+		tenant := fmt.Sprintf("tenant-%03d", k)
+		reqs = append(reqs,
+			Request{Tenant: tenant, GuestOS: GuestLinux, VCPUs: 2, MemoryMiB: 4096},
+			Request{Tenant: tenant, GuestOS: GuestMacOS, VCPUs: 4, MemoryMiB: 8192},
+			Request{Tenant: tenant, GuestOS: GuestLinux, VCPUs: 4, MemoryMiB: 8192},
+			Request{Tenant: tenant, GuestOS: GuestLinux, VCPUs: 8, MemoryMiB: 16384},
+		)
+	}
+	// The mix does what the rules say: a tenant's macOS guest lands on the
+	// Mac it leases, a Linux guest on an unleased host.
+	leased := map[string]string{}
+	for _, n := range nodes {
+		if n.LeasedBy != "" {
+			leased[n.Name] = n.LeasedBy
+		}
+	}
+	placed := map[string]int{}
+	for _, req := range reqs {
+		d, err := Place(nodes, req, DefaultPolicy, BinPack)
+		if err != nil {
+			continue // a full Mac refuses by name
+		}
+		placed[req.GuestOS]++
+		lessee, isLeased := leased[d.Node]
+		if req.GuestOS == GuestMacOS && lessee != req.Tenant || req.GuestOS == GuestLinux && isLeased {
+			b.Fatalf("%s guest of %s placed on %s (leased by %q)", req.GuestOS, req.Tenant, d.Node, lessee)
+		}
+	}
+	if placed[GuestMacOS] == 0 || placed[GuestLinux] != 300 {
+		b.Fatalf("placed %v of 100 macOS and 300 Linux guests", placed)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_, _ = Place(nodes, reqs[i%len(reqs)], DefaultPolicy, BinPack)
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}

@@ -92,6 +92,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/nodes/{name}/drain":    node("drain"),
 		"GET /fleet/nodes/{name}/drain":     node("drain"),
 		"POST /fleet/nodes/{name}/scrub":    node("scrub"),
+		"GET /fleet/rebalance/plan":         {own: "/fleet/rebalance/plan?high_water=0.85&max_moves=10"},
 		"GET /fleet/leases":                 {own: "/fleet/leases", tenantOK: 200},
 		// Every Mac is leased or runs VMs: a tenant's lease is refused for the state (409).
 		"POST /fleet/leases":     {own: "/fleet/leases", body: `{}`, tenantOK: 409},

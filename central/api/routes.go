@@ -31,6 +31,7 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/nodes/{name}/drain", Access: Operator, handler: h((*Server).drainNode)},
 		{Method: "GET", Path: "/fleet/nodes/{name}/drain", Access: Operator, handler: h((*Server).drainStatus)},
 		{Method: "POST", Path: "/fleet/nodes/{name}/scrub", Access: Operator, handler: h((*Server).scrubNode)},
+		{Method: "GET", Path: "/fleet/rebalance/plan", Access: Operator, handler: h((*Server).rebalancePlan)},
 
 		{Method: "GET", Path: "/fleet/leases", Access: Tenant, handler: h((*Server).listLeases)},
 		{Method: "POST", Path: "/fleet/leases", Access: Tenant, handler: h((*Server).createLease)},
