@@ -168,7 +168,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		if _, ok := cases[key]; !ok {
 			t.Errorf("route %s has no case in TestEveryRouteWithEveryCredential: add one", key)
 		}
-		item := e.doc.Paths.Find(rt.Path)
+		item := e.spec.Doc.Paths.Find(rt.Path)
 		if item == nil || item.GetOperation(rt.Method) == nil {
 			t.Errorf("route %s is not in schemas/fleet-openapi.yaml", key)
 		}
