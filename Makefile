@@ -4,7 +4,7 @@ GO ?= go
 BIN := bin
 export PATH := $(HOME)/go/bin:$(PATH)
 
-.PHONY: help build test unit bench guest-image proto lint deps clean dev
+.PHONY: help build test unit bench guest-image proto lint deps clean dev docs
 
 help:
 	@echo "make dev          install what is missing and run fluxvm-agent dev (central + a node + a demo tenant)"
@@ -14,6 +14,7 @@ help:
 	@echo "make guest-image  build the minimal Linux guest image (cached)"
 	@echo "make proto        regenerate the driver contract's Go code"
 	@echo "make lint         gofmt, go vet, staticcheck"
+	@echo "make docs         regenerate docs/cli.md from fluxctl's commands"
 
 deps:
 	@scripts/deps.sh
@@ -58,6 +59,11 @@ lint:
 	$(GO) vet ./...
 	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
 	staticcheck ./...
+
+# docs/cli.md is generated from fluxctl's cobra commands; a test in
+# cmd/fluxctl fails when it is stale.
+docs:
+	$(GO) test -run '^TestCLIDocIsCurrent$$' ./cmd/fluxctl/ -args -update-docs
 
 clean:
 	rm -rf $(BIN)

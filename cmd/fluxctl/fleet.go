@@ -71,6 +71,8 @@ token. VMs are named by name, by ID prefix, or as NODE/NAME.`,
 		f.powerCmd("resume", "Continue a paused VM", "resumed", false),
 		f.logsCmd(), f.nodesCmd(), f.nodeCmd(), f.capacityCmd(), f.imagesCmd(), f.tenantCmd(),
 		f.eventsCmd(), f.reconcileCmd(),
+		f.leaseCmd(), f.cordonCmd(), f.uncordonCmd(), f.drainCmd(), f.drainStatusCmd(), f.scrubCmd(),
+		f.poolsCmd(), f.rebalancePlanCmd(),
 	)
 	f.cmd = c
 	explainAll(f, c)
