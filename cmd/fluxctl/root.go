@@ -46,7 +46,8 @@ func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "fluxctl",
 		Short: "Drive FluxVM nodes and fleets",
-		Long: `fluxctl drives FluxVM. "fluxctl vm" talks to one node agent's API.
+		Long: `fluxctl drives FluxVM. "fluxctl fleet" talks to central (launch, run,
+leases, tenants, ...); "fluxctl vm" talks to one node agent's API directly.
 
 On a terminal it prints tables, short confirmations and the next command to
 run. Piped, or with -o json, it prints the API's JSON, so scripts keep working.`,
