@@ -213,11 +213,15 @@ func (f *fleet) confirm(question, what, withYes string) error {
 	return nil
 }
 
-// findVM resolves a VM reference for a command, with fluxctl's hint when
-// there is none.
-func (f *fleet) findVM(ctx context.Context, fc *sdk.FleetClient, ref string) (*sdk.FleetVM, error) {
+// findVM makes the fleet client and resolves a VM reference with it, with
+// fluxctl's hint when there is no such VM.
+func (f *fleet) findVM(ctx context.Context, ref string) (*sdk.FleetClient, *sdk.FleetVM, error) {
+	fc, err := f.client()
+	if err != nil {
+		return nil, nil, err
+	}
 	vm, err := fc.FindVM(ctx, ref)
-	return vm, withHints(err, map[int]string{404: hintListVMs})
+	return fc, vm, withHints(err, map[int]string{404: hintListVMs})
 }
 
 // oneFleetVM accepts exactly one VM reference.

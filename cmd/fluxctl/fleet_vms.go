@@ -471,11 +471,7 @@ the whole result is printed as JSON instead.`,
 				}
 				req.Stdin = in
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
-			vm, err := f.findVM(c.Context(), fc, args[0])
+			fc, vm, err := f.findVM(c.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -507,11 +503,7 @@ terminal it asks first; otherwise it needs -y.`,
 		Args:              oneFleetVM,
 		ValidArgsFunction: f.completeVMs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
-			vm, err := f.findVM(c.Context(), fc, args[0])
+			fc, vm, err := f.findVM(c.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -551,11 +543,7 @@ func (f *fleet) powerCmd(verb, shortHelp, past string, ask bool) *cobra.Command 
 			if timeout < 0 {
 				return usageError(c, "--timeout must not be negative")
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
-			vm, err := f.findVM(c.Context(), fc, args[0])
+			fc, vm, err := f.findVM(c.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -620,11 +608,7 @@ func (f *fleet) logsCmd() *cobra.Command {
 			if lines < 0 {
 				return usageError(c, "--lines must not be negative")
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
-			vm, err := f.findVM(c.Context(), fc, args[0])
+			fc, vm, err := f.findVM(c.Context(), args[0])
 			if err != nil {
 				return err
 			}
