@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/api"
@@ -133,12 +134,33 @@ func Run(ctx context.Context, opts Options) error {
 // lead campaigns for leadership and runs the background loops while this
 // central leads; when leadership is lost (etcd unreachable past the lease)
 // it campaigns again. On ctx's end it resigns, so another central takes over
-// at once rather than after the lease's TTL.
+// at once rather than after the lease's TTL. While a dedicated scheduler
+// (`fluxvm-agent scheduler`) is announced, this central stays out of the
+// election and hands the loops over if it was leading.
 func lead(ctx context.Context, st *store.Store, srv *api.Server, opts Options, log hclog.Logger) {
+	scheds := watchSchedulers(ctx, st)
 	for ctx.Err() == nil {
-		l, err := st.Campaign(ctx, ElectionName)
+		if ids, changed := scheds.get(); len(ids) > 0 {
+			log.Info("a dedicated scheduler runs the background loops; standing by", "schedulers", ids)
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			}
+			continue
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		handOver := scheds.appeared(cctx)
+		go func() {
+			select {
+			case <-handOver:
+				cancel()
+			case <-cctx.Done():
+			}
+		}()
+		l, err := st.Campaign(cctx, ElectionName)
 		if err != nil {
-			if ctx.Err() == nil {
+			cancel()
+			if ctx.Err() == nil && cctx.Err() == nil {
 				log.Warn("campaign for leadership failed; retrying", "error", err)
 				sleep(ctx, time.Second)
 			}
@@ -146,14 +168,90 @@ func lead(ctx context.Context, st *store.Store, srv *api.Server, opts Options, l
 		}
 		log.Info("leading: running the reconciler and node checks", "id", st.ID())
 		srv.SetLeader(true)
-		runLoops(ctx, l.Done(), srv, opts, log)
+		runLoops(cctx, l.Done(), srv, opts, log)
 		srv.SetLeader(false)
-		rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_ = l.Resign(rctx)
 		cancel()
-		if ctx.Err() == nil {
+		rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = l.Resign(rctx)
+		rcancel()
+		switch {
+		case ctx.Err() != nil:
+		case isClosed(handOver):
+			log.Info("a dedicated scheduler appeared; handing the background loops over")
+		default:
 			log.Warn("lost leadership; campaigning again")
 		}
+	}
+}
+
+// schedulerSet is the dedicated schedulers announced in etcd, as a central
+// last saw them.
+type schedulerSet struct {
+	mu      sync.Mutex
+	ids     []string
+	changed chan struct{} // closed at the next change
+}
+
+func watchSchedulers(ctx context.Context, st *store.Store) *schedulerSet {
+	s := &schedulerSet{changed: make(chan struct{})}
+	first := make(chan struct{})
+	go func() {
+		for ids := range st.WatchSchedulers(ctx) {
+			s.mu.Lock()
+			s.ids = ids
+			close(s.changed)
+			s.changed = make(chan struct{})
+			s.mu.Unlock()
+			if first != nil {
+				close(first)
+				first = nil
+			}
+		}
+	}()
+	// Wait for the first read, so a central starting next to a running
+	// scheduler does not grab the loops for a moment.
+	select {
+	case <-first:
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second): // etcd slow: the watch catches up
+	}
+	return s
+}
+
+// get returns the announced schedulers and a channel closed at the next change.
+func (s *schedulerSet) get() ([]string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ids, s.changed
+}
+
+// appeared returns a channel closed once a dedicated scheduler is announced;
+// it stays open if ctx ends first.
+func (s *schedulerSet) appeared(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		for {
+			ids, changed := s.get()
+			if len(ids) > 0 {
+				close(out)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return out
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -80,4 +81,84 @@ func (s *Store) Leader(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("leader of %s: %w", name, ErrNotFound)
 	}
 	return string(resp.Kvs[0].Value), nil
+}
+
+// A dedicated scheduler (`fluxvm-agent scheduler`) announces itself under schedulers/ with
+// its session's lease, so the key goes when the process dies or its lease expires. Centrals
+// keep their in-process loops out of the election while one is announced: the loops then run
+// in the scheduler, apart from the API.
+
+func (s *Store) schedulerPrefix() string { return s.prefix + "schedulers/" }
+
+// AnnounceScheduler marks this process as a dedicated scheduler for as long as its session
+// lives; Close (or the process's death, after the TTL) withdraws it.
+func (s *Store) AnnounceScheduler(ctx context.Context) error {
+	sess, err := s.Session(ctx)
+	if err != nil {
+		return fmt.Errorf("announce scheduler: %w", err)
+	}
+	if _, err := s.client.Put(ctx, s.schedulerPrefix()+s.id, s.id, clientv3.WithLease(sess.Lease())); err != nil {
+		return fmt.Errorf("announce scheduler: %w", err)
+	}
+	return nil
+}
+
+// Schedulers lists the dedicated schedulers announced now, by ID.
+func (s *Store) Schedulers(ctx context.Context) ([]string, error) {
+	resp, err := s.client.Get(ctx, s.schedulerPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list schedulers: %w", err)
+	}
+	ids := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		ids = append(ids, string(kv.Value))
+	}
+	return ids, nil
+}
+
+// WatchSchedulers sends the announced schedulers' IDs at once and after every change, until
+// ctx ends. A watch that breaks (etcd unreachable) is taken up again with a fresh read.
+func (s *Store) WatchSchedulers(ctx context.Context) <-chan []string {
+	out := make(chan []string, 1)
+	go func() {
+		defer close(out)
+		for ctx.Err() == nil {
+			resp, err := s.client.Get(ctx, s.schedulerPrefix(), clientv3.WithPrefix())
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			ids := make([]string, 0, len(resp.Kvs))
+			for _, kv := range resp.Kvs {
+				ids = append(ids, string(kv.Value))
+			}
+			select {
+			case out <- ids:
+			case <-ctx.Done():
+				return
+			}
+			wch := s.client.Watch(ctx, s.schedulerPrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+			for wr := range wch {
+				if wr.Err() != nil {
+					break
+				}
+				if len(wr.Events) == 0 {
+					continue
+				}
+				ids, err := s.Schedulers(ctx)
+				if err != nil {
+					break
+				}
+				select {
+				case out <- ids:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
 }

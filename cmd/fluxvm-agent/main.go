@@ -4,6 +4,7 @@
 //	fluxvm-agent node -config agent.hcl   the node agent
 //	fluxvm-agent node -check -config F    validate a node config and exit
 //	fluxvm-agent central -token T         central: the fleet API on etcd
+//	fluxvm-agent scheduler -etcd-endpoints URLS   central's background loops in a process of their own
 //	fluxvm-agent dev                      central, a node and a demo tenant in one process
 //	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
 //	fluxvm-agent plugin sim               the simulated driver plugin
@@ -44,6 +45,8 @@ func main() {
 		os.Exit(runNode(os.Args[2:]))
 	case "central":
 		os.Exit(runCentral(os.Args[2:]))
+	case "scheduler":
+		os.Exit(runScheduler(os.Args[2:]))
 	case "dev":
 		os.Exit(runDev(os.Args[2:]))
 	case "plugin":
@@ -66,6 +69,7 @@ func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
   fluxvm-agent node -config agent.hcl [-check]
   fluxvm-agent central [-token T] [-listen ADDR] [-state-dir DIR] [-etcd-endpoints URLS | -etcd-listen URL] [-reconcile-secs N]
+  fluxvm-agent scheduler -etcd-endpoints URLS [-token T] [-listen ADDR] [-reconcile-secs N] [-heartbeat-secs N]
   fluxvm-agent dev [-state-dir DIR] [-reset] [-listen ADDR] [-node-listen ADDR]
   fluxvm-agent plugin NAME
   fluxvm-agent version
@@ -138,12 +142,7 @@ func runCentral(args []string) int {
 		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -reconcile-secs and -heartbeat-secs must be at least 1, and no arguments follow the flags")
 		return 2
 	}
-	var eps []string
-	for _, e := range strings.Split(*endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
+	eps := splitList(*endpoints)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := central.Run(ctx, central.Options{
@@ -157,6 +156,54 @@ func runCentral(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// runScheduler runs central's background loops apart from the API.
+func runScheduler(args []string) int {
+	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated client URLs of the etcd the centrals use (required)")
+	token := fs.String("token", os.Getenv("FLUXVM_FLEET_TOKEN"), "the operator's fleet token, which the loops call nodes with (default $FLUXVM_FLEET_TOKEN)")
+	listen := fs.String("listen", "", "serve GET /healthz and GET /metrics on this host:port (none: no HTTP)")
+	reconcileSecs := fs.Int("reconcile-secs", 60, "seconds between reconciler passes")
+	heartbeatSecs := fs.Int("heartbeat-secs", 10, "the centrals' -heartbeat-secs: a node silent for three intervals is marked down")
+	id := fs.String("id", "", "this scheduler's name in the election (default hostname-pid)")
+	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || *reconcileSecs < 1 || *heartbeatSecs < 1 {
+		fmt.Fprintln(os.Stderr, "fluxvm-agent scheduler: -reconcile-secs and -heartbeat-secs must be at least 1, and no arguments follow the flags")
+		return 2
+	}
+	eps := splitList(*endpoints)
+	if len(eps) == 0 {
+		fmt.Fprintln(os.Stderr, "fluxvm-agent scheduler: -etcd-endpoints is required: the etcd your centrals use "+
+			"(a central's embedded etcd is shared with `fluxvm-agent central -etcd-listen http://ADDR:2379`)")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := central.RunScheduler(ctx, central.SchedulerOptions{
+		EtcdEndpoints: eps, FleetToken: *token, Listen: *listen, ID: *id, Version: version,
+		ReconcileEvery: time.Duration(*reconcileSecs) * time.Second, HeartbeatInterval: time.Duration(*heartbeatSecs) * time.Second,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "scheduler", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fluxvm-agent scheduler: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func driverNames() []string {
