@@ -125,12 +125,14 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"GET /fleet/pools":                      {own: "/fleet/pools", tenantOK: 200},
 		"POST /fleet/pools":                     {own: "/fleet/pools", body: `{"name": "pool-new", "image": "img-pool", "size": 1}`, tenantOK: 201},
 		// Another tenant's pool is "not found", as for one that does not exist.
-		"GET /fleet/pools/{name}":        {own: "/fleet/pools/pool-a", other: "/fleet/pools/pool-b", foreign: 404, tenantOK: 200},
-		"PATCH /fleet/pools/{name}":      {own: "/fleet/pools/pool-a", other: "/fleet/pools/pool-b", body: `{"size": 2}`, foreign: 404, tenantOK: 200},
-		"DELETE /fleet/pools/{name}":     {own: "/fleet/pools/pool-a-del", other: "/fleet/pools/pool-b-del", foreign: 404, tenantOK: 204},
-		"GET /fleet/pools/{name}/status": {own: "/fleet/pools/pool-a/status", other: "/fleet/pools/pool-b/status", foreign: 404, tenantOK: 200},
-		"POST /fleet/reconcile":          {own: "/fleet/reconcile"},
-		"GET /fleet/events":              {own: "/fleet/events", tenantOK: 200},
+		"GET /fleet/pools/{name}":                   {own: "/fleet/pools/pool-a", other: "/fleet/pools/pool-b", foreign: 404, tenantOK: 200},
+		"PATCH /fleet/pools/{name}":                 {own: "/fleet/pools/pool-a", other: "/fleet/pools/pool-b", body: `{"size": 2}`, foreign: 404, tenantOK: 200},
+		"DELETE /fleet/pools/{name}":                {own: "/fleet/pools/pool-a-del", other: "/fleet/pools/pool-b-del", foreign: 404, tenantOK: 204},
+		"GET /fleet/pools/{name}/status":            {own: "/fleet/pools/pool-a/status", other: "/fleet/pools/pool-b/status", foreign: 404, tenantOK: 200},
+		"POST /fleet/reconcile":                     {own: "/fleet/reconcile"},
+		"POST /fleet/macos-pool/checkout":           {own: "/fleet/macos-pool/checkout"},
+		"POST /fleet/macos-pool/{node}/{id}/return": {own: "/fleet/macos-pool/node-1/vm-a/return"},
+		"GET /fleet/events":                         {own: "/fleet/events", tenantOK: 200},
 	}
 
 	// The table, the router and the spec agree: every route the mux serves

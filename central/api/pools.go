@@ -543,21 +543,29 @@ func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.
 // shows it now (or as the pool knew it, if the node is slow to answer).
 func (s *Server) answerClaim(w http.ResponseWriter, r *http.Request, pool *store.Pool, c *store.Claim) {
 	m := c.Member
+	vm := s.poolVM(r.Context(), pool, c)
+	w.Header().Set("Location", "/fleet/vms/"+m.Node+"/"+m.VMID)
+	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: m.Node, VM: *vm,
+		Placement: sdk.Placement{Reason: fmt.Sprintf("took warm vm %s of pool %s", m.ID, pool.Name), Considered: []sdk.PlacementVerdict{}},
+		FromPool:  pool.Name})
+}
+
+// poolVM is a claimed member's VM as its node shows it now (or as the pool
+// knew it, if the node is slow to answer).
+func (s *Server) poolVM(ctx context.Context, pool *store.Pool, c *store.Claim) *sdk.VM {
+	m := c.Member
 	vm := &sdk.VM{ID: m.VMID, Name: m.ID, GuestOS: pool.GuestOS, Image: c.Entry.Image, VCPUs: c.Entry.VCPUs, MemoryMiB: c.Entry.MemoryMiB,
 		Network: "user", State: sdk.StateRunning, AgentReady: true, CreatedAt: m.CreatedAt, Labels: map[string]string{PoolLabel: pool.Name}}
-	if n, err := s.opts.Store.GetNode(r.Context(), m.Node); err == nil {
+	if n, err := s.opts.Store.GetNode(ctx, m.Node); err == nil {
 		if nc, err := s.nodes.client(n); err == nil {
-			ctx, cancel := context.WithTimeout(r.Context(), nodeListTimeout)
+			ctx, cancel := context.WithTimeout(ctx, nodeListTimeout)
 			if got, err := nc.GetVM(ctx, m.VMID); err == nil {
 				vm = got
 			}
 			cancel()
 		}
 	}
-	w.Header().Set("Location", "/fleet/vms/"+m.Node+"/"+m.VMID)
-	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: m.Node, VM: *vm,
-		Placement: sdk.Placement{Reason: fmt.Sprintf("took warm vm %s of pool %s", m.ID, pool.Name), Considered: []sdk.PlacementVerdict{}},
-		FromPool:  pool.Name})
+	return vm
 }
 
 // ---- the pool loop (leader only) ----

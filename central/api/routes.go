@@ -70,6 +70,8 @@ func Routes() []Route {
 		{Method: "PATCH", Path: "/fleet/pools/{name}", Access: Tenant, handler: h((*Server).patchPool)},
 		{Method: "DELETE", Path: "/fleet/pools/{name}", Access: Tenant, handler: h((*Server).deletePool)},
 		{Method: "GET", Path: "/fleet/pools/{name}/status", Access: Tenant, handler: h((*Server).poolStatus)},
+		{Method: "POST", Path: "/fleet/macos-pool/checkout", Access: Operator, handler: h((*Server).checkoutMacOS)},
+		{Method: "POST", Path: "/fleet/macos-pool/{node}/{id}/return", Access: Operator, handler: h((*Server).returnMacOS)},
 
 		{Method: "POST", Path: "/fleet/reconcile", Access: Operator, handler: h((*Server).reconcile)},
 		{Method: "GET", Path: "/fleet/events", Access: Tenant, handler: h((*Server).listEvents)},

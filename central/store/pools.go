@@ -290,7 +290,9 @@ type ClaimRequest struct {
 	// Tenant claims it ("" the operator). A tenant claiming from a shared pool takes the
 	// VM into its quota and its bill from now on (see ClaimMember).
 	Tenant string
-	Now    time.Time
+	// Node, when set, takes only a member on that node (ErrNoWarm when it has none).
+	Node string
+	Now  time.Time
 }
 
 // Claim is what ClaimMember handed out.
@@ -342,7 +344,7 @@ func (s *Store) ClaimMember(ctx context.Context, req ClaimRequest) (*Claim, erro
 			if c.rev, err = decodeOne([]*mvccpb.KeyValue{kv}, &c.m); err != nil {
 				return false, err
 			}
-			if c.m.State == MemberWarm && c.m.EntryID != "" {
+			if c.m.State == MemberWarm && c.m.EntryID != "" && (req.Node == "" || c.m.Node == req.Node) {
 				warm = append(warm, c)
 			}
 		}

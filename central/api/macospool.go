@@ -1,0 +1,193 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/gorilla/mux"
+)
+
+// The macOS pool is the operator's view of the warm pools of macOS guests
+// across the fleet: a checkout takes a warm macOS VM from the Mac with the
+// most idle ones (so load spreads over the Macs' two slots), and a return
+// deletes it, so the pool loop boots a clean one in its place. It is for an
+// operator's own CI that hands VMs to jobs; tenants launch from pools with
+// POST /fleet/vms.
+
+// macOSCheckoutRequest is POST /fleet/macos-pool/checkout; both fields are
+// optional filters.
+type macOSCheckoutRequest struct {
+	// Pool takes only from the shared pool of that name.
+	Pool string `json:"pool"`
+	// Image takes only VMs of that catalog image.
+	Image string `json:"image"`
+}
+
+// macOSCheckout is the answer: where the VM is and how to give it back.
+type macOSCheckout struct {
+	Node string `json:"node"`
+	ID   string `json:"id"`
+	Pool string `json:"pool"`
+	VM   sdk.VM `json:"vm"`
+	// IdleOnNode is how many warm macOS VMs the node had before this one
+	// was taken; Reason says why this node.
+	IdleOnNode int    `json:"idle_on_node"`
+	Reason     string `json:"reason"`
+	Return     string `json:"return"`
+}
+
+// macOSReturn is the answer of a return.
+type macOSReturn struct {
+	Node     string `json:"node"`
+	ID       string `json:"id"`
+	Pool     string `json:"pool"`
+	Returned bool   `json:"returned"`
+	Note     string `json:"note"`
+}
+
+// checkoutMacOS is POST /fleet/macos-pool/checkout.
+func (s *Server) checkoutMacOS(w http.ResponseWriter, r *http.Request) {
+	var req macOSCheckoutRequest
+	if e := jsonapi.ReadBody(w, r, &req, false, specHint); e != nil {
+		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
+		return
+	}
+	if req.Pool != "" && !store.ValidName(req.Pool) {
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("pool %q is not a valid name", req.Pool), "GET /fleet/pools lists the pools")
+		return
+	}
+	ctx := r.Context()
+	pools, err := s.opts.Store.ListPools(ctx)
+	if err != nil {
+		s.storeError(w, "list pools", err)
+		return
+	}
+	// The shared macOS pools that match, and their warm members by node.
+	byName := map[string]store.Pool{}
+	idle := map[string]int{}
+	perNode := map[string][]string{} // node -> pools with a warm member there
+	for _, p := range pools {
+		if p.Tenant != "" || p.Deleting || p.GuestOS != store.GuestMacOS ||
+			req.Pool != "" && p.Name != req.Pool || req.Image != "" && p.Image != req.Image {
+			continue
+		}
+		byName[p.Name] = p
+		ms, err := s.opts.Store.ListMembers(ctx, "", p.Name)
+		if err != nil {
+			s.storeError(w, "list pool members", err)
+			return
+		}
+		for _, m := range ms {
+			if m.State == store.MemberWarm {
+				if idle[m.Node] == 0 || perNode[m.Node][len(perNode[m.Node])-1] != p.Name {
+					perNode[m.Node] = append(perNode[m.Node], p.Name)
+				}
+				idle[m.Node]++
+			}
+		}
+	}
+	if len(byName) == 0 {
+		what := "no shared pool of macOS guests"
+		if req.Pool != "" || req.Image != "" {
+			what += " matches"
+		}
+		jsonapi.WriteError(w, http.StatusNotFound, what,
+			`create one with POST /fleet/pools {"name": "macos-ci", "image": "<a macOS catalog image>", "size": 2}`)
+		return
+	}
+	nodes := make([]string, 0, len(idle))
+	for n := range idle {
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool {
+		if idle[nodes[i]] != idle[nodes[j]] {
+			return idle[nodes[i]] > idle[nodes[j]]
+		}
+		return nodes[i] < nodes[j]
+	})
+	for _, node := range nodes {
+		for _, name := range perNode[node] {
+			c, err := s.opts.Store.ClaimMember(ctx, store.ClaimRequest{Pool: name, Node: node, Now: s.opts.Now()})
+			switch {
+			case err == nil:
+			case errors.Is(err, store.ErrNoWarm), errors.Is(err, store.ErrNotFound):
+				continue // taken meanwhile: the next pool or node
+			default:
+				s.storeError(w, "check out a macOS vm", err)
+				return
+			}
+			s.kickPools()
+			pool := byName[name]
+			vm := s.poolVM(ctx, &pool, c)
+			jsonapi.Write(w, http.StatusOK, macOSCheckout{Node: node, ID: c.Member.VMID, Pool: name, VM: *vm, IdleOnNode: idle[node],
+				Reason: fmt.Sprintf("%s had the most idle macOS VMs (%d)", node, idle[node]),
+				Return: fmt.Sprintf("POST /fleet/macos-pool/%s/%s/return", node, c.Member.VMID)})
+			return
+		}
+	}
+	jsonapi.WriteError(w, http.StatusConflict, "no warm macOS VM is idle now",
+		"the pool loop is booting replacements: GET /fleet/pools/{name}/status shows them; try again shortly or raise the pool's size")
+}
+
+// returnMacOS is POST /fleet/macos-pool/{node}/{id}/return: the VM, which
+// must be a checked-out macOS pool VM, is deleted and its pool refills.
+func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
+	t, ok := s.resolve(w, r)
+	if !ok {
+		return
+	}
+	nc, ok := s.nodeClient(w, t)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodeCallTimeout)
+	defer cancel()
+	vm, err := nc.GetVM(ctx, t.id)
+	if err != nil {
+		if sdk.IsNotFound(err) {
+			jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", mux.Vars(r)["id"], t.node.Name),
+				"it may have been returned already; GET /fleet/vms lists the VMs")
+			return
+		}
+		s.nodeError(w, PrincipalOf(r.Context()), t.node, "read the vm", err)
+		return
+	}
+	pool := vm.Labels[PoolLabel]
+	if pool == "" || vm.GuestOS != store.GuestMacOS {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s is not a macOS pool VM", vm.Name, t.node.Name),
+			"only VMs from POST /fleet/macos-pool/checkout are returned; DELETE /fleet/vms/{node}/{id} deletes any other")
+		return
+	}
+	if t.entry != nil && t.entry.Tenant != "" {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s belongs to a tenant now", vm.Name, t.node.Name),
+			"a tenant that launched it from a shared pool deletes it with DELETE /fleet/vms/{node}/{id}")
+		return
+	}
+	if ms, err := s.opts.Store.ListMembers(ctx, "", pool); err == nil {
+		for _, m := range ms {
+			if m.VMID == vm.ID && m.State != store.MemberClaimed {
+				jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s is still idle in pool %s", vm.Name, pool),
+					"check it out first with POST /fleet/macos-pool/checkout")
+				return
+			}
+		}
+	}
+	if err := nc.DeleteVM(ctx, vm.ID); err != nil && !sdk.IsNotFound(err) {
+		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the returned vm", err)
+		return
+	}
+	if t.entry != nil {
+		if _, err := s.opts.Store.EndEntry(ctx, t.entry.ID, "returned", s.opts.Now()); err != nil {
+			s.log.Error("end ledger entry", "entry", t.entry.ID, "error", err) // the reconciler closes it
+		}
+	}
+	s.kickPools()
+	jsonapi.Write(w, http.StatusOK, macOSReturn{Node: t.node.Name, ID: vm.ID, Pool: pool, Returned: true,
+		Note: "deleted; the pool boots a clean VM in its place"})
+}
