@@ -295,12 +295,12 @@ func pxMedian(ds []time.Duration) time.Duration {
 
 // startQemuFxNode is startFxNode with the QEMU driver, allowed to run the
 // guest image in imageDir.
-func startQemuFxNode(b *testing.B, name, centralURL, imageDir string) *fxNode {
-	b.Helper()
-	dir := fxTempDir(b)
-	n := &fxNode{t: b, name: name, admin: "node-admin-" + strconv.FormatInt(time.Now().UnixNano(), 16),
-		bin: drivertest.Build(b, "../..", "./cmd/fluxvm-agent"), config: filepath.Join(dir, "node.hcl"), log: filepath.Join(dir, "node.log")}
-	n.url = "http://" + freeAddr(b)
+func startQemuFxNode(t testing.TB, name, centralURL, imageDir string) *fxNode {
+	t.Helper()
+	dir := fxTempDir(t)
+	n := &fxNode{t: t, name: name, admin: "node-admin-" + strconv.FormatInt(time.Now().UnixNano(), 16),
+		bin: drivertest.Build(t, "../..", "./cmd/fluxvm-agent"), config: filepath.Join(dir, "node.hcl"), log: filepath.Join(dir, "node.log")}
+	n.url = "http://" + freeAddr(t)
 	hcl := fmt.Sprintf(`name = %q
 state_dir = %q
 listen = %q
@@ -315,16 +315,16 @@ central {
 }
 `, name, filepath.Join(dir, "state"), strings.TrimPrefix(n.url, "http://"), n.admin, fxToken, filepath.Dir(imageDir), centralURL, fxToken)
 	if err := os.WriteFile(n.config, []byte(hcl), 0o600); err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	b.Cleanup(func() {
+	t.Cleanup(func() {
 		n.stop()
-		if b.Failed() {
+		if t.Failed() {
 			data, _ := os.ReadFile(n.log)
 			if len(data) > 4000 {
 				data = data[len(data)-4000:]
 			}
-			b.Logf("node %s log:\n%s", name, data)
+			t.Logf("node %s log:\n%s", name, data)
 		}
 	})
 	n.start()
