@@ -3,6 +3,8 @@ module github.com/fluxvm/fluxvm
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
+	github.com/creack/pty v1.1.24
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/gorilla/mux v1.8.1
