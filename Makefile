@@ -47,6 +47,8 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 2s ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkHeartbeat2000Nodes -benchtime 1x ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkWarmPoolClaimVsCold -benchtime 5x -timeout 15m ./central/api/
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./billing/
+	$(GO) test -run '^$$' -bench BenchmarkBillingStatements -benchtime 3x ./central/api/
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12

@@ -122,7 +122,9 @@ func Decode(data []byte, dst any, specHint string) *Error {
 		return bad("unknown field "+name+" in the request body",
 			"remove it; this request takes: "+strings.Join(jsonFields(dst), ", "))
 	}
-	return bad("request body could not be decoded", specHint)
+	// What is left came from a type's own UnmarshalJSON (an amount with
+	// seven decimals, say), whose message says what is wrong with the value.
+	return bad("request body: "+err.Error(), specHint)
 }
 
 // jsonKind names a Go type the way a JSON author thinks of it.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"github.com/fluxvm/fluxvm/central/notify"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type Options struct {
 	// HeartbeatInterval is how often nodes are told to heartbeat (10 s by
 	// default); a node silent for three intervals is marked down.
 	HeartbeatInterval time.Duration
+	// Events receives budget.near, budget.over and the like (nil: the store
+	// records them in etcd for delivery).
+	Events notify.Sink
 }
 
 // ActivityLog is where the API records changes (central/audit.Log).
@@ -114,6 +118,9 @@ type Server struct {
 	prom      *metrics
 	fleetProm *fleetMetrics // placements, reservations, leadership (metrics_fleet.go)
 	nodes     *nodeCaller
+	// events records what tenants and the operator are to be told
+	// (Options.Events, else the store).
+	events notify.Sink
 }
 
 // New makes the fleet API.
@@ -131,6 +138,10 @@ func New(opts Options) *Server {
 	s.prom = newMetrics(opts.Store)
 	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
 	s.nodes = newNodeCaller(opts.FleetToken)
+	s.events = opts.Events
+	if s.events == nil {
+		s.events = opts.Store
+	}
 	for _, rt := range Routes() {
 		rt := rt
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/billing"
 	"net/http"
 	"slices"
 	"sort"
@@ -94,6 +95,10 @@ func judgeLease(n *store.Node, used store.Usage, req *leaseRequest) string {
 // tenant) takes a whole node for at least min_lease_hours.
 func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalOf(r.Context())
+	dryRun, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
 	var req leaseRequest
 	if e := jsonapi.ReadBody(w, r, &req, false, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
@@ -175,13 +180,25 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 			strings.Compare(cands[i].node.Name, cands[j].node.Name)) < 0
 	})
 	now := s.opts.Now().UTC()
+	prices, err := s.opts.Store.CurrentPrices(r.Context())
+	if err != nil {
+		s.storeError(w, "read the prices", err)
+		return
+	}
 	for i := range cands {
 		c := &cands[i]
 		if c.reason != "" {
 			continue
 		}
+		size := c.node.Capacity.Total
+		if dryRun {
+			s.leaseEstimate(w, r, tenant, c.node, &prices.Prices, int64(minHours), req.Hours, now)
+			return
+		}
+		perHour, class := prices.LeasePrice(size.VCPUs, size.MemoryMiB)
 		l, err := s.opts.Store.CreateLease(r.Context(), store.CreateLeaseRequest{Tenant: tenant.ID, Node: c.node.Name,
-			Start: now, MinHours: minHours, Hours: req.Hours, AllowBusy: req.AllowBusy})
+			Start: now, MinHours: minHours, Hours: req.Hours, AllowBusy: req.AllowBusy,
+			PricePerHour: perHour, PriceClass: class, Currency: prices.Currency})
 		var qe *store.QuotaError
 		var lr *store.LeaseRefusal
 		switch {
@@ -489,6 +506,42 @@ func (s *Server) EndExpiredLeases(ctx context.Context) (ended []string, err erro
 		}
 	}
 	return ended, errors.Join(errs...)
+}
+
+// leaseDryRun answers POST /fleet/leases?dry_run=true: the node a lease
+// would take now and what it would cost, without leasing anything.
+type leaseDryRun struct {
+	DryRun   bool             `json:"dry_run"`
+	Tenant   string           `json:"tenant"`
+	Node     string           `json:"node"`
+	Estimate billing.Estimate `json:"estimate"`
+	// EndsAt is when a lease with hours would end; MinEnd the earliest
+	// release.
+	EndsAt *time.Time `json:"ends_at,omitempty"`
+	MinEnd time.Time  `json:"min_end"`
+	// Quota says whether max_leased_hosts leaves room now ("" when it does).
+	Quota string `json:"quota,omitempty"`
+}
+
+func (s *Server) leaseEstimate(w http.ResponseWriter, r *http.Request, t *store.Tenant, n *store.Node, p *billing.Prices, minHours int64, hours int, now time.Time) {
+	size := n.Capacity.Total
+	out := leaseDryRun{DryRun: true, Tenant: t.ID, Node: n.Name, Estimate: p.LeaseEstimate(size.VCPUs, size.MemoryMiB, minHours),
+		MinEnd: now.Add(time.Duration(minHours) * time.Hour)}
+	if hours > 0 {
+		end := now.Add(time.Duration(hours) * time.Hour)
+		out.EndsAt = &end
+	}
+	if q := t.Quota.MaxLeasedHosts; q > 0 {
+		active, err := s.opts.Store.ListLeases(r.Context(), func(l *store.Lease) bool { return l.Tenant == t.ID && l.Active() })
+		if err != nil {
+			s.storeError(w, "read the leases", err)
+			return
+		}
+		if int64(len(active)) >= q {
+			out.Quota = fmt.Sprintf("max_leased_hosts is %d and %d leases are active: a real request would be refused", q, len(active))
+		}
+	}
+	jsonapi.Write(w, http.StatusOK, out)
 }
 
 // boolParam reads an optional true/false query parameter.

@@ -84,7 +84,8 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 // an up node no longer lists (deleted on the node, expired by a TTL), adopts
 // VMs a node lists with a tenant stamp but the ledger lacks (central died
 // between the node's create and the ledger write), drops ended entries past
-// ledger_retention_days and recounts the usage counters. The leader runs it
+// ledger_retention_days, recounts the usage counters and records the
+// budget events due (budget.near, budget.over). The leader runs it
 // every -reconcile-secs; two passes at once are harmless (ending is
 // idempotent and an adopted VM's entry id is derived from node and VM, so
 // the second write finds it there).
@@ -140,6 +141,9 @@ func (s *Server) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	for _, f := range rc.Fixed {
 		s.log.Warn("usage counter was wrong; rewritten from the ledger", "scope", f.Scope, "name", f.Name, "was", f.Was, "now", f.Now)
 		rep.CountersFixed = append(rep.CountersFixed, CounterFix{Scope: f.Scope, Name: f.Name, Was: f.Was, Now: f.Now})
+	}
+	if err := s.CheckBudgets(ctx); err != nil {
+		s.log.Warn("check budgets; retrying next pass", "error", err)
 	}
 	rep.DurationMS = s.opts.Now().Sub(start).Milliseconds()
 	if len(rep.Ended)+len(rep.Adopted)+rep.Dropped+len(rep.CountersFixed)+len(rep.LeasesEnded) > 0 {

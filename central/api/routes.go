@@ -73,6 +73,13 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/macos-pool/checkout", Access: Operator, handler: h((*Server).checkoutMacOS)},
 		{Method: "POST", Path: "/fleet/macos-pool/{node}/{id}/return", Access: Operator, handler: h((*Server).returnMacOS)},
 
+		{Method: "GET", Path: "/fleet/prices", Access: Tenant, handler: h((*Server).getPrices)},
+		{Method: "PUT", Path: "/fleet/prices", Access: Operator, handler: h((*Server).putPrices)},
+		{Method: "GET", Path: "/fleet/usage", Access: Tenant, handler: h((*Server).usage)},
+		{Method: "GET", Path: "/fleet/billing", Access: Tenant, handler: h((*Server).billingStatement)},
+		{Method: "PUT", Path: "/fleet/tenants/me/budget", Access: Tenant, handler: h((*Server).putMyBudget)},
+		{Method: "PUT", Path: "/fleet/tenants/{id}/budget", Access: Operator, handler: h((*Server).putTenantBudget)},
+
 		{Method: "POST", Path: "/fleet/reconcile", Access: Operator, handler: h((*Server).reconcile)},
 		{Method: "GET", Path: "/fleet/events", Access: Tenant, handler: h((*Server).listEvents)},
 	}

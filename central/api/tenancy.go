@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/billing"
 	"net/http"
 	"sort"
 	"strings"
@@ -38,10 +39,17 @@ type tenantView struct {
 	// (max_snapshots_per_vm absent: the policy's).
 	Quota     store.Quotas `json:"quota"`
 	CreatedAt time.Time    `json:"created_at"`
+	// Budget is the monthly budget (absent: none; PUT .../budget sets it).
+	Budget *billing.Micros `json:"budget_monthly,omitempty"`
 }
 
 func tenantOf(t *store.Tenant) tenantView {
-	return tenantView{ID: t.ID, Name: t.Name, Disabled: t.Disabled, Quota: t.Quota, CreatedAt: t.CreatedAt}
+	v := tenantView{ID: t.ID, Name: t.Name, Disabled: t.Disabled, Quota: t.Quota, CreatedAt: t.CreatedAt}
+	if t.Budget > 0 {
+		b := t.Budget
+		v.Budget = &b
+	}
+	return v
 }
 
 // tenantList is GET /fleet/tenants.
@@ -128,6 +136,8 @@ type tenantMeView struct {
 	// MaxSnapshotsPerVM is the limit that applies: the tenant's quota, else
 	// the policy's.
 	MaxSnapshotsPerVM int64 `json:"max_snapshots_per_vm"`
+	// Billing is this month's spend so far and the budget.
+	Billing *budgetView `json:"billing,omitempty"`
 }
 
 // tenantUsed is what a tenant has in use, checked against its quota:
@@ -372,9 +382,15 @@ func (s *Server) tenantMe(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "read the policy", err)
 		return
 	}
+	b, err := s.monthToDate(r.Context(), p.Tenant)
+	if err != nil {
+		s.storeError(w, "read this month's spend", err)
+		return
+	}
 	jsonapi.Write(w, http.StatusOK, tenantMeView{
 		Tenant:            tenantOf(p.Tenant),
 		Usage:             tenantUsed{Running: u.Running, Reserved: u.Reserved, Total: u.Total()},
 		MaxSnapshotsPerVM: p.Tenant.Quota.SnapshotsPerVM(pol),
+		Billing:           b,
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/billing"
+	"math"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -43,6 +45,10 @@ var (
 // (or is released when the node fails).
 func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalOf(r.Context())
+	dryRun, ok := boolParam(w, r, "dry_run")
+	if !ok {
+		return
+	}
 	var body sdk.FleetCreateVMRequest
 	if e := jsonapi.ReadBody(w, r, &body, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
@@ -62,12 +68,16 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "read the policy", err)
 		return
 	}
-	if s.claimFromPool(w, r, &body, spec, imageName, pol) { // warm pools (pools.go): hand out a warm VM if one fits
-		return
-	}
 	tenant := tenantID(p)
 	placeReq := scheduler.Request{Tenant: tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		NodeSelector: req.NodeSelector, Nested: req.Nested, Node: req.Node}
+	if dryRun {
+		s.vmEstimate(w, r, placeReq, pol, spec, req.TTLSeconds)
+		return
+	}
+	if s.claimFromPool(w, r, &body, spec, imageName, pol) { // warm pools (pools.go): hand out a warm VM if one fits
+		return
+	}
 
 	// The lease rules are checked again in the reservation's transaction,
 	// against the lessee the node record names then.
@@ -526,6 +536,63 @@ func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// vmDryRun answers POST /fleet/vms?dry_run=true: where the VM would land
+// now and what an hour of it would cost, without creating anything.
+type vmDryRun struct {
+	DryRun   bool             `json:"dry_run"`
+	Node     string           `json:"node"`
+	Reason   string           `json:"reason"`
+	Estimate billing.Estimate `json:"estimate"`
+	// ForTTL is the cost of the VM's whole life when it has a TTL.
+	ForTTL        *billing.Micros `json:"for_ttl,omitempty"`
+	ForTTLDisplay string          `json:"for_ttl_display,omitempty"`
+	Note          string          `json:"note"`
+}
+
+func (s *Server) vmEstimate(w http.ResponseWriter, r *http.Request, req scheduler.Request, pol store.Policy, spec sdk.CreateVMRequest, ttlSeconds int64) {
+	stored, nodes, err := s.snapshot(r.Context())
+	if err != nil {
+		s.storeError(w, "read the fleet", err)
+		return
+	}
+	d, err := scheduler.Place(nodes, req, schedulerPolicy(pol), scheduler.BinPack)
+	var np *scheduler.NoPlacementError
+	switch {
+	case errors.As(err, &np):
+		jsonapi.Write(w, http.StatusConflict, sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
+			Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"})
+		return
+	case errors.Is(err, scheduler.ErrInvalidRequest):
+		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
+		return
+	case err != nil:
+		s.storeError(w, "place the vm", err)
+		return
+	}
+	prices, err := s.opts.Store.CurrentPrices(r.Context())
+	if err != nil {
+		s.storeError(w, "read the prices", err)
+		return
+	}
+	onOwnLease := false
+	for i := range stored {
+		if stored[i].Name == d.Node {
+			onOwnLease = req.Tenant != "" && stored[i].LeasedBy == req.Tenant
+		}
+	}
+	out := vmDryRun{DryRun: true, Node: d.Node, Reason: d.Reason,
+		Estimate: prices.VMEstimate(spec.VCPUs, spec.MemoryMiB, spec.GuestOS == store.GuestMacOS, onOwnLease),
+		Note:     "nothing was created; quotas are checked when the VM is launched, and a warm pool may serve the launch"}
+	if ttlSeconds > 0 {
+		cost := billing.Micros(int64(out.Estimate.PerHour) / 3600 * ttlSeconds)
+		if per := int64(out.Estimate.PerHour); per <= math.MaxInt64/max(ttlSeconds, 1) {
+			cost = billing.Micros(per * ttlSeconds / 3600)
+		}
+		out.ForTTL, out.ForTTLDisplay = &cost, cost.Cents()
+	}
+	jsonapi.Write(w, http.StatusOK, out)
 }
 
 // execVM runs a command in a VM through its node. The body is passed on and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/billing"
 	"sort"
 	"time"
 
@@ -68,8 +69,12 @@ type Lease struct {
 	// MinEnd is StartedAt + the policy's min_lease_hours: no release before it
 	// (but an operator's forced one), and billing counts at least until it.
 	MinEnd time.Time `json:"min_end"`
-	// PricePerHour is in millionths of the currency unit (0: not priced).
-	PricePerHour int64 `json:"price_per_hour"`
+	// PricePerHour is what an hour of the lease costs, fixed when it starts
+	// (a price list changed later does not touch it); PriceClass is the Mac
+	// class that set it ("": mac_per_hour), Currency the price list's.
+	PricePerHour billing.Micros `json:"price_per_hour"`
+	PriceClass   string         `json:"price_class,omitempty"`
+	Currency     string         `json:"currency,omitempty"`
 	// ReleasedAt is when the lease ended (zero: active), EndReason why:
 	// "released", "released-forced" or "expired".
 	ReleasedAt time.Time `json:"released_at,omitzero"`
@@ -94,8 +99,10 @@ type CreateLeaseRequest struct {
 	Hours    int
 	// AllowBusy leases a node that runs VMs (the operator's choice).
 	AllowBusy bool
-	// PricePerHour is recorded with the lease.
-	PricePerHour int64
+	// PricePerHour, PriceClass and Currency are recorded with the lease.
+	PricePerHour billing.Micros
+	PriceClass   string
+	Currency     string
 }
 
 func (s *Store) leaseKey(id string) string { return s.prefix + "leases/" + id }
@@ -187,7 +194,8 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 			return false, &QuotaError{Field: "max_leased_hosts", Limit: q, Used: active, Asked: 1}
 		}
 		l := &Lease{ID: newID("lease-"), Tenant: req.Tenant, Node: req.Node, StartedAt: start,
-			MinEnd: start.Add(time.Duration(minHours) * time.Hour), PricePerHour: req.PricePerHour}
+			MinEnd: start.Add(time.Duration(minHours) * time.Hour), PricePerHour: req.PricePerHour,
+			PriceClass: req.PriceClass, Currency: req.Currency}
 		if req.Hours > 0 {
 			l.EndsAt = start.Add(time.Duration(req.Hours) * time.Hour)
 		}

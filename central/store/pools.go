@@ -74,13 +74,6 @@ type Pool struct {
 	BlockedSince time.Time `json:"blocked_since,omitzero"`
 }
 
-func (p *Pool) owner() string {
-	if p.Tenant == "" {
-		return sharedOwner
-	}
-	return p.Tenant
-}
-
 // Validate checks what the store relies on.
 func (p *Pool) Validate() error {
 	if err := checkName("pool", p.Name); err != nil {

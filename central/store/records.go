@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/fluxvm/fluxvm/billing"
 	"io"
 	"regexp"
 	"strconv"
@@ -156,6 +157,9 @@ type Tenant struct {
 	Disabled    bool      `json:"disabled"`
 	Quota       Quotas    `json:"quota"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Budget is the tenant's monthly budget (0: none). Nothing is stopped
+	// when it is spent; central warns at 80 % and 100 % (budget.near, budget.over).
+	Budget billing.Micros `json:"budget_monthly,omitempty"`
 }
 
 var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -167,6 +171,9 @@ func (t *Tenant) Validate() error {
 	}
 	if !sha256HexRE.MatchString(t.TokenSHA256) {
 		return fmt.Errorf("%w: tenant %s: token_sha256 must be 64 lowercase hex digits", ErrInvalid, t.Name)
+	}
+	if t.Budget < 0 {
+		return fmt.Errorf("%w: tenant %s: budget_monthly must not be negative", ErrInvalid, t.Name)
 	}
 	return t.Quota.Validate()
 }

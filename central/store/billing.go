@@ -1,0 +1,143 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/notify"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Prices are kept as a history: every PUT adds a version that takes effect at
+// once, and statements price each moment with the version then in effect
+// (billing.PriceVersion). Versions are never rewritten.
+
+func (s *Store) pricesPrefix() string { return s.prefix + "prices/" }
+
+// PriceHistory reads every price version, oldest first. With none written it
+// is one version of billing.DefaultPrices in effect since the zero time.
+func (s *Store) PriceHistory(ctx context.Context) ([]billing.PriceVersion, error) {
+	vs, err := listJSON[billing.PriceVersion](ctx, s, s.pricesPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read prices: %w", err)
+	}
+	if len(vs) == 0 {
+		return []billing.PriceVersion{{Prices: billing.DefaultPrices()}}, nil
+	}
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].EffectiveFrom.Before(vs[j].EffectiveFrom) })
+	return vs, nil
+}
+
+// CurrentPrices is the newest price version.
+func (s *Store) CurrentPrices(ctx context.Context) (*billing.PriceVersion, error) {
+	vs, err := s.PriceHistory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &vs[len(vs)-1], nil
+}
+
+// PutPrices validates p and adds it as the version in effect from at (now).
+// A version may not take effect before the newest one (ErrConflict): the past
+// is never re-priced.
+func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time) (*billing.PriceVersion, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	v := &billing.PriceVersion{EffectiveFrom: at.UTC().Truncate(time.Second), Prices: p}
+	// Keys sort by time: fixed-width Unix seconds.
+	key := fmt.Sprintf("%s%020d", s.pricesPrefix(), v.EffectiveFrom.Unix())
+	err := s.casLoop(ctx, "set prices", func(bool) (bool, error) {
+		last, err := s.client.Get(ctx, s.pricesPrefix(), clientv3.WithLastKey()...)
+		if err != nil {
+			return false, fmt.Errorf("set prices: %w", err)
+		}
+		var lastKey string
+		var lastRev int64
+		if len(last.Kvs) > 0 {
+			lastKey, lastRev = string(last.Kvs[0].Key), last.Kvs[0].ModRevision
+			if lastKey > key {
+				return false, fmt.Errorf("%w: set prices: the newest price list takes effect after %s", ErrConflict, v.EffectiveFrom.Format(time.RFC3339))
+			}
+		}
+		// The newest version must still be the one read; with none yet, two
+		// first puts at once both land, in time order, which is as good.
+		// Two puts within one second: the later one replaces the earlier (same key).
+		txn := s.client.Txn(ctx)
+		if lastKey != "" {
+			txn = txn.If(clientv3.Compare(clientv3.ModRevision(lastKey), "=", lastRev))
+		}
+		r, err := txn.Then(clientv3.OpPut(key, mustJSON(v))).Commit()
+		if err != nil {
+			return false, fmt.Errorf("set prices: %w", err)
+		}
+		return r.Succeeded, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// ---- events (notify.Sink) ----
+
+func (s *Store) eventsPrefix() string         { return s.prefix + "notify-events/" }
+func (s *Store) eventOnceKey(k string) string { return s.prefix + "notify-once/" + k }
+
+// Emit records e (notify.Sink). With once set it records it only if nothing
+// was recorded under once before, in the same transaction that marks once.
+func (s *Store) Emit(ctx context.Context, e notify.Event, once string) (bool, error) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	e.At = e.At.UTC()
+	e.ID = fmt.Sprintf("%020d-%s", e.At.UnixNano(), newID("ev-"))
+	key := s.eventsPrefix() + e.ID
+	txn := s.client.Txn(ctx)
+	if once != "" {
+		ok := s.eventOnceKey(once)
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(ok), "=", 0)).
+			Then(clientv3.OpPut(ok, e.ID), clientv3.OpPut(key, mustJSON(&e)))
+	} else {
+		txn = txn.Then(clientv3.OpPut(key, mustJSON(&e)))
+	}
+	r, err := txn.Commit()
+	if err != nil {
+		return false, fmt.Errorf("record event %s: %w", e.Kind, err)
+	}
+	return r.Succeeded, nil
+}
+
+// Events reads the recorded events in the order they were recorded; with
+// tenant set, only that tenant's.
+func (s *Store) Events(ctx context.Context, tenant string) ([]notify.Event, error) {
+	type recorded struct {
+		e   notify.Event
+		rev int64
+	}
+	var rs []recorded
+	_, err := s.scan(ctx, s.eventsPrefix(), 0, func(kv *mvccpb.KeyValue) error {
+		var e notify.Event
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		if tenant == "" || e.Tenant == tenant {
+			rs = append(rs, recorded{e, kv.CreateRevision})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].rev < rs[j].rev })
+	out := make([]notify.Event, len(rs))
+	for i := range rs {
+		out[i] = rs[i].e
+	}
+	return out, nil
+}
