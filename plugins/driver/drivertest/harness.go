@@ -6,9 +6,13 @@ package drivertest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,9 +68,46 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 var (
-	buildMu    sync.Mutex
-	buildCache = map[string]string{}
+	buildMu     sync.Mutex
+	buildCache  = map[string]string{}
+	sweepBuilds sync.Once
 )
+
+// buildPrefix starts the name of Build's folders in the temporary directory:
+// fluxvm-build-<pid>-<random>. A test binary cannot remove its folder when it
+// exits (nothing runs then), so the next Build removes the folders of
+// processes that are gone.
+const buildPrefix = "fluxvm-build-"
+
+// removeStaleBuilds deletes Build folders whose process no longer runs, and
+// folders of the older naming (fluxvm-plugin-build-*) older than an hour.
+func removeStaleBuilds() {
+	if _, err := os.Stat("/proc/self"); err != nil {
+		return // no /proc to tell live processes from gone ones (macOS): keep all
+	}
+	tmp := os.TempDir()
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, buildPrefix):
+			pid, _, ok := strings.Cut(strings.TrimPrefix(name, buildPrefix), "-")
+			if !ok {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join("/proc", pid)); errors.Is(err, fs.ErrNotExist) {
+				_ = os.RemoveAll(filepath.Join(tmp, name))
+			}
+		case strings.HasPrefix(name, "fluxvm-plugin-build-"):
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Hour {
+				_ = os.RemoveAll(filepath.Join(tmp, name))
+			}
+		}
+	}
+}
 
 // Build compiles the Go main package pkg (run from dir, "" for the current
 // directory) once per test binary and returns the path of the executable.
@@ -78,7 +119,8 @@ func Build(t testing.TB, dir, pkg string) string {
 	if p, ok := buildCache[key]; ok {
 		return p
 	}
-	out, err := os.MkdirTemp("", "fluxvm-plugin-build-")
+	sweepBuilds.Do(removeStaleBuilds)
+	out, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", buildPrefix, os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
