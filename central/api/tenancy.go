@@ -318,6 +318,23 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// Pools first: the pool loop would boot their VMs again.
+	pools, err := s.opts.Store.ListPools(r.Context())
+	if err != nil {
+		s.storeError(w, "read the pools of tenant "+t.Name, err)
+		return
+	}
+	var names []string
+	for _, p := range pools {
+		if p.Tenant == t.ID {
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) > 0 {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("tenant %s has warm pools: %s", t.Name, strings.Join(names, ", ")),
+			fmt.Sprintf("delete them first (DELETE /fleet/pools/{name}?tenant=%s deletes a pool and its idle VMs), then its VMs, then retry", t.ID))
+		return
+	}
 	u, err := s.opts.Store.TenantUsage(r.Context(), t.ID)
 	if err != nil {
 		s.storeError(w, "read the usage of tenant "+t.Name, err)
