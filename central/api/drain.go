@@ -277,6 +277,12 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 		return "", fmt.Errorf("read the kept spec of vm %s: %w", vm.Name, err)
 	}
 	finish := func(target string) (string, error) {
+		// The old VM goes only once the copy runs (and answers, if the old
+		// one's guest agent did): a copy that fails to boot leaves the
+		// workload where it was, and the drain says why.
+		if err := s.waitCopy(ctx, target, vm); err != nil {
+			return "", fmt.Errorf("recreated on %s, but the old vm stays: %w", target, err)
+		}
 		if err := s.deleteOnNode(ctx, n, vm.ID, e, "rescheduled"); err != nil {
 			return "", fmt.Errorf("recreated on %s, but the old vm stays: %w", target, err)
 		}
@@ -352,6 +358,42 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 		return "", fmt.Errorf("record the copy on node %s: %w", target.Name, err)
 	}
 	return finish(target.Name)
+}
+
+// copyReadyTimeout bounds how long a move waits for the copy to boot.
+const copyReadyTimeout = 3 * time.Minute
+
+// waitCopy waits until the copy of old (same name) on node target runs, and
+// when old's guest agent was ready, until the copy's is too.
+func (s *Server) waitCopy(ctx context.Context, target string, old *sdk.VM) error {
+	tn, err := s.opts.Store.GetNode(ctx, target)
+	if err != nil {
+		return err
+	}
+	nc, err := s.nodes.client(tn)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, copyReadyTimeout)
+	defer cancel()
+	for {
+		cp, err := nc.GetVM(ctx, old.Name)
+		switch {
+		case sdk.IsNotFound(err):
+			return fmt.Errorf("the copy is gone from node %s", target)
+		case err != nil:
+			// A slow node, or the time is up (below): ask again.
+		case cp.State == sdk.StateStopped || cp.State == sdk.StateLost:
+			return fmt.Errorf("the copy on node %s is %s: %s", target, cp.State, cp.LastError)
+		case cp.State == sdk.StateRunning && (cp.AgentReady || !old.AgentReady):
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the copy on node %s did not become ready within %v", target, copyReadyTimeout)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // adoptCopy looks on node target for the copy an earlier attempt of a move
