@@ -122,6 +122,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/vms/{node}/{id}/pause":     vm("/pause"),
 		"POST /fleet/vms/{node}/{id}/resume":    vm("/resume"),
 		"GET /fleet/vms/{node}/{id}/logs":       vm("/logs"),
+		"GET /fleet/vms/{node}/{id}/screen":     vm("/screen"),
 		"GET /fleet/pools":                      {own: "/fleet/pools", tenantOK: 200},
 		"POST /fleet/pools":                     {own: "/fleet/pools", body: `{"name": "pool-new", "image": "img-pool", "size": 1}`, tenantOK: 201},
 		// Another tenant's pool is "not found", as for one that does not exist.

@@ -63,6 +63,7 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/pause", Access: Tenant, handler: h(vmAction("pause"))},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/resume", Access: Tenant, handler: h(vmAction("resume"))},
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/logs", Access: Tenant, handler: h((*Server).vmLogs)},
+		{Method: "GET", Path: "/fleet/vms/{node}/{id}/screen", Access: Tenant, handler: h((*Server).vmScreen)},
 
 		{Method: "GET", Path: "/fleet/pools", Access: Tenant, handler: h((*Server).listPools)},
 		{Method: "POST", Path: "/fleet/pools", Access: Tenant, handler: h((*Server).createPool)},

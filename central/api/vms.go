@@ -697,3 +697,31 @@ func (s *Server) vmLogs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(b)
 }
+
+// vmScreen is GET /fleet/vms/{node}/{id}/screen[?max_width=N]: the VM's
+// display as a PNG, from its node's screenshot. A VM without a display is
+// the node's refusal (409).
+func (s *Server) vmScreen(w http.ResponseWriter, r *http.Request) {
+	maxWidth, ok := jsonapi.IntParam(w, r, "max_width", 0, 1, 16384)
+	if !ok {
+		return
+	}
+	t, ok := s.resolve(w, r)
+	if !ok {
+		return
+	}
+	nc, ok := s.nodeClient(w, t)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), nodeCallTimeout)
+	defer cancel()
+	png, err := nc.Screenshot(ctx, t.id, maxWidth)
+	if err != nil {
+		s.nodeError(w, PrincipalOf(r.Context()), t.node, "take a screenshot", err)
+		return
+	}
+	w.Header().Set("Content-Type", "image/png")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(png)
+}
