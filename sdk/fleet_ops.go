@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/fluxvm/fluxvm/billing"
 )
 
 // Leases, cordons, drains, scrubs, warm pools and the rebalance plan: the
@@ -24,8 +26,13 @@ type Lease struct {
 	// MinEnd is the earliest release (StartedAt + the policy's
 	// min_lease_hours); billing counts at least until it.
 	MinEnd time.Time `json:"min_end"`
-	// PricePerHour is in millionths of the currency unit (0: not priced).
-	PricePerHour int64 `json:"price_per_hour"`
+	// PricePerHour is what an hour of the lease costs in Currency, fixed
+	// when it started, so a later price list does not change it; PriceClass
+	// is the Mac class that set it ("" when the Mac met no class and
+	// mac_per_hour applied).
+	PricePerHour billing.Micros `json:"price_per_hour"`
+	PriceClass   string         `json:"price_class,omitempty"`
+	Currency     string         `json:"currency,omitempty"`
 	// ReleasedAt is when the lease ended (zero: active), EndReason why:
 	// "released", "released-forced" or "expired".
 	ReleasedAt time.Time `json:"released_at,omitzero"`

@@ -1,6 +1,10 @@
 package sdk
 
-import "time"
+import (
+	"time"
+
+	"github.com/fluxvm/fluxvm/billing"
+)
 
 // Heartbeat is what a node agent reports to central every few seconds
 // (POST /fleet/nodes/{name}/heartbeat, with the fleet token). Central
@@ -287,6 +291,9 @@ type Tenant struct {
 	Disabled  bool      `json:"disabled"`
 	Quota     Quotas    `json:"quota"`
 	CreatedAt time.Time `json:"created_at"`
+	// BudgetMonthly is the tenant's monthly budget in the price list's
+	// currency (nil: none). It only informs: nothing is stopped.
+	BudgetMonthly *billing.Micros `json:"budget_monthly,omitempty"`
 }
 
 // TenantList is GET /fleet/tenants.
@@ -343,6 +350,9 @@ type TenantMe struct {
 	// MaxSnapshotsPerVM is the limit that applies: the tenant's quota, else
 	// the policy's.
 	MaxSnapshotsPerVM int64 `json:"max_snapshots_per_vm"`
+	// Billing is what the month under way has cost so far, against the
+	// budget.
+	Billing *Budget `json:"billing,omitempty"`
 }
 
 // TunnelPolicy is the policy's tunnels block.

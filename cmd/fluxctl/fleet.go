@@ -73,6 +73,7 @@ token. VMs are named by name, by ID prefix, or as NODE/NAME.`,
 		f.eventsCmd(), f.reconcileCmd(),
 		f.leaseCmd(), f.cordonCmd(), f.uncordonCmd(), f.drainCmd(), f.drainStatusCmd(), f.scrubCmd(),
 		f.poolsCmd(), f.rebalancePlanCmd(),
+		f.pricesCmd(), f.billCmd(), f.budgetCmd(), f.usageCmd(),
 	)
 	f.cmd = c
 	explainAll(f, c)

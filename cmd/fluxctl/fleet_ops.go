@@ -54,7 +54,10 @@ it lists your leases.`,
 }
 
 func (f *fleet) leaseCreateCmd() *cobra.Command {
-	var req sdk.CreateLeaseRequest
+	var (
+		req    sdk.CreateLeaseRequest
+		dryRun bool
+	)
 	c := &cobra.Command{
 		Use:   "create [--node N] [--hours H]",
 		Short: "Lease a whole node for at least the minimum lease",
@@ -62,7 +65,8 @@ func (f *fleet) leaseCreateCmd() *cobra.Command {
 that fits --min-memory-mib and --nested. Without --hours the lease is
 open-ended and lasts until released; with it, it ends on its own (--hours must
 be at least the policy's min_lease_hours). The operator leases for a tenant
-with --tenant.`,
+with --tenant. With --dry-run nothing is leased: fluxctl shows which node the
+lease would take and what it would cost an hour and for its minimum term.`,
 		Example: `  fluxctl fleet lease create --hours 24
   fluxctl fleet lease create --node mac-3 --nested
   fluxctl fleet lease create --tenant acme --min-memory-mib 32768   # operator`,
@@ -75,10 +79,21 @@ with --tenant.`,
 			if err != nil {
 				return err
 			}
+			hints := map[int]string{409: hintLeaseFit,
+				429: "release a lease you no longer need (" + hintLeases + ") or ask the operator to raise max_leased_hosts"}
+			if dryRun {
+				d, err := fc.LeaseEstimate(c.Context(), req)
+				if err != nil {
+					return withHints(err, hints)
+				}
+				if !f.a.human() {
+					return f.a.printJSON(d)
+				}
+				return f.printLeaseDryRun(d)
+			}
 			l, err := fc.CreateLease(c.Context(), req)
 			if err != nil {
-				return withHints(err, map[int]string{409: hintLeaseFit,
-					429: "release a lease you no longer need (" + hintLeases + ") or ask the operator to raise max_leased_hosts"})
+				return withHints(err, hints)
 			}
 			if !f.a.human() {
 				return f.a.printJSON(l)
@@ -99,6 +114,7 @@ with --tenant.`,
 	fl.BoolVar(&req.Nested, "nested", false, "only nodes with nested virtualisation")
 	fl.StringVar(&req.Tenant, "tenant", "", "the tenant to lease for, by name or ID (operator)")
 	fl.BoolVar(&req.AnyNode, "any-node", false, "lease any node, not only Macs (operator)")
+	fl.BoolVar(&dryRun, "dry-run", false, "show which node the lease would take and what it costs; lease nothing")
 	_ = c.RegisterFlagCompletionFunc("node", f.completeNodes())
 	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
 	return c
@@ -175,10 +191,17 @@ func (f *fleet) leaseGetCmd() *cobra.Command {
 			if !f.a.human() {
 				return f.a.printJSON(l)
 			}
+			price := ""
+			if l.Currency != "" {
+				price = fmt.Sprintf("%s %s an hour", l.PricePerHour, l.Currency)
+				if l.PriceClass != "" {
+					price += " (" + l.PriceClass + ")"
+				}
+			}
 			tw := newTable(f.a.stdout)
 			for _, fl := range [][2]string{{"id", l.ID}, {"node", l.Node}, {"tenant", l.Tenant}, {"state", leaseState(l)},
 				{"started", when(l.StartedAt)}, {"release from", when(l.MinEnd)}, {"ends", when(l.EndsAt)},
-				{"released", when(l.ReleasedAt)}} {
+				{"released", when(l.ReleasedAt)}, {"price", price}} {
 				row(tw, fl[0], fl[1])
 			}
 			return tw.Flush()

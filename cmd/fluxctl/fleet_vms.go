@@ -322,6 +322,7 @@ func (f *fleet) launchCmd() *cobra.Command {
 		labels      []string
 		wait        bool
 		waitTimeout time.Duration
+		dryRun      bool
 	)
 	c := &cobra.Command{
 		Use:   "launch [NAME] --image IMAGE",
@@ -330,7 +331,8 @@ func (f *fleet) launchCmd() *cobra.Command {
 (or --node pins one) within your quota; fluxctl says where it landed and why.
 Without NAME, fluxctl suggests one from the image (debian-minimal-1, -2, ...)
 that none of your VMs uses. With --wait it returns once the guest agent
-answers, showing progress on a terminal.`,
+answers, showing progress on a terminal. With --dry-run nothing is launched:
+fluxctl shows where the VM would land and what an hour of it would cost.`,
 		Example: `  fluxctl fleet launch --image debian-minimal
   fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait`,
 		Args: func(c *cobra.Command, args []string) error {
@@ -346,6 +348,9 @@ answers, showing progress on a terminal.`,
 			}
 			if ttl < 0 || memoryGiB < 0 || req.VCPUs < 0 {
 				return usageError(c, "--ttl, --vcpus and --memory-gib must not be negative")
+			}
+			if dryRun && wait {
+				return usageError(c, "--dry-run launches nothing to wait for: drop --wait")
 			}
 			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
 			req.MemoryMiB = int64(math.Round(memoryGiB * 1024))
@@ -380,6 +385,16 @@ answers, showing progress on a terminal.`,
 			hints := map[int]string{
 				409: "pick another name, or leave NAME out and fluxctl picks a free one; if no node fits, fluxctl fleet capacity shows what fits now (ask for less, or drop --node)",
 				400: hintListImages + "; fluxctl fleet launch --help shows the flags",
+			}
+			if dryRun {
+				d, err := fc.VMEstimate(c.Context(), req)
+				if err != nil {
+					return withHints(err, hints)
+				}
+				if !f.a.human() {
+					return f.a.printJSON(d)
+				}
+				return f.printVMDryRun(req.Name, d)
 			}
 			var resp *sdk.FleetCreateVMResponse
 			if !wait {
@@ -431,6 +446,7 @@ answers, showing progress on a terminal.`,
 	fl.StringArrayVar(&labels, "label", nil, "a KEY=VALUE label (repeatable)")
 	fl.BoolVar(&wait, "wait", false, "wait until the guest agent is ready")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
+	fl.BoolVar(&dryRun, "dry-run", false, "show where the VM would land and what an hour of it costs; launch nothing")
 	_ = c.RegisterFlagCompletionFunc("image", f.completeImages())
 	_ = c.RegisterFlagCompletionFunc("node", f.completeNodes())
 	return c
