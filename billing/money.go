@@ -14,6 +14,17 @@ import (
 // text names the field and says what is allowed.
 var ErrInvalid = errors.New("invalid")
 
+// invalidError is an ErrInvalid whose message is its own text only (no
+// "invalid: " in front), since it is shown to people as it is.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{fmt.Sprintf(format, args...)}
+}
+
 // Micros is an amount of money in millionths of the currency unit. In JSON it
 // is a plain number in currency units (850000 is 0.85), written and read
 // exactly, never through a float.
@@ -68,7 +79,7 @@ func (m *Micros) UnmarshalJSON(data []byte) error {
 		return nil
 	}
 	if len(data) > 0 && data[0] == '"' {
-		return fmt.Errorf("%w: amount %s is a string; write it as a JSON number, like 500 or 0.85", ErrInvalid, shorten(string(data)))
+		return invalidf("amount %s is a string; write it as a JSON number, like 500 or 0.85", shorten(string(data)))
 	}
 	v, err := ParseMicros(string(data))
 	if err != nil {
@@ -85,21 +96,21 @@ func ParseMicros(s string) (Micros, error) {
 	shown := shorten(s)
 	switch {
 	case s == "":
-		return 0, fmt.Errorf("%w: amount is empty; want a number like 500 or 0.85", ErrInvalid)
+		return 0, invalidf("amount is empty; want a number like 500 or 0.85")
 	case s[0] == '-':
-		return 0, fmt.Errorf("%w: amount %s is negative; amounts are zero or more", ErrInvalid, shown)
+		return 0, invalidf("amount %s is negative; amounts are zero or more", shown)
 	case strings.ContainsAny(s, "eE"):
-		return 0, fmt.Errorf("%w: amount %s uses an exponent; write the digits out, like 1000 or 0.0005", ErrInvalid, shown)
+		return 0, invalidf("amount %s uses an exponent; write the digits out, like 1000 or 0.0005", shown)
 	}
 	whole, frac, dotted := strings.Cut(s, ".")
 	if !allDigits(whole) || (dotted && !allDigits(frac)) {
-		return 0, fmt.Errorf("%w: amount %s is not a number; want digits with an optional fraction, like 500 or 0.85", ErrInvalid, shown)
+		return 0, invalidf("amount %s is not a number; want digits with an optional fraction, like 500 or 0.85", shown)
 	}
 	if len(frac) > 6 {
-		return 0, fmt.Errorf("%w: amount %s has more than 6 decimals; the smallest amount is 0.000001", ErrInvalid, shown)
+		return 0, invalidf("amount %s has more than 6 decimals; the smallest amount is 0.000001", shown)
 	}
 	tooLarge := func() error {
-		return fmt.Errorf("%w: amount %s is too large; the largest is %s", ErrInvalid, shown, Micros(math.MaxInt64))
+		return invalidf("amount %s is too large; the largest is %s", shown, Micros(math.MaxInt64))
 	}
 	var w uint64
 	for _, d := range whole {

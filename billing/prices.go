@@ -135,10 +135,10 @@ func (p *Prices) LeasePrice(vcpus, memoryMiB int64) (perHour Micros, class strin
 // PriceVersion is a price list and the instant it took effect. A price history
 // is a []PriceVersion in order of EffectiveFrom; the version in effect at an
 // instant is the last one that took effect at or before it. The first version
-// counts as in effect since the beginning of time: central writes one when it
-// first starts, before it meters anything, so no row predates it in practice
-// and none falls outside every version. An empty history means DefaultPrices
-// throughout.
+// counts as in effect since the beginning of time, so no row falls outside
+// every version: central's history starts with DefaultPrices at the Unix epoch
+// (stored with the first list the operator publishes), so that list does not
+// price what ran before it. An empty history means DefaultPrices throughout.
 type PriceVersion struct {
 	EffectiveFrom time.Time `json:"effective_from"`
 	Prices

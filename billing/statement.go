@@ -74,7 +74,7 @@ type Statement struct {
 // UTC.
 func MonthOf(s string) (time.Time, error) {
 	bad := func() (time.Time, error) {
-		return time.Time{}, fmt.Errorf("%w: month %q is not in the form YYYY-MM (e.g. 2026-10)", ErrInvalid, shorten(s))
+		return time.Time{}, invalidf("month %q is not in the form YYYY-MM (e.g. 2026-10)", shorten(s))
 	}
 	if len(s) != 7 || s[4] != '-' || !allDigits(s[:4]) || !allDigits(s[5:]) {
 		return bad()

@@ -179,7 +179,8 @@ func (s *Server) billingStatement(w http.ResponseWriter, r *http.Request) {
 	if m := r.URL.Query().Get("month"); m != "" {
 		var err error
 		if month, err = billing.MonthOf(m); err != nil {
-			jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), "month is written YYYY-MM, e.g. month=2026-10")
+			jsonapi.WriteError(w, http.StatusBadRequest, err.Error(),
+				"month is written YYYY-MM, e.g. month=2026-10")
 			return
 		}
 	}
@@ -391,7 +392,8 @@ func (s *Server) putBudget(w http.ResponseWriter, r *http.Request, t *store.Tena
 		return
 	case string(req.Monthly) != "null":
 		if err := json.Unmarshal(req.Monthly, &budget); err != nil {
-			jsonapi.WriteError(w, http.StatusBadRequest, "monthly: "+err.Error(), `send {"monthly": 500}, or {"monthly": null} to remove the budget`)
+			jsonapi.WriteError(w, http.StatusBadRequest, "monthly: "+err.Error(),
+				`send {"monthly": 500}, or {"monthly": null} to remove the budget`)
 			return
 		}
 	}

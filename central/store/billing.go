@@ -20,7 +20,8 @@ import (
 func (s *Store) pricesPrefix() string { return s.prefix + "prices/" }
 
 // PriceHistory reads every price version, oldest first. With none written it
-// is one version of billing.DefaultPrices in effect since the zero time.
+// is one version of billing.DefaultPrices in effect since the zero time; the
+// first PutPrices stores that version too, at the Unix epoch.
 func (s *Store) PriceHistory(ctx context.Context) ([]billing.PriceVersion, error) {
 	vs, err := listJSON[billing.PriceVersion](ctx, s, s.pricesPrefix())
 	if err != nil {
@@ -47,7 +48,7 @@ func (s *Store) CurrentPrices(ctx context.Context) (*billing.PriceVersion, error
 // is never re-priced.
 func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time) (*billing.PriceVersion, error) {
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, invalid{err} // billing's message names every field
 	}
 	v := &billing.PriceVersion{EffectiveFrom: at.UTC().Truncate(time.Second), Prices: p}
 	// Keys sort by time: fixed-width Unix seconds.
@@ -65,14 +66,22 @@ func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time) (
 				return false, fmt.Errorf("%w: set prices: the newest price list takes effect after %s", ErrConflict, v.EffectiveFrom.Format(time.RFC3339))
 			}
 		}
-		// The newest version must still be the one read; with none yet, two
-		// first puts at once both land, in time order, which is as good.
+		// The newest version must still be the one read. The first list
+		// published also records the defaults as in effect before it, so it
+		// does not reach back and price what ran while nothing was charged.
 		// Two puts within one second: the later one replaces the earlier (same key).
-		txn := s.client.Txn(ctx)
+		ops := []clientv3.Op{clientv3.OpPut(key, mustJSON(v))}
+		var cmp clientv3.Cmp
 		if lastKey != "" {
-			txn = txn.If(clientv3.Compare(clientv3.ModRevision(lastKey), "=", lastRev))
+			cmp = clientv3.Compare(clientv3.ModRevision(lastKey), "=", lastRev)
+		} else {
+			first := fmt.Sprintf("%s%020d", s.pricesPrefix(), 0)
+			cmp = clientv3.Compare(clientv3.CreateRevision(first), "=", 0)
+			if first != key {
+				ops = append(ops, clientv3.OpPut(first, mustJSON(&billing.PriceVersion{EffectiveFrom: time.Unix(0, 0).UTC(), Prices: billing.DefaultPrices()})))
+			}
 		}
-		r, err := txn.Then(clientv3.OpPut(key, mustJSON(v))).Commit()
+		r, err := s.client.Txn(ctx).If(cmp).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("set prices: %w", err)
 		}
@@ -141,3 +150,10 @@ func (s *Store) Events(ctx context.Context, tenant string) ([]notify.Event, erro
 	}
 	return out, nil
 }
+
+// invalid is an error from package billing that counts as ErrInvalid here,
+// with billing's message as it is.
+type invalid struct{ error }
+
+func (e invalid) Is(target error) bool { return target == ErrInvalid }
+func (e invalid) Unwrap() error        { return e.error }
