@@ -180,7 +180,8 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
-		if r.Method == http.MethodGet || r.Method == http.MethodHead || rt.NoActivity {
+		// Reads, and dry runs (an estimate; nothing changes), are not activity.
+		if r.Method == http.MethodGet || r.Method == http.MethodHead || rt.NoActivity || r.URL.Query().Get("dry_run") == "true" {
 			next(w, r)
 			return
 		}
