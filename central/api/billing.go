@@ -253,6 +253,12 @@ func (s *Server) budgetOf(ctx context.Context, st billing.Statement) *budgetView
 	if err != nil {
 		return nil
 	}
+	return s.budgetFor(ctx, t, st)
+}
+
+// budgetFor is t's budget against st, the statement of the month under way,
+// recording the budget events due.
+func (s *Server) budgetFor(ctx context.Context, t *store.Tenant, st billing.Statement) *budgetView {
 	b := &budgetView{Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
 		State: billing.BudgetState(st.Total, t.Budget), Currency: st.Currency}
 	if t.Budget > 0 {
@@ -316,13 +322,9 @@ func (s *Server) CheckBudgets(ctx context.Context) error {
 		return err
 	}
 	for _, st := range billing.ComputeStatements(month, prices, vms, leases, now) {
-		t := budgeted[st.Tenant]
-		if t == nil {
-			continue
+		if t := budgeted[st.Tenant]; t != nil {
+			s.budgetFor(ctx, t, st)
 		}
-		budget := t.Budget
-		s.noteBudget(ctx, t, &budgetView{Monthly: &budget, Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
-			State: billing.BudgetState(st.Total, t.Budget), Currency: st.Currency})
 	}
 	return nil
 }
@@ -339,15 +341,7 @@ func (s *Server) monthToDate(ctx context.Context, t *store.Tenant) (*budgetView,
 	if err != nil {
 		return nil, err
 	}
-	st := billing.ComputeStatement(t.ID, month, prices, vms, leases, now)
-	b := &budgetView{Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
-		State: billing.BudgetState(st.Total, t.Budget), Currency: st.Currency}
-	if t.Budget > 0 {
-		budget := t.Budget
-		b.Monthly = &budget
-	}
-	s.noteBudget(ctx, t, b)
-	return b, nil
+	return s.budgetFor(ctx, t, billing.ComputeStatement(t.ID, month, prices, vms, leases, now)), nil
 }
 
 // ---- budgets ----

@@ -678,6 +678,15 @@ func (s *Server) vmLogs(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.fromNode(w, r, "read the console log", "text/plain; charset=utf-8", func(ctx context.Context, nc *sdk.NodeClient, id string) ([]byte, error) {
+		return nc.Logs(ctx, id, lines)
+	})
+}
+
+// fromNode answers a VM route with what get fetches from the VM's node, as
+// contentType (never cached: logs and screens change and may hold secrets).
+func (s *Server) fromNode(w http.ResponseWriter, r *http.Request, what, contentType string,
+	get func(ctx context.Context, nc *sdk.NodeClient, id string) ([]byte, error)) {
 	t, ok := s.resolve(w, r)
 	if !ok {
 		return
@@ -688,12 +697,12 @@ func (s *Server) vmLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), nodeCallTimeout)
 	defer cancel()
-	b, err := nc.Logs(ctx, t.id, lines)
+	b, err := get(ctx, nc, t.id)
 	if err != nil {
-		s.nodeError(w, PrincipalOf(r.Context()), t.node, "read the console log", err)
+		s.nodeError(w, PrincipalOf(r.Context()), t.node, what, err)
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(b)
 }
@@ -706,22 +715,7 @@ func (s *Server) vmScreen(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, ok := s.resolve(w, r)
-	if !ok {
-		return
-	}
-	nc, ok := s.nodeClient(w, t)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), nodeCallTimeout)
-	defer cancel()
-	png, err := nc.Screenshot(ctx, t.id, maxWidth)
-	if err != nil {
-		s.nodeError(w, PrincipalOf(r.Context()), t.node, "take a screenshot", err)
-		return
-	}
-	w.Header().Set("Content-Type", "image/png")
-	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(png)
+	s.fromNode(w, r, "take a screenshot", "image/png", func(ctx context.Context, nc *sdk.NodeClient, id string) ([]byte, error) {
+		return nc.Screenshot(ctx, id, maxWidth)
+	})
 }
