@@ -553,11 +553,12 @@ func (f *fleet) poolsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:     "pools",
 		Aliases: []string{"pool"},
-		Short:   "Warm pools: list, create, get, status, delete",
+		Short:   "Warm pools: list, create, get, status, resize, delete",
 		Long: `A warm pool keeps booted VMs of one image and size ready; a launch from the
-pool (the API's POST /fleet/vms with "pool", or the SDK's
-FleetCreateVMRequest.Pool) gets one at once instead of booting. Without a subcommand it lists
-the pools you may use (the operator: every pool).`,
+pool (fluxctl fleet launch --pool NAME, the API's POST /fleet/vms with "pool",
+or the SDK's FleetCreateVMRequest.Pool) gets one at once instead of booting.
+Without a subcommand it lists the pools you may use (the operator: every
+pool).`,
 		Args: subcommandArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			fc, err := f.client()
@@ -595,7 +596,7 @@ the pools you may use (the operator: every pool).`,
 			return tw.Flush()
 		},
 	}
-	c.AddCommand(f.poolCreateCmd(), f.poolGetCmd(), f.poolStatusCmd(), f.poolDeleteCmd())
+	c.AddCommand(f.poolCreateCmd(), f.poolGetCmd(), f.poolStatusCmd(), f.poolResizeCmd(), f.poolDeleteCmd())
 	return c
 }
 

@@ -325,16 +325,22 @@ func (f *fleet) launchCmd() *cobra.Command {
 		dryRun      bool
 	)
 	c := &cobra.Command{
-		Use:   "launch [NAME] --image IMAGE",
+		Use:   "launch [NAME] (--image IMAGE | --pool POOL)",
 		Short: "Launch a VM from the image catalog on a node central picks",
 		Long: `Launch a VM from the image catalog. Central's scheduler picks the node
 (or --node pins one) within your quota; fluxctl says where it landed and why.
 Without NAME, fluxctl suggests one from the image (debian-minimal-1, -2, ...)
 that none of your VMs uses. With --wait it returns once the guest agent
 answers, showing progress on a terminal. With --dry-run nothing is launched:
-fluxctl shows where the VM would land and what an hour of it would cost.`,
+fluxctl shows where the VM would land and what an hour of it would cost.
+
+With --pool it takes a VM already booted in that warm pool (the image and
+size are then the pool's) and says so; such a VM keeps the name its pool
+gave it. When none is warm, a new one is booted. A launch of an image and
+size that one of your pools keeps may be served from it without --pool.`,
 		Example: `  fluxctl fleet launch --image debian-minimal
-  fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait`,
+  fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait
+  fluxctl fleet launch --pool ci`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(c, fmt.Sprintf("fleet launch takes at most one VM name, got %d arguments", len(args)))
@@ -343,8 +349,11 @@ fluxctl shows where the VM would land and what an hour of it would cost.`,
 		},
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: func(c *cobra.Command, args []string) error {
-			if req.Image == "" {
-				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them)")
+			if req.Image == "" && req.Pool == "" {
+				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them), or --pool POOL")
+			}
+			if err := checkPoolLaunch(c, &req); err != nil {
+				return err
 			}
 			if ttl < 0 || memoryGiB < 0 || req.VCPUs < 0 {
 				return usageError(c, "--ttl, --vcpus and --memory-gib must not be negative")
@@ -380,11 +389,15 @@ fluxctl shows where the VM would land and what an hour of it would cost.`,
 				for _, v := range list.VMs {
 					taken[v.Name] = true
 				}
-				req.Name = suggestName(req.Image, taken)
+				req.Name = suggestName(cmp.Or(req.Image, req.Pool), taken)
 			}
 			hints := map[int]string{
 				409: "pick another name, or leave NAME out and fluxctl picks a free one; if no node fits, fluxctl fleet capacity shows what fits now (ask for less, or drop --node)",
 				400: hintListImages + "; fluxctl fleet launch --help shows the flags",
+			}
+			if req.Pool != "" {
+				hints[404] = hintPools
+				hints[400] = fmt.Sprintf("fluxctl fleet pools get %s shows the pool's image and size; leave --image, --vcpus and --memory-gib out to take them", req.Pool)
 			}
 			if dryRun {
 				d, err := fc.VMEstimate(c.Context(), req)
@@ -428,17 +441,14 @@ fluxctl shows where the VM would land and what an hour of it would cost.`,
 				// The simulator runs no guest, so it cannot run commands.
 				next = fmt.Sprintf("fluxctl fleet logs %s", vm.Name)
 			}
-			ready := ""
-			if vm.AgentReady {
-				ready = ", guest agent ready"
-			}
-			f.a.done(next, "Launched %s on %s (%s, %s, %s%s)\n  ID      %s\n  placed  %s",
-				vm.Name, resp.Node, req.Image, plural(vm.VCPUs, "vCPU"), mib(vm.MemoryMiB), ready, vm.ID, resp.Placement.Reason)
+			format, lineArgs := launchedLine(&req, resp, len(args) == 1)
+			f.a.done(next, format, lineArgs...)
 			return nil
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&req.Image, "image", "", "a catalog image's name (required; fluxctl fleet images lists them)")
+	fl.StringVar(&req.Image, "image", "", "a catalog image's name (required without --pool; fluxctl fleet images lists them)")
+	fl.StringVar(&req.Pool, "pool", "", "take a warm VM from this pool (fluxctl fleet pools lists them); image and size are the pool's")
 	fl.Int64Var(&req.VCPUs, "vcpus", 0, "virtual CPUs (default: the image's)")
 	fl.Float64Var(&memoryGiB, "memory-gib", 0, "memory in GiB, e.g. 4 or 0.5 (default: the image's)")
 	fl.DurationVar(&ttl, "ttl", 0, "delete the VM after this long, e.g. 8h (0: keep it)")
