@@ -149,7 +149,7 @@ func checkPoolLaunch(c *cobra.Command, req *sdk.FleetCreateVMRequest) error {
 		return nil
 	}
 	var set []string
-	for _, name := range []string{"ttl", "label", "node"} {
+	for _, name := range []string{"ttl", "label", "node", "display"} {
 		if c.Flags().Changed(name) {
 			set = append(set, "--"+name)
 		}

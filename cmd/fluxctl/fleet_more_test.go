@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"image/png"
 	"os"
 	"regexp"
@@ -29,16 +28,8 @@ func TestFleetScreenSavesAPNGAndRefusesWhatItCannotShow(t *testing.T) {
 	f.CatalogImage(t, "debian-minimal")
 	_, token := f.Tenant(t, "acme", nil)
 	tenant := fleetCLI(f, token)
-	// fluxctl launches no VM with a display, so the SDK makes this one.
-	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shown, err := fc.LaunchAndWait(t.Context(), sdk.FleetCreateVMRequest{Name: "shown", Image: "debian-minimal", Display: true}, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fc.DeleteVM(context.Background(), shown.Node, shown.VM.ID) })
+	shown := decode[sdk.FleetCreateVMResponse](t, "launch --display",
+		tenant.run(t, "fleet", "launch", "shown", "--image", "debian-minimal", "--display", "--wait").ok(t, "launch with a display").stdout)
 	tenant.run(t, "fleet", "launch", "dark", "--image", "debian-minimal", "--wait").ok(t, "launch without a display")
 	t.Chdir(t.TempDir())
 

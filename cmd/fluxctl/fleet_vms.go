@@ -453,6 +453,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 	fl.Float64Var(&memoryGiB, "memory-gib", 0, "memory in GiB, e.g. 4 or 0.5 (default: the image's)")
 	fl.DurationVar(&ttl, "ttl", 0, "delete the VM after this long, e.g. 8h (0: keep it)")
 	fl.StringVar(&req.Node, "node", "", "pin the VM to this node (placement rules still apply)")
+	fl.BoolVar(&req.Display, "display", false, "give the VM a display (fluxctl fleet screen shows it; macOS guests always have one)")
 	fl.StringArrayVar(&labels, "label", nil, "a KEY=VALUE label (repeatable)")
 	fl.BoolVar(&wait, "wait", false, "wait until the guest agent is ready")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
