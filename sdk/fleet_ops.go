@@ -229,6 +229,10 @@ type ScrubResult struct {
 	Node         string   `json:"node"`
 	ScrubPending bool     `json:"scrub_pending"`
 	Deleted      []string `json:"deleted"`
+	// WorkspacesRemoved are VM folders no VM owned that the node destroyed
+	// (force), as driver/id; Proof says what the node showed at the end.
+	WorkspacesRemoved []string `json:"workspaces_removed"`
+	Proof             string   `json:"proof"`
 }
 
 // ScrubNode clears a node's scrub_pending once it lists no VM; force

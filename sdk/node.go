@@ -198,3 +198,24 @@ func (n *NodeClient) WaitReady(ctx context.Context, idOrName string, poll time.D
 		}
 	}
 }
+
+// Workspaces lists the VM folders in the node's driver state directories,
+// each marked owned when a VM record of the node owns it. A node that runs no
+// VM and lists no workspace has nothing of any VM left.
+func (n *NodeClient) Workspaces(ctx context.Context) ([]Workspace, error) {
+	var out WorkspaceList
+	if err := n.c.call(ctx, http.MethodGet, "/v1/workspaces", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Workspaces, nil
+}
+
+// CleanWorkspaces destroys the workspaces no VM record owns (admin token) and
+// returns them; workspaces of existing VMs are kept.
+func (n *NodeClient) CleanWorkspaces(ctx context.Context) ([]Workspace, error) {
+	var out WorkspaceList
+	if err := n.c.call(ctx, http.MethodPost, "/v1/workspaces/clean", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Workspaces, nil
+}

@@ -186,3 +186,18 @@ type ErrorBody struct {
 	Error string `json:"error"`
 	Hint  string `json:"hint,omitempty"`
 }
+
+// Workspace is a VM's folder in a driver's state directory on a node
+// (GET /v1/workspaces). Owned says whether a VM record of the node owns it;
+// one that none owns is left over (a VM whose create was cut short).
+type Workspace struct {
+	Driver string `json:"driver"`
+	ID     string `json:"id"`
+	Owned  bool   `json:"owned"`
+}
+
+// WorkspaceList is GET /v1/workspaces and POST /v1/workspaces/clean (the
+// workspaces removed).
+type WorkspaceList struct {
+	Workspaces []Workspace `json:"workspaces"`
+}

@@ -94,6 +94,8 @@ func (s *server) routes() {
 	r := s.router
 	r.HandleFunc("/v1/health", s.health).Methods(http.MethodGet)
 	r.HandleFunc("/v1/vms", s.listVMs).Methods(http.MethodGet)
+	r.HandleFunc("/v1/workspaces", s.listWorkspaces).Methods(http.MethodGet)
+	r.HandleFunc("/v1/workspaces/clean", s.cleanWorkspaces).Methods(http.MethodPost)
 	r.HandleFunc("/v1/vms", s.createVM).Methods(http.MethodPost)
 	r.HandleFunc("/v1/vms/{id}", s.getVM).Methods(http.MethodGet)
 	r.HandleFunc("/v1/vms/{id}", s.deleteVM).Methods(http.MethodDelete)

@@ -58,6 +58,8 @@ type env struct {
 	image    string
 	logs     *syncBuffer
 	spec     *schemas.Spec
+	// stateDir is the agent's state directory (plugins' state under drivers/).
+	stateDir string
 }
 
 type syncBuffer struct {
@@ -131,7 +133,8 @@ func newEnv(t *testing.T, extra func(s *server)) *env {
 		host.Wait()
 		_ = st.Close()
 	})
-	return &env{t: t, srv: srv, manager: mgr, clock: clk, imageDir: imageDir, image: image, logs: logs, spec: spec}
+	return &env{t: t, srv: srv, manager: mgr, clock: clk, imageDir: imageDir, image: image, logs: logs, spec: spec,
+		stateDir: filepath.Join(dir, "state")}
 }
 
 // req is one API call.
@@ -338,6 +341,57 @@ func TestVMLifecycleThroughTheAPI(t *testing.T) {
 	}
 	if vms := e.list(); len(vms) != 0 {
 		t.Fatalf("list after delete = %+v", vms)
+	}
+}
+
+// TestWorkspacesShowWhatIsLeftOnDisk: the node lists its VM folders, owned
+// or not; cleaning destroys only those no VM owns (admin only); a node whose
+// VMs are all deleted lists none.
+func TestWorkspacesShowWhatIsLeftOnDisk(t *testing.T) {
+	e := newEnv(t, nil)
+	list := func() []sdk.Workspace {
+		t.Helper()
+		var l sdk.WorkspaceList
+		if err := json.Unmarshal(e.must(req{method: "GET", path: "/v1/workspaces", token: readOnlyToken}, 200).body, &l); err != nil {
+			t.Fatal(err)
+		}
+		return l.Workspaces
+	}
+	if ws := list(); len(ws) != 0 {
+		t.Fatalf("a fresh node lists %+v", ws)
+	}
+	vm := e.create("web-1", "")
+	if ws := list(); len(ws) != 1 || ws[0] != (sdk.Workspace{Driver: "sim", ID: vm.ID, Owned: true}) {
+		t.Fatalf("workspaces with one VM: %+v", ws)
+	}
+	// A folder no record owns: a create cut short by a crash.
+	orphan := filepath.Join(e.stateDir, "drivers", "sim", "vms", "vm-orphan")
+	if err := os.MkdirAll(orphan, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(orphan, "disk"), []byte("left over"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ws := list(); len(ws) != 2 || ws[1] != (sdk.Workspace{Driver: "sim", ID: "vm-orphan"}) {
+		t.Fatalf("workspaces with an orphan: %+v", ws)
+	}
+	e.must(req{method: "POST", path: "/v1/workspaces/clean", token: readOnlyToken}, 403)
+	var removed sdk.WorkspaceList
+	if err := json.Unmarshal(e.must(req{method: "POST", path: "/v1/workspaces/clean", token: adminToken}, 200).body, &removed); err != nil {
+		t.Fatal(err)
+	}
+	if len(removed.Workspaces) != 1 || removed.Workspaces[0].ID != "vm-orphan" {
+		t.Fatalf("clean removed %+v", removed.Workspaces)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("the orphan's folder is still there: %v", err)
+	}
+	if ws := list(); len(ws) != 1 || ws[0].ID != vm.ID {
+		t.Fatalf("clean touched a VM's workspace: %+v", ws)
+	}
+	e.must(req{method: "DELETE", path: "/v1/vms/web-1", token: adminToken}, 204)
+	if ws := list(); len(ws) != 0 {
+		t.Fatalf("workspaces after the last delete: %+v", ws)
 	}
 }
 

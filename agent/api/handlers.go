@@ -33,6 +33,28 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, h)
 }
 
+// listWorkspaces is GET /v1/workspaces: the VM folders on disk, so that a
+// scrub can prove nothing of any VM is left.
+func (s *server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+	ws, err := s.opts.Manager.Workspaces()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, sdk.WorkspaceList{Workspaces: ws})
+}
+
+// cleanWorkspaces is POST /v1/workspaces/clean: destroys the workspaces no
+// VM owns and lists them.
+func (s *server) cleanWorkspaces(w http.ResponseWriter, r *http.Request) {
+	removed, err := s.opts.Manager.CleanWorkspaces(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, sdk.WorkspaceList{Workspaces: removed})
+}
+
 func (s *server) listVMs(w http.ResponseWriter, r *http.Request) {
 	vms, err := s.opts.Manager.List(r.Context())
 	if err != nil {

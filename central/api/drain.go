@@ -506,12 +506,16 @@ type scrubResult struct {
 	Node         string   `json:"node"`
 	ScrubPending bool     `json:"scrub_pending"`
 	Deleted      []string `json:"deleted"`
+	// Workspaces are VM folders no VM owned that the scrub destroyed
+	// (force); Proof says what the node showed at the end.
+	Workspaces []string `json:"workspaces_removed"`
+	Proof      string   `json:"proof"`
 }
 
 // scrubNode is POST /fleet/nodes/{name}/scrub[?force=true]: refused while
 // VMs remain on the node (force deletes them); then the node must prove
-// through its API that it lists no VM, and the node's scrub_pending is
-// cleared. A node under an active lease is refused: release the lease first.
+// through its API that it lists no VM and no VM workspace (force has it
+// destroy leftover workspaces), and the node's scrub_pending is cleared. A node under an active lease is refused: release the lease first.
 func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 	force, ok := boolParam(w, r, "force")
 	if !ok {
@@ -552,7 +556,7 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res := scrubResult{Node: n.Name, Deleted: []string{}}
+	res := scrubResult{Node: n.Name, Deleted: []string{}, Workspaces: []string{}}
 	if len(vms) > 0 {
 		if !force {
 			names := make([]string, 0, min(len(vms), 5))
@@ -579,6 +583,10 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 			"retry the scrub with force=true; the node keeps scrub_pending until it lists no VM")
 		return
 	}
+	// No VM; now nothing of one on disk either.
+	if res.Proof, ok = s.scrubWorkspaces(ctx, w, r, nc, n, force, &res); !ok {
+		return
+	}
 	n, err = s.opts.Store.UpdateNode(ctx, n.Name, false, func(n *store.Node) error { n.ScrubPending = false; return nil })
 	if err != nil {
 		s.storeError(w, "clear scrub_pending", err)
@@ -587,6 +595,56 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("node scrubbed", "node", n.Name, "deleted", len(res.Deleted))
 	res.ScrubPending = n.ScrubPending
 	jsonapi.Write(w, http.StatusOK, res)
+}
+
+// scrubWorkspaces makes the node show that no VM folder is left in its
+// drivers' state directories: leftovers (a create cut short) refuse the scrub
+// unless force, which has the node destroy them. It answers itself and
+// returns false on a refusal; else it returns the proof to report.
+func (s *Server) scrubWorkspaces(ctx context.Context, w http.ResponseWriter, r *http.Request, nc *sdk.NodeClient, n *store.Node,
+	force bool, res *scrubResult) (string, bool) {
+	list := func() ([]sdk.Workspace, error) {
+		lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+		defer cancel()
+		return nc.Workspaces(lctx)
+	}
+	ws, err := list()
+	if sdk.IsNotFound(err) {
+		return "the node lists no VM (its agent is too old to list VM workspaces)", true
+	}
+	if err != nil {
+		s.nodeError(w, PrincipalOf(r.Context()), n, "list its vm workspaces", err)
+		return "", false
+	}
+	if len(ws) > 0 && force {
+		cctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+		removed, err := nc.CleanWorkspaces(cctx)
+		cancel()
+		for _, x := range removed {
+			res.Workspaces = append(res.Workspaces, x.Driver+"/"+x.ID)
+		}
+		if err != nil {
+			s.nodeError(w, PrincipalOf(r.Context()), n, "destroy leftover vm workspaces", err)
+			return "", false
+		}
+		if ws, err = list(); err != nil {
+			s.nodeError(w, PrincipalOf(r.Context()), n, "list its vm workspaces", err)
+			return "", false
+		}
+	}
+	if len(ws) > 0 {
+		ids := make([]string, 0, min(len(ws), 5))
+		for _, x := range ws[:min(len(ws), 5)] {
+			ids = append(ids, x.Driver+"/"+x.ID)
+		}
+		hint := "add force=true to have the node destroy them with the scrub"
+		if force {
+			hint = "the node could not destroy them: see its log, then retry"
+		}
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s runs no VM but still holds %d VM workspaces (%v)", n.Name, len(ws), ids), hint)
+		return "", false
+	}
+	return "the node lists no VM and no VM workspace", true
 }
 
 // tenantNodeView is what a tenant sees of a node it leases: its size, what

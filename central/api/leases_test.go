@@ -273,13 +273,16 @@ func TestLeaseLifecycleWithRealNodes(t *testing.T) {
 	if code, body := fxCall(t, "POST", c.url+"/fleet/nodes/mac-small/scrub", fxToken, nil); code != http.StatusConflict || !strings.Contains(string(body), "stray") {
 		t.Fatalf("scrub with a vm left: %d %s", code, body)
 	}
-	var scrub struct {
-		ScrubPending bool     `json:"scrub_pending"`
-		Deleted      []string `json:"deleted"`
-	}
+	var scrub sdk.ScrubResult
 	fxMust(t, "POST", c.url+"/fleet/nodes/mac-small/scrub?force=true", fxToken, nil, http.StatusOK, &scrub)
-	if scrub.ScrubPending || len(scrub.Deleted) != 1 || len(nodeVMs(t, nodes["mac-small"])) != 0 {
+	if scrub.ScrubPending || len(scrub.Deleted) != 1 || len(nodeVMs(t, nodes["mac-small"])) != 0 ||
+		scrub.Proof != "the node lists no VM and no VM workspace" {
 		t.Fatalf("forced scrub: %+v", scrub)
+	}
+	// The node's proof is its disk: no VM folder is left.
+	vmsDir := filepath.Join(filepath.Dir(nodes["mac-small"].config), "state", "drivers", "sim", "vms")
+	if entries, err := os.ReadDir(vmsDir); err != nil || len(entries) != 0 {
+		t.Fatalf("after the scrub %s holds %v (%v)", vmsDir, entries, err)
 	}
 
 	// An expiring lease: the operator leases mac-small for acme for 48 h; the
@@ -313,7 +316,29 @@ func TestLeaseLifecycleWithRealNodes(t *testing.T) {
 	if len(rep.LeasesEnded) != 0 {
 		t.Fatalf("a second pass ended %v again", rep.LeasesEnded)
 	}
-	fxMust(t, "POST", c.url+"/fleet/nodes/mac-small/scrub", fxToken, nil, http.StatusOK, nil)
+	// A VM folder no VM owns (a create cut short) keeps the scrub from
+	// passing; force has the node destroy it.
+	if err := os.MkdirAll(filepath.Join(vmsDir, "vm-leftover"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := fxCall(t, "POST", c.url+"/fleet/nodes/mac-small/scrub", fxToken, nil); code != http.StatusConflict ||
+		!strings.Contains(string(body), "sim/vm-leftover") || !strings.Contains(string(body), "force=true") {
+		t.Fatalf("scrub with a leftover workspace: %d %s", code, body)
+	}
+	scrub = sdk.ScrubResult{}
+	fxMust(t, "POST", c.url+"/fleet/nodes/mac-small/scrub?force=true", fxToken, nil, http.StatusOK, &scrub)
+	if len(scrub.WorkspacesRemoved) != 1 || scrub.WorkspacesRemoved[0] != "sim/vm-leftover" || scrub.ScrubPending {
+		t.Fatalf("forced scrub of a leftover workspace: %+v", scrub)
+	}
+	if entries, _ := os.ReadDir(vmsDir); len(entries) != 0 {
+		t.Fatalf("after the forced scrub %s holds %v", vmsDir, entries)
+	}
+	// With nothing left, a plain scrub passes.
+	scrub = sdk.ScrubResult{}
+	fxMust(t, "POST", c.url+"/fleet/nodes/mac-small/scrub", fxToken, nil, http.StatusOK, &scrub)
+	if len(scrub.Deleted) != 0 || len(scrub.WorkspacesRemoved) != 0 || scrub.Proof != "the node lists no VM and no VM workspace" {
+		t.Fatalf("plain scrub of a clean node: %+v", scrub)
+	}
 
 	// Concurrent leases of one node through two centrals: one winner.
 	var tokens []string

@@ -490,12 +490,16 @@ that still runs VMs is refused; --force deletes them first.`,
 					return &cliError{msg: api.Message, hint: "a scrub follows a lease's end: release the lease first (fluxctl fleet lease list --active)"}
 				}
 				return withHints(err, map[int]string{404: hintNodes,
-					409: "delete its VMs first, or add --force to delete them with the scrub"})
+					409: "delete its VMs first, or add --force to delete them (and VM folders no VM owns) with the scrub"})
 			}
 			if !f.a.human() {
 				return f.a.printJSON(res)
 			}
-			f.a.done("", "Scrubbed node %s (%d VMs deleted); it takes VMs and leases again", res.Node, len(res.Deleted))
+			f.a.done("", "Scrubbed node %s (%d VMs and %d leftover workspaces deleted); it takes VMs and leases again",
+				res.Node, len(res.Deleted), len(res.WorkspacesRemoved))
+			if res.Proof != "" {
+				fmt.Fprintf(f.a.stdout, "  %s\n", res.Proof)
+			}
 			return nil
 		},
 	}

@@ -53,7 +53,7 @@ func TestFleetLeasesDrainsAndPools(t *testing.T) {
 	if rel.Active || rel.EndReason != "released-forced" {
 		t.Fatalf("forced release: %+v", rel)
 	}
-	op.tty().run(t, "fleet", "scrub", f.Node, "-y").ok(t, "scrub").has(t, "scrub", "✓ Scrubbed node "+f.Node)
+	op.tty().run(t, "fleet", "scrub", f.Node, "-y").ok(t, "scrub").has(t, "scrub", "✓ Scrubbed node "+f.Node, "the node lists no VM and no VM workspace")
 
 	// Pools: create, status until a member is warm, delete.
 	p := decode[sdk.Pool](t, "pools create", tenant.run(t, "fleet", "pools", "create", "ci", "--image", "debian-minimal", "--size", "1").ok(t, "pools create").stdout)

@@ -614,6 +614,11 @@ func (d *Driver) DestroyVM(_ context.Context, id string, force bool) error {
 	defer d.mu.Unlock()
 	v, err := d.lookupLocked(id)
 	if errors.Is(err, driver.ErrNotFound) {
+		// No vm.json, but maybe a folder (a create cut short): it goes too,
+		// so a destroy always leaves no workspace.
+		if err := os.RemoveAll(d.workspace(id)); err != nil {
+			return fmt.Errorf("sim: destroy vm %s: %w", id, err)
+		}
 		return nil
 	}
 	if err != nil {
