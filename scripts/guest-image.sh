@@ -17,7 +17,14 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NAME=debian-minimal
 CMDLINE="console=ttyS0 quiet panic=-1"
 # In load order; dependencies found in the modules' own metadata are added first.
-MODULES="virtio_ring virtio virtio_mmio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_console virtio_blk failover net_failover virtio_net"
+# PORT_MODULES are what the agent's virtio-serial port needs (both machine types'
+# transports): /init loads them before it announces itself. virtio_console comes
+# before the PCI transport so that on microvm (virtio-mmio) the port's set-up, which
+# the kernel finishes asynchronously, overlaps with loading virtio_pci. LATE_MODULES
+# (disk, network) /init loads right after; commands wait for them (docs/guest-image.md).
+PORT_MODULES="virtio_ring virtio virtio_mmio virtio_console virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci"
+LATE_MODULES="virtio_blk failover net_failover virtio_net"
+MODULES="$PORT_MODULES $LATE_MODULES"
 
 say() { echo "guest-image: $*"; }
 die() { echo "guest-image: error: $*" >&2; exit 1; }
@@ -41,14 +48,16 @@ fi
 
 # --- what should be built ----------------------------------------------------------
 
+# The agent's sources and go.mod (the versions of what it imports, golang.org/x/sys).
 agent_hash() {
-	(cd "$REPO" && find guest cmd/fluxvm-guest -name '*.go' ! -name '*_test.go' -type f | LC_ALL=C sort |
+	(cd "$REPO" && { find guest cmd/fluxvm-guest -name '*.go' ! -name '*_test.go' -type f; echo go.mod; } | LC_ALL=C sort |
 		xargs sha256sum | sha256sum | cut -d' ' -f1)
 }
 AGENT_HASH=$(agent_hash)
 SCRIPT_HASH=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
 
 BUSYBOX_VER=$(dpkg-query -W -f='${Version}' busybox-static)
+GOVER=$(cd "$REPO" && go env GOVERSION)
 
 manifest_field() { # manifest_field FILE KEY -> value of a string field
 	sed -n "s/^ *\"$2\": *\"\([^\"]*\)\".*/\\1/p" "$1" | head -n1
@@ -59,7 +68,8 @@ image_matches() { # everything but the kernel package matches the manifest
 	[ -f "$M" ] && [ -f "$OUT/vmlinux" ] && [ -f "$OUT/initrd.cpio" ] && [ -f "$OUT/disk.qcow2" ] &&
 		[ "$(manifest_field "$M" agent_source_sha256)" = "$AGENT_HASH" ] &&
 		[ "$(manifest_field "$M" script_sha256)" = "$SCRIPT_HASH" ] &&
-		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ]
+		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ] &&
+		[ "$(manifest_field "$M" go_version)" = "$GOVER" ]
 }
 # apt-cache takes about a second here (no binary package cache), so skip it while the
 # apt lists are older than the manifest: the kernel it resolves cannot have changed.
@@ -88,7 +98,8 @@ trap 'rm -rf "$WORK" ${NEW:+"$NEW"}' EXIT
 # --- kernel: vmlinux + the modules we need, cached per package version ----------------
 
 KCACHE="$CACHE/kernels/${KPKG}_${KVER_PKG}"
-if [ ! -f "$KCACHE/done" ]; then
+# The cache holds the modules of one MODULES list: another list means extracting again.
+if [ ! -f "$KCACHE/done" ] || [ "$(cat "$KCACHE/modules.wanted" 2>/dev/null)" != "$MODULES" ]; then
 	DEB="$CACHE/debs/${KPKG}_${KVER_PKG}_amd64.deb"
 	if [ ! -f "$DEB" ]; then
 		say "downloading $KPKG $KVER_PKG"
@@ -186,6 +197,7 @@ if [ ! -f "$KCACHE/done" ]; then
 	done
 	cp "$MODROOT/modules.builtin" "$KC/modules/" 2>/dev/null || true
 	echo "$KREL" >"$KC/release"
+	echo "$MODULES" >"$KC/modules.wanted"
 	touch "$KC/done"
 	rm -rf "$KCACHE"
 	mv "$KC" "$KCACHE"
@@ -208,7 +220,20 @@ for a in $(/bin/busybox --list); do
 	[ -e "$R/bin/$a" ] || ln -s busybox "$R/bin/$a"
 done
 cp -a "$KCACHE/modules" "$R/lib/modules/$KREL"
-cp "$KCACHE/modules.list" "$R/etc/fluxvm/modules"
+# modules.list is in load order, each module after its dependencies: everything up to
+# the last port module (built-in ones are not listed) is what the port needs, the rest
+# is loaded after readiness.
+LAST_PORT=
+for n in $PORT_MODULES; do
+	if grep -qx "$n" "$KCACHE/modules.list"; then LAST_PORT=$n; fi
+done
+if [ -n "$LAST_PORT" ]; then
+	sed -n "1,/^${LAST_PORT}\$/p" "$KCACHE/modules.list" >"$R/etc/fluxvm/modules"
+	sed "1,/^${LAST_PORT}\$/d" "$KCACHE/modules.list" >"$R/etc/fluxvm/modules.late"
+else
+	: >"$R/etc/fluxvm/modules"
+	cp "$KCACHE/modules.list" "$R/etc/fluxvm/modules.late"
+fi
 echo "root:x:0:0:root:/root:/bin/sh" >"$R/etc/passwd"
 echo "root:x:0:" >"$R/etc/group"
 echo "fluxvm" >"$R/etc/hostname"
@@ -228,7 +253,6 @@ NEW=$(mktemp -d "$(dirname "$OUT")/.$(basename "$OUT").new.XXXXXX")
 mv "$WORK/initrd.cpio" "$NEW/initrd.cpio"
 cp "$KCACHE/vmlinux" "$NEW/vmlinux"
 qemu-img create -q -f qcow2 "$NEW/disk.qcow2" 1G
-GOVER=$(cd "$REPO" && go env GOVERSION)
 cat >"$NEW/fluxvm-image.json" <<EOF
 {
   "format_version": 1,

@@ -17,19 +17,26 @@ import (
 	"github.com/fluxvm/fluxvm/guest/protocol"
 )
 
-// ModulesFile lists the kernel modules PID 1 loads, one per line, in order.
+// ModulesFile lists the kernel modules PID 1 loads before it opens the agent port:
+// what the port needs (virtio transports, virtio_console). One per line, in order.
 const ModulesFile = "/etc/fluxvm/modules"
 
+// LateModulesFile lists the modules PID 1 loads right after the agent announced
+// itself (disk, network), in the same format; exec and network requests wait for them.
+const LateModulesFile = "/etc/fluxvm/modules.late"
+
 const (
-	portWait      = 10 * time.Second       // how long the port may take to show up before we complain
-	eofRetry      = 50 * time.Millisecond  // pause when the host side is not connected
-	portPollEvery = 10 * time.Millisecond  // virtio devices probe asynchronously
-	serveRetry    = 500 * time.Millisecond // pause before reopening a failed port
+	portWait    = 10 * time.Second       // how long the port may take to show up before we complain
+	eofRetry    = 50 * time.Millisecond  // pause when the host side is not connected
+	portPoll    = 10 * time.Millisecond  // how often to look for the port without uevents
+	portRecheck = 100 * time.Millisecond // how often to look anyway while waiting for uevents
+	serveRetry  = 500 * time.Millisecond // pause before reopening a failed port
 )
 
 // RunInit does what PID 1 of the FluxVM initramfs must: mount the kernel file systems,
-// load the virtio modules, reap orphans, bring up lo, then serve the host on the agent
-// port for ever. It only returns on a fatal error.
+// load the modules the agent port needs, reap orphans, then serve the host on the agent
+// port for ever. Right after the first ready message it loads the other modules and
+// brings up lo (Setup); requests that need them wait. It only returns on a fatal error.
 func RunInit(ctx context.Context) error {
 	mountAll()
 	console, err := os.OpenFile("/dev/console", os.O_WRONLY|unix.O_NOCTTY, 0)
@@ -52,10 +59,25 @@ func RunInit(ctx context.Context) error {
 			}
 		}
 	}
-	if err := linkUp("lo"); err != nil {
-		logf("bring up lo: %v", err)
+	mods := findModules()
+	if err := mods.load(ModulesFile); err != nil {
+		// Without them the port may never show up; waitForPort says so.
+		logf("%v", err)
 	}
-	loadModules(logf)
+	setup := NewSetup(func() error {
+		var errs []error
+		if err := linkUp("lo"); err != nil {
+			errs = append(errs, fmt.Errorf("bring up lo: %w", err))
+		}
+		if err := mods.load(LateModulesFile); err != nil {
+			errs = append(errs, err)
+		}
+		err := errors.Join(errs...)
+		if err != nil {
+			logf("%v", err)
+		}
+		return err
+	})
 
 	reaper := NewReaper()
 	go reaper.Run(ctx)
@@ -65,6 +87,7 @@ func RunInit(ctx context.Context) error {
 		Reboot:        func() error { unix.Sync(); return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART) },
 		ManageNetwork: true,
 		Reaper:        reaper,
+		Setup:         setup,
 	})
 	for ctx.Err() == nil {
 		path := waitForPort(ctx, logf)
@@ -148,43 +171,56 @@ func mountAll() {
 	}
 }
 
-// loadModules loads the modules named in ModulesFile, in order, from the running
-// kernel's module tree. A line is a module name or a path relative to that tree.
-func loadModules(logf func(string, ...any)) {
-	b, err := os.ReadFile(ModulesFile)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			logf("read %s: %v", ModulesFile, err)
-		}
-		return
-	}
+// moduleTree is the running kernel's module directory and its modules by name.
+type moduleTree struct {
+	root   string
+	byName map[string]string
+}
+
+// findModules indexes the .ko files under /lib/modules/<running release>.
+func findModules() moduleTree {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	root := filepath.Join("/lib/modules", unix.ByteSliceToString(uts.Release[:]))
-	byName := map[string]string{}
-	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	t := moduleTree{root: filepath.Join("/lib/modules", unix.ByteSliceToString(uts.Release[:])), byName: map[string]string{}}
+	_ = filepath.WalkDir(t.root, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".ko") {
-			byName[moduleName(p)] = p
+			t.byName[moduleName(p)] = p
 		}
 		return nil
 	})
+	return t
+}
+
+// load loads the modules a list file names, in order; a line is a module name or a
+// path relative to the module tree. A missing list file is no error. It goes on past
+// a module that fails and returns every failure.
+func (t moduleTree) load(list string) error {
+	b, err := os.ReadFile(list)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read module list: %w", err)
+	}
+	var errs []error
 	for _, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		path := byName[moduleName(line)]
+		path := t.byName[moduleName(line)]
 		if strings.Contains(line, "/") {
-			path = filepath.Join(root, line)
+			path = filepath.Join(t.root, line)
 		}
 		if path == "" {
-			logf("load module %s: not found under %s", line, root)
+			errs = append(errs, fmt.Errorf("load module %s: not found under %s", line, t.root))
 			continue
 		}
 		if err := loadModule(path); err != nil && !errors.Is(err, unix.EEXIST) {
-			logf("load module %s: %v", path, err)
+			errs = append(errs, fmt.Errorf("load module %s: %w", path, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 func moduleName(p string) string {
@@ -201,9 +237,14 @@ func loadModule(path string) error {
 }
 
 // waitForPort finds the /dev node of the virtio-serial port named protocol.PortName.
-// The device appears once virtio_console has probed, so poll; complain after portWait
-// but keep looking, since an init that gives up takes the guest down.
+// The port shows up a little after virtio_console has loaded (the host announces it,
+// then its name), so wait: woken by the kernel's uevents where we can listen to them,
+// by polling otherwise. Complain after portWait but keep looking, since an init that
+// gives up takes the guest down.
 func waitForPort(ctx context.Context, logf func(string, ...any)) string {
+	// Listening starts before the first look, so no event between the two is lost.
+	events := listenUevents()
+	defer events.close()
 	deadline := time.Now().Add(portWait)
 	warned := false
 	for {
@@ -222,11 +263,49 @@ func waitForPort(ctx context.Context, logf func(string, ...any)) string {
 			logf("no virtio-serial port named %s after %s (is the virtserialport device configured?); still waiting", protocol.PortName, portWait)
 			warned = true
 		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return ""
-		case <-time.After(portPollEvery):
 		}
+		events.wait()
+	}
+}
+
+// uevents is a socket on the kernel's device events (NETLINK_KOBJECT_UEVENT), or -1
+// when none could be opened.
+type uevents int
+
+func listenUevents() uevents {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_KOBJECT_UEVENT)
+	if err != nil {
+		return -1
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1}); err != nil {
+		unix.Close(fd)
+		return -1
+	}
+	return uevents(fd)
+}
+
+// wait returns when device events arrived (it discards them: the caller looks at
+// sysfs again) or after portRecheck; without a socket it sleeps portPoll.
+func (u uevents) wait() {
+	if u < 0 {
+		time.Sleep(portPoll)
+		return
+	}
+	fds := []unix.PollFd{{Fd: int32(u), Events: unix.POLLIN}}
+	_, _ = unix.Poll(fds, int(portRecheck/time.Millisecond))
+	buf := make([]byte, 8<<10)
+	for {
+		if _, _, err := unix.Recvfrom(int(u), buf, 0); err != nil {
+			return
+		}
+	}
+}
+
+func (u uevents) close() {
+	if u >= 0 {
+		unix.Close(int(u))
 	}
 }
 

@@ -37,6 +37,10 @@ type Options struct {
 	// Reaper, when set, waits for children instead of os/exec: PID 1 reaps every
 	// orphan with wait4(-1), which would otherwise steal the exit status of our execs.
 	Reaper *Reaper
+	// Setup, when set, is started once the first ready message is sent. Exec and
+	// network requests wait for it (in order: the connection reads nothing else
+	// meanwhile) and fail with its error; ping, signal, shutdown and reboot do not wait.
+	Setup *Setup
 }
 
 // Server serves agent requests. One Server may serve several connections in turn.
@@ -87,6 +91,10 @@ func (s *Server) Serve(ctx context.Context, rw io.ReadWriter) error {
 		ss.wg.Wait()
 	}()
 	s.send(ss, protocol.Message{ID: 0, Type: protocol.TypeReady, Info: s.Info()})
+	if s.opts.Setup != nil {
+		// Only now: on a one-vCPU guest, loading drivers would delay the announcement.
+		s.opts.Setup.Start()
+	}
 	dec := protocol.NewDecoder(rw)
 	for {
 		line, err := dec.ReadLine()
@@ -128,6 +136,10 @@ func (s *Server) handle(ctx context.Context, ss *session, req protocol.Request) 
 			reply(err)
 			return
 		}
+		if err := s.setUp(ctx); err != nil {
+			reply(err)
+			return
+		}
 		s.startExec(ctx, ss, req.ID, req.Exec)
 	case protocol.OpSignal:
 		reply(s.signal(ss, req.Signal))
@@ -153,10 +165,22 @@ func (s *Server) handle(ctx context.Context, ss *session, req protocol.Request) 
 			reply(errors.New("network request without a network config"))
 			return
 		}
+		if err := s.setUp(ctx); err != nil {
+			reply(err)
+			return
+		}
 		reply(s.configureNetwork(ctx, req.Network))
 	default:
 		reply(fmt.Errorf("unknown op %q", req.Op))
 	}
+}
+
+// setUp waits for the guest's set-up, if the server has one, and returns its error.
+func (s *Server) setUp(ctx context.Context) error {
+	if s.opts.Setup == nil {
+		return nil
+	}
+	return s.opts.Setup.Wait(ctx)
 }
 
 func (s *Server) signal(ss *session, sig *protocol.Signal) error {

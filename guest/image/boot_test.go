@@ -135,6 +135,12 @@ func bootAndDrive(t *testing.T, m *image.Manifest, machine string, devices []str
 		}
 		return code, out.String() + errOut.String()
 	}
+	// The agent answers before the disk and network drivers are in; a command sent
+	// right after ready must still find both.
+	if code, out := run(&protocol.ExecRequest{Shell: "cat /sys/block/vda/serial /sys/class/net/*/address"}); code != 0 ||
+		!strings.Contains(out, "fluxvm-data") || !strings.Contains(out, mac) {
+		t.Errorf("first command after ready: %d, %q; want vda with serial fluxvm-data and a NIC with MAC %s", code, out, mac)
+	}
 	if code, out := run(&protocol.ExecRequest{Argv: []string{"uname", "-a"}}); code != 0 || !strings.Contains(out, "Linux") {
 		t.Errorf("uname -a = %d, %q", code, out)
 	}
@@ -151,9 +157,6 @@ func bootAndDrive(t *testing.T, m *image.Manifest, machine string, devices []str
 	}
 	if code, out := run(&protocol.ExecRequest{Argv: []string{"sh", "-c", "exit 3"}}); code != 3 {
 		t.Errorf("sh -c 'exit 3' = %d, %q; want 3", code, out)
-	}
-	if code, out := run(&protocol.ExecRequest{Shell: "cat /sys/block/vda/serial"}); code != 0 || !strings.Contains(out, "fluxvm-data") {
-		t.Errorf("data disk: %d, %q; want vda with serial fluxvm-data", code, out)
 	}
 	if code, err := c.Exec(ctx, &protocol.ExecRequest{Shell: "sleep 10", TimeoutMS: 200}, nil, nil); code != protocol.CodeTimeout || !errors.Is(err, protocol.ErrTimeout) {
 		t.Errorf("timed-out exec = %d, %v; want 124 and ErrTimeout", code, err)
