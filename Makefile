@@ -39,7 +39,7 @@ test: deps guest-image
 
 # Each benchmark measures its baseline in the same run and prints the ratio.
 bench: deps guest-image
-	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 12x -timeout 30m ./drivers/qemu/
+	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 24x -timeout 30m ./drivers/qemu/
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./drivers/sim/
 	$(GO) test -run '^$$' -bench BenchmarkNodeCreateToReady -benchtime 10x -timeout 30m ./cmd/fluxvm-agent/
 	$(GO) test -run '^$$' -bench BenchmarkAgentMemory -benchtime 1x ./cmd/fluxvm-agent/
