@@ -58,6 +58,13 @@ func newLxCentral(t testing.TB, st *store.Store, c *lxClock) *fxCentral {
 // macOS slots chosen: a node whose sim runs only linux is not a Mac.
 func startLxNode(t testing.TB, name, centralURL, imagesDir string, vcpus, memoryMiB int64, guestOS ...string) *fxNode {
 	t.Helper()
+	return startSimNode(t, name, centralURL, imagesDir, vcpus, memoryMiB, 50, guestOS...)
+}
+
+// startSimNode is startLxNode with the sim's boot delay chosen: its VMs'
+// guest agents answer bootDelayMS after they start.
+func startSimNode(t testing.TB, name, centralURL, imagesDir string, vcpus, memoryMiB, bootDelayMS int64, guestOS ...string) *fxNode {
+	t.Helper()
 	dir := fxTempDir(t)
 	n := &fxNode{t: t, name: name, admin: "node-admin-" + strconv.FormatInt(time.Now().UnixNano(), 16),
 		bin: drivertest.Build(t, "../..", "./cmd/fluxvm-agent"), config: filepath.Join(dir, "node.hcl"), log: filepath.Join(dir, "node.log")}
@@ -73,7 +80,7 @@ tokens {
 policy { allowed_image_dirs = [%q] }
 plugin "sim" {
   config {
-    boot_delay_ms = 50
+    boot_delay_ms = %d
     vcpus         = %d
     memory_mib    = %d
     macos_slots   = 2
@@ -84,7 +91,7 @@ central {
   url   = %q
   token = %q
 }
-`, name, filepath.Join(dir, "state"), addr, n.admin, fxToken, imagesDir, vcpus, memoryMiB, oses, centralURL, fxToken)
+`, name, filepath.Join(dir, "state"), addr, n.admin, fxToken, imagesDir, bootDelayMS, vcpus, memoryMiB, oses, centralURL, fxToken)
 	if err := os.WriteFile(n.config, []byte(hcl), 0o600); err != nil {
 		t.Fatal(err)
 	}
