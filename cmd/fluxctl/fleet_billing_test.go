@@ -198,6 +198,7 @@ func TestFleetBillBudgetAndUsageOfATenantsVM(t *testing.T) {
 		"✓ Budget of acme set to 0.00 EUR a month", "next: fluxctl fleet bill --tenant acme")
 	tenant.tty().run(t, "fleet", "bill").ok(t, "bill over budget").has(t, "bill over budget", ": over the budget (nothing is stopped)")
 	tenant.tty().run(t, "fleet", "budget").ok(t, "budget over").has(t, "budget over", "over the budget")
+	tenant.tty().run(t, "fleet", "status").ok(t, "status over budget").has(t, "status over budget", "of a 0.00 budget (over budget)")
 	tenant.tty().run(t, "fleet", "budget", "none").ok(t, "budget none").has(t, "budget none", "✓ Budget removed (")
 	if b := decode[sdk.Budget](t, "budget after none", tenant.run(t, "fleet", "budget").ok(t, "budget after none").stdout); b.Monthly != nil || b.State != "" {
 		t.Fatalf("budget after none = %+v", b)

@@ -68,7 +68,8 @@ func TestFleetCommandsRunATenantsVMsAgainstARealCentral(t *testing.T) {
 	r.has(t, "launch on a tty", "✓ Launched debian-minimal-2 on node-1 (debian-minimal, 1 vCPU, 512 MiB)", "placed  ",
 		"next: fluxctl fleet logs debian-minimal-2")
 	tenant.tty().run(t, "fleet", "status").ok(t, "status").has(t, "tenant status", "Tenant acme", "VMs     ████████████████  2 of 2",
-		"768 MiB of 4 GiB", "debian-minimal-1", "debian-minimal-2", "next: fluxctl fleet rm VM")
+		"768 MiB of 4 GiB", "debian-minimal-1", "debian-minimal-2", "next: fluxctl fleet rm VM",
+		"This month ("+time.Now().UTC().Format("2006-01")+"): 0.00 USD; fluxctl fleet bill has the details")
 	st := decode[tenantStatus](t, "status", tenant.run(t, "fleet", "status").ok(t, "status piped").stdout)
 	if st.Me == nil || st.Me.Usage.Total.VMs != 2 || st.VMs == nil || len(st.VMs.VMs) != 2 {
 		t.Fatalf("status piped = %+v", st)

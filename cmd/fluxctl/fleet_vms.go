@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/spf13/cobra"
 )
@@ -89,6 +90,19 @@ func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
 	quota("Memory", used.MemoryMiB, q.MaxMemoryMiB, reserved.MemoryMiB, mib)
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if b := me.Billing; b != nil {
+		line := fmt.Sprintf("This month (%s): %s %s", b.Month, b.MonthToDateDisplay, b.Currency)
+		if b.Monthly != nil {
+			line += fmt.Sprintf(" of a %s budget", b.Monthly.Cents())
+			switch b.State {
+			case billing.BudgetNear:
+				line += " (past 80 %)"
+			case billing.BudgetOver:
+				line += " (over budget)"
+			}
+		}
+		fmt.Fprintf(a.stdout, "%s; fluxctl fleet bill has the details\n", line)
 	}
 	fmt.Fprintln(a.stdout)
 	if len(vms.VMs) == 0 {
