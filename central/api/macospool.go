@@ -178,14 +178,9 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if err := nc.DeleteVM(ctx, vm.ID); err != nil && !sdk.IsNotFound(err) {
+	if err := s.deleteOnNode(ctx, t.node, vm.ID, t.entry, "returned"); err != nil {
 		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the returned vm", err)
 		return
-	}
-	if t.entry != nil {
-		if _, err := s.opts.Store.EndEntry(ctx, t.entry.ID, "returned", s.opts.Now()); err != nil {
-			s.log.Error("end ledger entry", "entry", t.entry.ID, "error", err) // the reconciler closes it
-		}
 	}
 	s.kickPools()
 	jsonapi.Write(w, http.StatusOK, macOSReturn{Node: t.node.Name, ID: vm.ID, Pool: pool, Returned: true,

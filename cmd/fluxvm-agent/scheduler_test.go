@@ -2,11 +2,9 @@ package main_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -25,64 +22,13 @@ import (
 // down by the scheduler alone), and when the scheduler is SIGKILLed, then
 // started and stopped with SIGTERM, central takes the loops back each time.
 func TestSchedulerTakesTheLoopsFromCentral(t *testing.T) {
-	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
-	dir, err := os.MkdirTemp("", "fxsc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	etcd, err := store.Open(context.Background(), store.Options{DataDir: filepath.Join(dir, "etcd"), ClientURL: "http://" + freeAddr(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = etcd.Close() })
+	bin, dir, etcd := sharedEtcd(t, "fxsc")
 	const token = "fleet-token-for-the-scheduler-test"
 	endpoints := strings.Join(etcd.Endpoints(), ",")
-
-	start := func(name string, args ...string) *exec.Cmd {
-		log, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-			log.Close()
-			if t.Failed() {
-				data, _ := os.ReadFile(log.Name())
-				t.Logf("%s log:\n%s", name, tail(data, 4000))
-			}
-		})
-		return cmd
-	}
-	leads := func(url string) bool {
-		resp, err := http.Get(url + "/healthz")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var h struct {
-			Leader bool `json:"leader"`
-		}
-		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&h) == nil && h.Leader
-	}
+	start := func(name string, args ...string) *exec.Cmd { return startLogged(t, dir, name, bin, args...) }
 	waitFor := func(what string, timeout time.Duration, cond func() bool) time.Duration {
 		t.Helper()
-		began := time.Now()
-		for !cond() {
-			if time.Since(began) > timeout {
-				t.Fatalf("%s: not within %v", what, timeout)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return time.Since(began).Round(100 * time.Millisecond)
+		return waitUntil(t, what, timeout, cond)
 	}
 
 	centralURL := "http://" + freeAddr(t)
