@@ -30,13 +30,18 @@ const lockTimeout = time.Second
 
 // schemaVersion is the layout this code writes; a newer file is refused so an
 // older agent cannot misread it.
-const schemaVersion = 1
+//
+// Version 2 keys the name index by name and tenant (names are per tenant);
+// Open rebuilds a version 1 index.
+const schemaVersion = 2
 
 var (
 	// ErrNotFound means no VM has the given ID or name.
 	ErrNotFound = errors.New("vm not found")
-	// ErrNameTaken means another VM already has the name.
+	// ErrNameTaken means another VM of the same tenant already has the name.
 	ErrNameTaken = errors.New("vm name already taken")
+	// ErrAmbiguous means several tenants' VMs have the name: use the id.
+	ErrAmbiguous = errors.New("several vms have that name")
 	// ErrLocked means another process holds the store file.
 	ErrLocked = errors.New("store file is locked by another process")
 )
@@ -44,7 +49,7 @@ var (
 var (
 	bucketMeta   = []byte("meta")
 	bucketVMs    = []byte("vms")      // id -> VM JSON
-	bucketNames  = []byte("vm_names") // name -> id
+	bucketNames  = []byte("vm_names") // name NUL tenant -> id (nameKey)
 	bucketEvents = []byte("events")   // id -> bucket of seq (8 bytes, big endian) -> Event JSON
 	keySchema    = []byte("schema_version")
 )
@@ -53,7 +58,8 @@ var (
 type VM struct {
 	// ID is chosen by the agent and never changes.
 	ID string `json:"id"`
-	// Name is unique on the node; empty names are not indexed.
+	// Name is unique among the tenant's VMs on the node (two tenants may
+	// use one name); empty names are not indexed.
 	Name string `json:"name"`
 	// Driver names the plugin that runs the VM.
 	Driver string `json:"driver"`
@@ -132,10 +138,15 @@ func Open(path string) (*Store, error) {
 			if len(v) != 8 {
 				return fmt.Errorf("%s has a malformed schema version", path)
 			}
-			if got := binary.BigEndian.Uint64(v); got > schemaVersion {
+			got := binary.BigEndian.Uint64(v)
+			if got > schemaVersion {
 				return fmt.Errorf("%s has schema version %d, newer than this fluxvm-agent's %d; run a newer agent", path, got, schemaVersion)
 			}
-			return nil
+			if got < 2 {
+				if err := rebuildNames(tx); err != nil {
+					return fmt.Errorf("%s: rebuild the name index: %w", path, err)
+				}
+			}
 		}
 		return meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, schemaVersion))
 	})
@@ -143,6 +154,32 @@ func Open(path string) (*Store, error) {
 		return fail(fmt.Errorf("open store: %w", err))
 	}
 	return &Store{db: db, path: path}, nil
+}
+
+// nameKey is a VM's key in the name index: its name, NUL, its tenant. A NUL
+// is in neither (names are checked by the API), so the name's VMs of every
+// tenant share the prefix name+NUL.
+func nameKey(name, tenant string) []byte { return []byte(name + "\x00" + tenant) }
+
+// rebuildNames writes the name index afresh from the VM records.
+func rebuildNames(tx *bolt.Tx) error {
+	if err := tx.DeleteBucket(bucketNames); err != nil {
+		return err
+	}
+	names, err := tx.CreateBucket(bucketNames)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketVMs).ForEach(func(k, v []byte) error {
+		var vm VM
+		if err := json.Unmarshal(v, &vm); err != nil {
+			return fmt.Errorf("decode the record of vm %s: %w", k, err)
+		}
+		if vm.Name == "" {
+			return nil
+		}
+		return names.Put(nameKey(vm.Name, vm.Tenant), k)
+	})
 }
 
 // Path is the store file's path.
@@ -170,7 +207,7 @@ func (s *Store) PutVM(vm *VM) error {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		vms, names := tx.Bucket(bucketVMs), tx.Bucket(bucketNames)
 		if vm.Name != "" {
-			if owner := names.Get([]byte(vm.Name)); owner != nil && !bytes.Equal(owner, id) {
+			if owner := names.Get(nameKey(vm.Name, vm.Tenant)); owner != nil && !bytes.Equal(owner, id) {
 				return fmt.Errorf("%w: %q belongs to vm %s", ErrNameTaken, vm.Name, owner)
 			}
 		}
@@ -179,14 +216,14 @@ func (s *Store) PutVM(vm *VM) error {
 			if err := json.Unmarshal(old, &prev); err != nil {
 				return fmt.Errorf("decode the stored record: %w", err)
 			}
-			if prev.Name != "" && prev.Name != vm.Name {
-				if err := names.Delete([]byte(prev.Name)); err != nil {
+			if prev.Name != "" && (prev.Name != vm.Name || prev.Tenant != vm.Tenant) {
+				if err := names.Delete(nameKey(prev.Name, prev.Tenant)); err != nil {
 					return err
 				}
 			}
 		}
 		if vm.Name != "" {
-			if err := names.Put([]byte(vm.Name), id); err != nil {
+			if err := names.Put(nameKey(vm.Name, vm.Tenant), id); err != nil {
 				return err
 			}
 		}
@@ -234,11 +271,39 @@ func (s *Store) GetVM(id string) (*VM, error) {
 	return vm, nil
 }
 
-// GetVMByName returns the VM with the name, or ErrNotFound.
+// GetVMByName returns the VM with the name, whichever its tenant: ErrNotFound
+// when there is none, ErrAmbiguous when several tenants use the name.
 func (s *Store) GetVMByName(name string) (*VM, error) {
 	var vm *VM
 	err := s.db.View(func(tx *bolt.Tx) error {
-		id := tx.Bucket(bucketNames).Get([]byte(name))
+		if name == "" {
+			return ErrNotFound
+		}
+		prefix := nameKey(name, "")
+		c := tx.Bucket(bucketNames).Cursor()
+		k, id := c.Seek(prefix)
+		if k == nil || !bytes.HasPrefix(k, prefix) {
+			return ErrNotFound
+		}
+		if k2, _ := c.Next(); k2 != nil && bytes.HasPrefix(k2, prefix) {
+			return ErrAmbiguous
+		}
+		var err error
+		vm, err = getVM(tx, string(id))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get vm named %q: %w", name, err)
+	}
+	return vm, nil
+}
+
+// GetTenantVMByName returns the tenant's VM with the name (tenant "" is the
+// VMs created without one), or ErrNotFound.
+func (s *Store) GetTenantVMByName(tenant, name string) (*VM, error) {
+	var vm *VM
+	err := s.db.View(func(tx *bolt.Tx) error {
+		id := tx.Bucket(bucketNames).Get(nameKey(name, tenant))
 		if id == nil || name == "" {
 			return ErrNotFound
 		}
@@ -298,8 +363,8 @@ func (s *Store) DeleteVM(id string) error {
 		}
 		if vm.Name != "" {
 			names := tx.Bucket(bucketNames)
-			if bytes.Equal(names.Get([]byte(vm.Name)), []byte(id)) {
-				if err := names.Delete([]byte(vm.Name)); err != nil {
+			if bytes.Equal(names.Get(nameKey(vm.Name, vm.Tenant)), []byte(id)) {
+				if err := names.Delete(nameKey(vm.Name, vm.Tenant)); err != nil {
 					return err
 				}
 			}

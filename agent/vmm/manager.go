@@ -138,10 +138,24 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 		rec.ExpiresAt = now.Add(time.Duration(req.TTLSeconds) * time.Second)
 	}
 
+	// The VM's own lock is held from before its record is written: a
+	// delete that finds the record "creating" waits for the create to
+	// finish, instead of removing it while the driver creates the VM (which
+	// would leave a running VM without a record).
+	unlock := m.lock(rec.ID)
+	recorded := false
+	defer func() {
+		unlock()
+		if !recorded { // refused: the lock of an id nobody knows goes
+			m.mu.Lock()
+			delete(m.vmLocks, rec.ID)
+			m.mu.Unlock()
+		}
+	}()
 	// Name and capacity are checked and the record written under one lock,
 	// so two creates cannot both take the last free vCPU or the same name.
 	m.createMu.Lock()
-	if _, err := m.opts.Store.GetVMByName(req.Name); err == nil {
+	if _, err := m.opts.Store.GetTenantVMByName(req.Tenant, req.Name); err == nil {
 		m.createMu.Unlock()
 		return nil, fail(driver.ErrExists, "pick another name, or delete the existing VM first",
 			"a VM named %q already exists on node %s", req.Name, m.opts.NodeName)
@@ -157,9 +171,8 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 		}
 		return nil, fmt.Errorf("create vm %s: record: %w", req.Name, err)
 	}
+	recorded = true
 	m.createMu.Unlock()
-	unlock := m.lock(rec.ID)
-	defer unlock()
 
 	undo := func(cause error) error {
 		_ = d.DestroyVM(context.WithoutCancel(ctx), rec.ID, true)
@@ -401,8 +414,12 @@ func (m *Manager) get(idOrName string) (*store.VM, error) {
 	if errors.Is(err, store.ErrNotFound) {
 		rec, err = m.opts.Store.GetVMByName(idOrName)
 	}
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return nil, fail(driver.ErrNotFound, "GET /v1/vms lists the VMs on this node", "no VM %q on node %s", idOrName, m.opts.NodeName)
+	case errors.Is(err, store.ErrAmbiguous):
+		return nil, fail(driver.ErrExists, "name the VM by its id: GET /v1/vms lists the VMs with their tenants",
+			"several tenants have a VM named %q on node %s", idOrName, m.opts.NodeName)
 	}
 	return rec, err
 }
