@@ -35,6 +35,7 @@ import (
 //	P lease-gen/<tenant>                     counter: generation of the tenant's leases
 //	P drains/<node>                          Drain (the node's latest)
 //	P specs/<entry id>                       create spec of a reschedulable VM, while it runs
+//	P deleted-vms/<entry id>                 mark of a deleted VM (leased, DeletedMarkTTL): see deleted.go
 //	P election/<name>/                       concurrency.Election keys
 func (s *Store) nodeKey(name string) string        { return s.prefix + "nodes/" + name }
 func (s *Store) tenantKey(id string) string        { return s.prefix + "tenants/" + id }

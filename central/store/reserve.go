@@ -473,24 +473,13 @@ func (s *Store) Release(ctx context.Context, res *Reservation) error {
 
 // Commit turns a reservation into a running ledger entry in one transaction: the reservation
 // keys go, the entry (and its running-index copies) arrive, and both counters grow by the
-// entry's size. Entry fields left empty are taken from the reservation (ID, size, guest OS
-// macos for a macOS reservation); tenant and node always are. StartedAt defaults to now.
-// A ledger entry with the same ID already there is ErrExists (a retried Commit).
+// entry's size. Entry fields left empty are taken from the reservation (size, guest OS
+// macos for a macOS reservation); tenant and node always are. The ID defaults to
+// EntryID(node, VMID) (the reservation's ID for an entry without a VM id), and StartedAt to
+// now. A ledger entry with the same ID already there is ErrExists (a retried Commit, or the
+// reconciler adopted the VM first); a VM marked deleted (MarkDeleted) is ErrDeleted.
 func (s *Store) Commit(ctx context.Context, res *Reservation, e LedgerEntry) (*LedgerEntry, error) {
-	if e.ID == "" {
-		e.ID = res.ID
-	}
-	e.Tenant, e.Node = res.Tenant, res.Node
-	if e.VCPUs == 0 {
-		e.VCPUs = res.VCPUs
-	}
-	if e.MemoryMiB == 0 {
-		e.MemoryMiB = res.MemoryMiB
-	}
-	if e.GuestOS == "" && res.MacOS {
-		e.GuestOS = GuestMacOS
-	}
-	return s.record(ctx, res, e, nil)
+	return s.record(ctx, res, fromReservation(res, e), nil)
 }
 
 // CommitSpec is Commit that also keeps the VM's create spec (an opaque
@@ -498,7 +487,12 @@ func (s *Store) Commit(ctx context.Context, res *Reservation, e LedgerEntry) (*L
 // VMs created "reschedulable" keep one: create bodies can carry secrets.
 // EndEntry deletes it with the entry's end.
 func (s *Store) CommitSpec(ctx context.Context, res *Reservation, e LedgerEntry, spec []byte) (*LedgerEntry, error) {
-	if e.ID == "" {
+	return s.record(ctx, res, fromReservation(res, e), spec)
+}
+
+// fromReservation fills what a committed entry takes from its reservation.
+func fromReservation(res *Reservation, e LedgerEntry) LedgerEntry {
+	if e.ID == "" && e.VMID == "" {
 		e.ID = res.ID
 	}
 	e.Tenant, e.Node = res.Tenant, res.Node
@@ -511,14 +505,15 @@ func (s *Store) CommitSpec(ctx context.Context, res *Reservation, e LedgerEntry,
 	if e.GuestOS == "" && res.MacOS {
 		e.GuestOS = GuestMacOS
 	}
-	return s.record(ctx, res, e, spec)
+	return e
 }
 
 // RecordEntry adds a running ledger entry without a reservation: the reconciler adopting a
 // VM a node runs with a tenant stamp that the ledger lacks. No quota is checked (the VM
-// exists); the counters grow as with Commit.
+// exists); the counters grow as with Commit. The ID defaults as in Commit (a new one for an
+// entry without a VM id); ErrExists and ErrDeleted as in Commit.
 func (s *Store) RecordEntry(ctx context.Context, e LedgerEntry) (*LedgerEntry, error) {
-	if e.ID == "" {
+	if e.ID == "" && e.VMID == "" {
 		e.ID = newID("l-")
 	}
 	return s.record(ctx, nil, e, nil)
@@ -531,6 +526,9 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 	e.EndedAt, e.EndReason = time.Time{}, ""
 	if e.GuestOS == "" {
 		e.GuestOS = GuestLinux
+	}
+	if e.ID == "" {
+		e.ID = EntryID(e.Node, e.VMID)
 	}
 	if err := checkName("ledger entry id", e.ID); err != nil {
 		return nil, err
@@ -553,11 +551,21 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 	}
 	defer unlock()
 	lk := s.ledgerKey(e.ID)
-	reads := []clientv3.Op{clientv3.OpGet(s.usageNodeKey(e.Node)), clientv3.OpGet(lk, clientv3.WithCountOnly())}
+	// The reads, by position: node counter, ledger key, deleted mark, then the tenant's
+	// counter and the reservation when there are such.
+	dk := s.deletedKey(e.ID)
+	if e.VMID != "" {
+		dk = s.deletedKey(EntryID(e.Node, e.VMID))
+	}
+	reads := []clientv3.Op{clientv3.OpGet(s.usageNodeKey(e.Node)), clientv3.OpGet(lk, clientv3.WithCountOnly()),
+		clientv3.OpGet(dk, clientv3.WithCountOnly())}
+	tenantAt, resAt := -1, -1
 	if e.Tenant != "" {
+		tenantAt = len(reads)
 		reads = append(reads, clientv3.OpGet(s.usageTenantKey(e.Tenant)))
 	}
 	if res != nil {
+		resAt = len(reads)
 		reads = append(reads, clientv3.OpGet(s.resNodePrefix(res.Node)+res.ID, clientv3.WithCountOnly()))
 	}
 	var resp *clientv3.TxnResponse
@@ -574,7 +582,10 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 		if rs[1].GetResponseRange().Count > 0 {
 			return false, fmt.Errorf("%s: %w", what, ErrExists)
 		}
-		if res != nil && rs[len(rs)-1].GetResponseRange().Count == 0 && !warned {
+		if rs[2].GetResponseRange().Count > 0 {
+			return false, fmt.Errorf("%s: vm %s on node %s: %w", what, e.VMID, e.Node, ErrDeleted)
+		}
+		if res != nil && rs[resAt].GetResponseRange().Count == 0 && !warned {
 			warned = true
 			s.log.Warn("reservation was gone at commit (its central's lease expired); recording the VM anyway",
 				"reservation", res.ID, "tenant", res.Tenant, "node", res.Node)
@@ -588,6 +599,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(e.Node)), "=", nrev),
 			clientv3.Compare(clientv3.CreateRevision(lk), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(dk), "=", 0),
 		}
 		nc.Usage, nc.Gen = nc.Usage.add(u), nc.Gen+1
 		body := mustJSON(&e)
@@ -600,7 +612,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 			ops = append(ops, clientv3.OpPut(s.specKey(e.ID), string(spec)))
 		}
 		if e.Tenant != "" {
-			trev, err := decodeOne(rs[2].GetResponseRange().Kvs, &tc)
+			trev, err := decodeOne(rs[tenantAt].GetResponseRange().Kvs, &tc)
 			if err != nil {
 				return false, err
 			}

@@ -546,7 +546,7 @@ func TestCommitAfterTheLeaseWasLostRecordsTheVMAndReserveGetsANewLease(t *testin
 		t.Errorf("usage after a late commit = %+v; want the VM counted", u)
 	}
 	// The next reserve works on a fresh lease (after ending the VM to make room).
-	if _, err := s.EndEntry(ctx, res.ID, "deleted", time.Now()); err != nil {
+	if _, err := s.EndEntry(ctx, EntryID("n1", "vm-1"), "deleted", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	res2, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 2, MemoryMiB: 1024})

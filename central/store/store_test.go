@@ -326,12 +326,13 @@ func TestLedgerLifecycleAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := LedgerEntry{ID: res.ID, Tenant: acme.ID, Node: "n1", VMID: "vm-1", Name: "ci-1", VCPUs: 4, MemoryMiB: 8192,
+	// The entry's id is derived from node and VM, whoever records it.
+	want := LedgerEntry{ID: EntryID("n1", "vm-1"), Tenant: acme.ID, Node: "n1", VMID: "vm-1", Name: "ci-1", VCPUs: 4, MemoryMiB: 8192,
 		GuestOS: "macos", Image: "macos-27-xcode", StartedAt: start}
 	if !reflect.DeepEqual(*e, want) {
 		t.Errorf("committed entry = %+v, want %+v", *e, want)
 	}
-	if got, err := s.GetEntry(ctx, res.ID); err != nil || !reflect.DeepEqual(*got, want) {
+	if got, err := s.GetEntry(ctx, want.ID); err != nil || !reflect.DeepEqual(*got, want) {
 		t.Errorf("entry round trip = %+v, %v", got, err)
 	}
 	if _, err := s.Commit(ctx, res, LedgerEntry{VMID: "vm-1"}); !errors.Is(err, ErrExists) {
@@ -349,17 +350,17 @@ func TestLedgerLifecycleAndRetention(t *testing.T) {
 		"running for tenant": func() ([]LedgerEntry, error) { return s.RunningForTenant(ctx, acme.ID) },
 		"tenant entries":     func() ([]LedgerEntry, error) { return s.EntriesForTenant(ctx, acme.ID) },
 	} {
-		if es, err := list(); err != nil || len(es) != 1 || es[0].ID != res.ID {
+		if es, err := list(); err != nil || len(es) != 1 || es[0].ID != want.ID {
 			t.Errorf("%s = %v, %v", name, es, err)
 		}
 	}
 
 	end := start.Add(3 * time.Hour)
-	ended, err := s.EndEntry(ctx, res.ID, "deleted", end)
+	ended, err := s.EndEntry(ctx, want.ID, "deleted", end)
 	if err != nil || !ended.EndedAt.Equal(end) || ended.EndReason != "deleted" {
 		t.Fatalf("end = %+v, %v", ended, err)
 	}
-	again, err := s.EndEntry(ctx, res.ID, "vanished", end.Add(time.Hour))
+	again, err := s.EndEntry(ctx, want.ID, "vanished", end.Add(time.Hour))
 	if err != nil || again.EndReason != "deleted" {
 		t.Errorf("second end = %+v, %v; want the first end kept", again, err)
 	}
