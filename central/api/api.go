@@ -18,6 +18,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 	"github.com/hashicorp/go-hclog"
 )
@@ -121,6 +122,10 @@ type Server struct {
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
+	// afterNodeCreate, when tests set it, runs between a node's create and
+	// the ledger write: the fault-injection point of a central that dies
+	// there.
+	afterNodeCreate func(node string, vm sdk.VM)
 }
 
 // New makes the fleet API.
@@ -194,9 +199,14 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 
 // authenticate finds the caller from the bearer token.
 func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hint string) {
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	token = strings.TrimSpace(token)
 	const tokenHint = "send Authorization: Bearer <token>: the operator's fleet token (central -token) or a tenant's fvt_ token"
+	header := r.Header.Get("Authorization")
+	scheme, token, _ := strings.Cut(header, " ")
+	if header != "" && !strings.EqualFold(scheme, "Bearer") {
+		// A bare token, or another scheme, is refused before it is looked at.
+		return p, http.StatusUnauthorized, "the Authorization header must use the Bearer scheme", tokenHint
+	}
+	token = strings.TrimSpace(token)
 	if token != "" && len(s.fleet) > 0 && subtle.ConstantTimeCompare([]byte(token), s.fleet) == 1 {
 		return Principal{Operator: true}, 0, "", ""
 	}

@@ -22,6 +22,10 @@ const (
 	DrainReschedule     = "reschedule"
 )
 
+// ReservedLabelPrefix starts the labels FluxVM sets itself (PoolLabel):
+// tenants may not set them, but for EphemeralLabel.
+const ReservedLabelPrefix = "fluxvm.dev/"
+
 // EphemeralLabel marks a VM that a drain may delete, like one with a TTL.
 const EphemeralLabel = "fluxvm.dev/ephemeral"
 
@@ -360,6 +364,21 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 	return finish(target.Name)
 }
 
+// tenantVMNamed finds the tenant's VM with the name on a node (the node's
+// own lookup by name is ambiguous when two tenants use one name).
+func tenantVMNamed(ctx context.Context, nc *sdk.NodeClient, tenant, name string) (*sdk.VM, error) {
+	vms, err := nc.ListVMs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range vms {
+		if vms[i].Name == name && vms[i].Tenant == tenant {
+			return &vms[i], nil
+		}
+	}
+	return nil, &sdk.APIError{Status: http.StatusNotFound, Message: "no vm named " + name}
+}
+
 // copyReadyTimeout bounds how long a move waits for the copy to boot.
 const copyReadyTimeout = 3 * time.Minute
 
@@ -377,7 +396,7 @@ func (s *Server) waitCopy(ctx context.Context, target string, old *sdk.VM) error
 	ctx, cancel := context.WithTimeout(ctx, copyReadyTimeout)
 	defer cancel()
 	for {
-		cp, err := nc.GetVM(ctx, old.Name)
+		cp, err := tenantVMNamed(ctx, nc, old.Tenant, old.Name) // names are per tenant
 		switch {
 		case sdk.IsNotFound(err):
 			return fmt.Errorf("the copy is gone from node %s", target)
@@ -424,7 +443,7 @@ func (s *Server) adoptCopy(ctx context.Context, target string, vm *sdk.VM, e *st
 		if c.Name != vm.Name || c.Tenant != e.Tenant {
 			continue
 		}
-		id := adoptedID(target, c.ID) // the id the reconciler would give it
+		id := store.EntryID(target, c.ID) // the id every writer gives it
 		ne, err := s.opts.Store.RecordEntry(ctx, store.LedgerEntry{ID: id, Tenant: e.Tenant, Node: target, VMID: c.ID,
 			Name: c.Name, VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, GuestOS: e.GuestOS, Image: e.Image,
 			StartedAt: s.opts.Now().UTC(), Replaces: e.ID})

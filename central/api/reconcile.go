@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -87,8 +85,8 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 // ledger_retention_days, recounts the usage counters and records the
 // budget events due (budget.near, budget.over). The leader runs it
 // every -reconcile-secs; two passes at once are harmless (ending is
-// idempotent and an adopted VM's entry id is derived from node and VM, so
-// the second write finds it there).
+// idempotent and a VM's entry id is derived from node and VM, so the
+// second write finds it there).
 func (s *Server) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	start := s.opts.Now()
 	rep := &ReconcileReport{StartedAt: start.UTC(), NodesChecked: []string{}, NodesSkipped: []SkippedNode{},
@@ -236,11 +234,11 @@ func (s *Server) reconcileNode(ctx context.Context, n *store.Node, rep *Reconcil
 		if started.IsZero() {
 			started = s.opts.Now()
 		}
-		e, err := s.opts.Store.RecordEntry(ctx, store.LedgerEntry{ID: adoptedID(n.Name, vm.ID), Tenant: vm.Tenant, Node: n.Name,
+		e, err := s.opts.Store.RecordEntry(ctx, store.LedgerEntry{Tenant: vm.Tenant, Node: n.Name,
 			VMID: vm.ID, Name: vm.Name, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS, Image: vm.Image,
 			StartedAt: started.UTC()})
-		if errors.Is(err, store.ErrExists) {
-			continue // another pass adopted it
+		if errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrDeleted) {
+			continue // another pass or its create recorded it, or it was deleted meanwhile
 		}
 		if err != nil {
 			return fmt.Errorf("adopt vm %s on node %s: %w", vm.ID, n.Name, err)
@@ -249,11 +247,4 @@ func (s *Server) reconcileNode(ctx context.Context, n *store.Node, rep *Reconcil
 		rep.Adopted = append(rep.Adopted, LedgerChange{Entry: e.ID, Node: n.Name, VMID: vm.ID, Name: vm.Name, Tenant: vm.Tenant})
 	}
 	return nil
-}
-
-// adoptedID is the ledger entry id of an adopted VM: the same for every pass
-// and every central, so a VM is adopted once.
-func adoptedID(node, vmID string) string {
-	sum := sha256.Sum256([]byte(node + "/" + vmID))
-	return "a-" + hex.EncodeToString(sum[:8])
 }

@@ -137,6 +137,9 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		s.nodeError(w, p, node, "create the vm", err)
 		return
 	}
+	if s.afterNodeCreate != nil {
+		s.afterNodeCreate(node.Name, *vm) // tests: central dies here, or waits
+	}
 	entry := store.LedgerEntry{VMID: vm.ID, Name: vm.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		GuestOS: spec.GuestOS, Image: imageName, StartedAt: s.opts.Now().UTC()}
 	if body.Reschedulable {
@@ -147,12 +150,25 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	} else {
 		_, err = s.opts.Store.Commit(ctx, res, entry)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrDeleted):
+		// Deleted (DELETE /fleet/vms/...) before its entry was written: nothing is
+		// recorded, nothing is charged.
+		_ = s.opts.Store.Release(ctx, res)
+		s.fleetProm.reservationEnded(reservationReleased, reserved)
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s was deleted before its create finished", vm.Name, node.Name),
+			"nothing is left of it and nothing is charged; launch it again if you still want it")
+		return
+	case errors.Is(err, store.ErrExists):
+		// The reconciler adopted it first: it is recorded.
+		_ = s.opts.Store.Release(ctx, res)
+		s.fleetProm.reservationEnded(reservationReleased, reserved)
+	case err != nil:
 		// The VM runs; the reconciler adopts it from its tenant stamp.
 		s.log.Error("record the ledger entry of a created vm; the reconciler will adopt it", "node", node.Name, "vm", vm.ID, "error", err)
 		_ = s.opts.Store.Release(ctx, res)
 		s.fleetProm.reservationEnded(reservationReleased, reserved)
-	} else {
+	default:
 		s.fleetProm.reservationEnded(reservationCommitted, reserved)
 	}
 	w.Header().Set("Location", "/fleet/vms/"+node.Name+"/"+vm.ID)
@@ -258,6 +274,14 @@ func (s *Server) resolveCreate(ctx context.Context, p Principal, req *sdk.FleetC
 			if !labelKeyRE.MatchString(k) || len(v) > 256 {
 				return bad(fmt.Sprintf("label %q is not valid", k),
 					"label keys are 1-63 letters, digits, '.', '_', '/' or '-'; values at most 256 characters")
+			}
+		}
+	}
+	if p.Tenant != nil {
+		for k := range req.Labels {
+			if strings.HasPrefix(k, ReservedLabelPrefix) && k != EphemeralLabel {
+				return bad(fmt.Sprintf("label %q uses the reserved prefix %s", k, ReservedLabelPrefix),
+					"FluxVM sets those labels itself; of them a tenant may set only "+EphemeralLabel+"=true")
 			}
 		}
 	}
@@ -393,7 +417,7 @@ func (s *Server) listVMs(w http.ResponseWriter, r *http.Request) {
 type target struct {
 	node  *store.Node
 	entry *store.LedgerEntry // nil: not created through central (or not yet recorded)
-	id    string             // the VM's id (or name) on the node
+	id    string             // the VM's id on the node (the route's id or name when the node did not answer)
 }
 
 // resolve finds the VM of a /fleet/vms/{node}/{id} route. A tenant gets 404
@@ -426,37 +450,61 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (*target, bool)
 		return nil, false
 	}
 	t := &target{node: n, id: id}
+	// Names are per tenant: a tenant's name finds only its own entry; the
+	// operator's finds any, unless several tenants use it.
+	named := 0
 	for i := range es {
-		if es[i].VMID == id || es[i].Name == id {
-			t.entry, t.id = &es[i], es[i].VMID
+		e := &es[i]
+		if p.Tenant != nil && e.Tenant != p.Tenant.ID {
+			continue
+		}
+		if e.VMID == id {
+			t.entry, t.id, named = e, e.VMID, 1
 			break
 		}
+		if e.Name == id {
+			t.entry, t.id = e, e.VMID
+			named++
+		}
 	}
-	if p.Tenant == nil {
-		return t, true
+	if named > 1 {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("several VMs are named %s on node %s", id, nodeName),
+			"name the VM by its id: GET /fleet/vms lists them with their tenants")
+		return nil, false
 	}
 	if t.entry != nil {
-		if t.entry.Tenant != p.Tenant.ID {
+		return t, true
+	}
+	// Not in the ledger (its create is in flight, or central died before
+	// writing it): the node knows its id, and for a tenant only the node's
+	// stamp can make it the tenant's. The operator may still act on a VM
+	// the node does not list now (the node's answer then says so).
+	unlisted := func() (*target, bool) {
+		if p.Tenant != nil {
 			return notFound()
 		}
 		return t, true
 	}
-	// Not in the ledger: only the node's stamp can make it the tenant's.
 	if n.State != store.NodeUp {
-		return notFound()
+		return unlisted()
 	}
 	nc, err := s.nodes.client(n)
 	if err != nil {
-		return notFound()
+		return unlisted()
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), nodeListTimeout)
 	defer cancel()
-	vm, err := nc.GetVM(ctx, id)
-	if err != nil || vm.Tenant != p.Tenant.ID {
-		return notFound()
+	vms, err := nc.ListVMs(ctx)
+	if err != nil {
+		return unlisted()
 	}
-	t.id = vm.ID
-	return t, true
+	for _, vm := range vms {
+		if (vm.ID == id || vm.Name == id) && (p.Tenant == nil || vm.Tenant == p.Tenant.ID) {
+			t.id = vm.ID
+			return t, true
+		}
+	}
+	return unlisted()
 }
 
 // nodeClient is the client for a target's node, or an answer when the node
@@ -521,15 +569,20 @@ func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
 		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the vm", err)
 		return
 	}
+	reason := "deleted"
+	if gone {
+		reason = "vanished"
+	}
 	if t.entry != nil {
-		reason := "deleted"
-		if gone {
-			reason = "vanished"
-		}
 		if _, err := s.opts.Store.EndEntry(ctx, t.entry.ID, reason, s.opts.Now()); err != nil {
 			// The reconciler closes it when it sees the VM gone.
-			s.log.Error("end ledger entry", "entry", t.entry.ID, "error", err)
+			s.log.Error("end ledger entry", "node", t.node.Name, "vm", t.id, "entry", t.entry.ID, "error", err)
 		}
+	} else if _, err := s.opts.Store.MarkDeleted(ctx, t.node.Name, t.id, reason, s.opts.Now()); err != nil {
+		// No entry yet: its create is in flight (store/deleted.go), or central
+		// died before writing it. The mark keeps the create from recording
+		// the VM; without it the reconciler ends the entry later.
+		s.log.Error("mark a vm without ledger entry deleted", "node", t.node.Name, "vm", t.id, "error", err)
 	}
 	if gone {
 		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", t.id, t.node.Name), "GET /fleet/vms lists your VMs")
