@@ -143,6 +143,18 @@ func (f *fleet) client() (*sdk.FleetClient, error) {
 	return c, nil
 }
 
+// withClient makes the fleet client for run: every fleet command but those
+// that find a VM (findVM) starts from it.
+func (f *fleet) withClient(run func(c *cobra.Command, args []string, fc *sdk.FleetClient) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		fc, err := f.client()
+		if err != nil {
+			return err
+		}
+		return run(c, args, fc)
+	}
+}
+
 // explain turns the SDK's errors into fluxctl's refusals: central's message
 // with a hint in fluxctl's terms. Refusals fluxctl made itself pass as they
 // are.
@@ -361,4 +373,39 @@ func plural(n int64, one string) string {
 		return fmt.Sprintf("%d %s", n, one)
 	}
 	return fmt.Sprintf("%d %ss", n, one)
+}
+
+// tenantNames names tenants by ID for tables, which show names: central
+// is asked once, when a table first shows a tenant (the operator's list of
+// tenants, or a tenant's own record), and an ID it cannot name shows as it
+// is.
+type tenantNames struct {
+	ctx      context.Context
+	fc       *sdk.FleetClient
+	asTenant bool
+	names    map[string]string // nil until asked
+}
+
+func (f *fleet) tenantNames(ctx context.Context, fc *sdk.FleetClient) *tenantNames {
+	return &tenantNames{ctx: ctx, fc: fc, asTenant: f.asTenant()}
+}
+
+// name is the name of the tenant id, or id when central does not say.
+func (t *tenantNames) name(id string) string {
+	if id == "" || t == nil {
+		return id
+	}
+	if t.names == nil {
+		t.names = map[string]string{}
+		if t.asTenant {
+			if me, err := t.fc.TenantMe(t.ctx); err == nil {
+				t.names[me.Tenant.ID] = me.Tenant.Name
+			}
+		} else if ts, err := t.fc.ListTenants(t.ctx); err == nil {
+			for _, tn := range ts {
+				t.names[tn.ID] = tn.Name
+			}
+		}
+	}
+	return cmp.Or(t.names[id], id)
 }

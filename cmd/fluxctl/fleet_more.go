@@ -97,7 +97,7 @@ shared pools, or a tenant's with --tenant.`,
   fluxctl fleet pools resize ci --size 2 --max-size 8
   fluxctl fleet pools resize ci --tenant acme --size 0`,
 		Args: oneName("pool name"),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			var patch sdk.PoolPatch
 			if c.Flags().Changed("size") {
 				patch.Size = &size
@@ -111,10 +111,6 @@ shared pools, or a tenant's with --tenant.`,
 			case size < 0 || maxSize < 0:
 				return usageError(c, "--size and --max-size must not be negative")
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			name := args[0]
 			p, err := fc.ResizePool(c.Context(), name, tenant, patch)
 			if err != nil {
@@ -125,7 +121,7 @@ shared pools, or a tenant's with --tenant.`,
 				})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(p)
+				return f.a.printRaw(p)
 			}
 			next := "fluxctl fleet pools status " + p.Name
 			if tenant != "" {
@@ -133,7 +129,7 @@ shared pools, or a tenant's with --tenant.`,
 			}
 			f.a.done(next, "Resized pool %s: keeps %d warm, up to %d", p.Name, p.Size, p.MaxSize)
 			return nil
-		},
+		}),
 	}
 	fl := c.Flags()
 	fl.IntVar(&size, "size", 0, "how many warm VMs the pool keeps")

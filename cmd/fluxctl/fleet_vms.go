@@ -41,32 +41,42 @@ With -o json it prints the API's answers it is made of: for a tenant
 {"me": GET /fleet/tenants/me, "vms": GET /fleet/vms}; for the operator
 {"health": GET /healthz, "nodes": [GET /fleet/nodes], "vms": GET /fleet/vms}.`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
+			ctx := c.Context()
+			vms, err := fc.ListVMs(ctx)
 			if err != nil {
 				return err
 			}
 			if f.asTenant() {
-				return f.tenantStatus(c.Context(), fc)
+				me, err := fc.TenantMe(ctx)
+				if err != nil {
+					return err
+				}
+				if !f.a.human() {
+					return f.a.printRaw(tenantStatus{Me: me, VMs: vms})
+				}
+				return f.tenantStatus(fc, me, vms)
 			}
-			return f.operatorStatus(c.Context(), fc)
-		},
+			health, err := fc.Health(ctx)
+			if err != nil {
+				return err
+			}
+			nodes, err := fc.ListNodes(ctx)
+			if err != nil {
+				return err
+			}
+			if !f.a.human() {
+				return f.a.printRaw(operatorStatus{Health: health, Nodes: nodes, VMs: vms})
+			}
+			return f.operatorStatus(fc, health, nodes, vms)
+		}),
 	}
 }
 
-func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
-	me, err := fc.TenantMe(ctx)
-	if err != nil {
-		return err
-	}
-	vms, err := fc.ListVMs(ctx)
-	if err != nil {
-		return err
-	}
+// tenantStatus shows a tenant its quota use as bars, its VMs and the next
+// step.
+func (f *fleet) tenantStatus(fc *sdk.FleetClient, me *sdk.TenantMe, vms *sdk.FleetVMList) error {
 	a := f.a
-	if !a.human() {
-		return a.printJSON(tenantStatus{Me: me, VMs: vms})
-	}
 	t, q, used, reserved := me.Tenant, me.Tenant.Quota, me.Usage.Total, me.Usage.Reserved
 	state := ""
 	if t.Disabled {
@@ -110,9 +120,10 @@ func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
 		fmt.Fprintln(a.stdout, "next: fluxctl fleet images, then fluxctl fleet launch --image IMAGE")
 		return nil
 	}
-	if err := f.printVMs(vms, false); err != nil {
+	if err := writeTable(a.stdout, narrow(fleetVMColumns(time.Now(), nil)), vms.VMs, nil); err != nil {
 		return err
 	}
+	fmt.Fprint(a.stdout, unreachableLines(vms))
 	next := "fluxctl fleet launch --image IMAGE"
 	if q.MaxVMs > 0 && used.VMs >= q.MaxVMs {
 		next = "fluxctl fleet rm VM (your VM quota is used up)"
@@ -121,23 +132,10 @@ func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
 	return nil
 }
 
-func (f *fleet) operatorStatus(ctx context.Context, fc *sdk.FleetClient) error {
-	health, err := fc.Health(ctx)
-	if err != nil {
-		return err
-	}
-	nodes, err := fc.ListNodes(ctx)
-	if err != nil {
-		return err
-	}
-	vms, err := fc.ListVMs(ctx)
-	if err != nil {
-		return err
-	}
+// operatorStatus shows the operator nodes up and down, VMs, and what needs
+// attention first.
+func (f *fleet) operatorStatus(fc *sdk.FleetClient, health *sdk.FleetHealth, nodes []sdk.FleetNode, vms *sdk.FleetVMList) error {
 	a := f.a
-	if !a.human() {
-		return a.printJSON(operatorStatus{Health: health, Nodes: nodes, VMs: vms})
-	}
 	role := "standby"
 	if health.Leader {
 		role = "leader"
@@ -240,70 +238,67 @@ func pluralVMs(n int) string {
 	return fmt.Sprintf("%d VMs are", n)
 }
 
-// printVMs writes the VMs of GET /fleet/vms as a table, then the nodes that
-// did not answer.
-func (f *fleet) printVMs(list *sdk.FleetVMList, wide bool) error {
-	a := f.a
-	now := time.Now()
-	tw := newTable(a.stdout)
-	head := []string{"NAME", "STATE", "AGENT", "NODE", "VCPUS", "MEMORY", "AGE"}
-	if wide {
-		head = append(head, "ID", "IMAGE", "DRIVER", "TENANT", "EXPIRES", "LABELS")
-	}
-	row(tw, head...)
-	for _, v := range list.VMs {
-		state := v.State
-		if v.Unreachable {
-			state += "?" // as last reported
-		}
-		cells := []string{v.Name, state, agentState(&v.VM), v.Node, fmt.Sprint(v.VCPUs), mib(v.MemoryMiB), ago(now, v.CreatedAt)}
-		if wide {
-			expires := ""
-			if v.ExpiresAt != nil {
-				expires = "in " + short(v.ExpiresAt.Sub(now))
+// fleetVMColumns are the columns of fleet vms; tenants names the VMs'
+// tenants.
+func fleetVMColumns(now time.Time, tenants *tenantNames) []column[sdk.FleetVM] {
+	return []column[sdk.FleetVM]{
+		{"name", "NAME", false, func(v *sdk.FleetVM) string { return v.Name }},
+		{"state", "STATE", false, func(v *sdk.FleetVM) string {
+			if v.Unreachable {
+				return v.State + "?" // as last reported
 			}
-			cells = append(cells, v.ID, v.Image, v.Driver, v.Tenant, expires, pairs(v.Labels))
-		}
-		row(tw, cells...)
+			return v.State
+		}},
+		{"agent", "AGENT", false, func(v *sdk.FleetVM) string { return agentState(&v.VM) }},
+		{"node", "NODE", false, func(v *sdk.FleetVM) string { return v.Node }},
+		{"vcpus", "VCPUS", false, func(v *sdk.FleetVM) string { return fmt.Sprint(v.VCPUs) }},
+		{"memory", "MEMORY", false, func(v *sdk.FleetVM) string { return mib(v.MemoryMiB) }},
+		{"age", "AGE", false, func(v *sdk.FleetVM) string { return ago(now, v.CreatedAt) }},
+		{"id", "ID", true, func(v *sdk.FleetVM) string { return v.ID }},
+		{"image", "IMAGE", true, func(v *sdk.FleetVM) string { return v.Image }},
+		{"driver", "DRIVER", true, func(v *sdk.FleetVM) string { return v.Driver }},
+		{"tenant", "TENANT", true, func(v *sdk.FleetVM) string { return tenants.name(v.Tenant) }},
+		{"tenant-id", "TENANT ID", true, func(v *sdk.FleetVM) string { return v.Tenant }},
+		{"expires", "EXPIRES", true, func(v *sdk.FleetVM) string { return expires(now, v.ExpiresAt) }},
+		{"labels", "LABELS", true, func(v *sdk.FleetVM) string { return pairs(v.Labels) }},
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+}
+
+// unreachableLines say which nodes did not answer GET /fleet/vms.
+func unreachableLines(list *sdk.FleetVMList) string {
+	var b strings.Builder
 	for _, u := range list.UnreachableNodes {
 		why := ""
 		if u.Error != "" {
 			why = " (" + u.Error + ")"
 		}
-		fmt.Fprintf(a.stdout, "! node %s did not answer%s: its VMs (state?) are shown as it last reported them\n", u.Node, why)
+		fmt.Fprintf(&b, "! node %s did not answer%s: its VMs (state?) are shown as it last reported them\n", u.Node, why)
 	}
-	return nil
+	return b.String()
 }
 
 func (f *fleet) vmsCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:     "vms",
 		Aliases: []string{"list", "ls"},
 		Short:   "List your VMs on every node (the operator's: all)",
 		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			list, err := fc.ListVMs(c.Context())
 			if err != nil {
 				return err
 			}
-			if !f.a.human() {
-				return f.a.printJSON(list)
+			t := table[sdk.FleetVM]{raw: list, rows: list.VMs, cols: fleetVMColumns(time.Now(), f.tenantNames(c.Context(), fc)),
+				after: unreachableLines(list), emptyHeader: true}
+			if len(list.UnreachableNodes) == 0 {
+				t.emptyHeader = false
+				t.empty = "no VMs\nnext: fluxctl fleet launch --image IMAGE (fluxctl fleet images lists them)\n"
 			}
-			if len(list.VMs) == 0 && len(list.UnreachableNodes) == 0 {
-				fmt.Fprintf(f.a.stdout, "no VMs\nnext: fluxctl fleet launch --image IMAGE (fluxctl fleet images lists them)\n")
-				return nil
-			}
-			return f.printVMs(list, f.a.format() == formatWide)
-		},
+			return show(f.a, c, t)
+		}),
 	}
+	columnsFlag(c, fleetVMColumns(time.Time{}, nil))
+	return c
 }
 
 // vmNameRE is central's rule for VM names.
@@ -362,7 +357,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 			return nil
 		},
 		ValidArgsFunction: cobra.NoFileCompletions,
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if req.Image == "" && req.Pool == "" {
 				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them), or --pool POOL")
 			}
@@ -387,10 +382,6 @@ size that one of your pools keeps may be served from it without --pool.`,
 					req.Labels = map[string]string{}
 				}
 				req.Labels[k] = v
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			if len(args) == 1 {
 				req.Name = args[0]
@@ -419,11 +410,14 @@ size that one of your pools keeps may be served from it without --pool.`,
 					return withHints(err, hints)
 				}
 				if !f.a.human() {
-					return f.a.printJSON(d)
+					return f.a.printRaw(d)
 				}
 				return f.printVMDryRun(req.Name, d)
 			}
-			var resp *sdk.FleetCreateVMResponse
+			var (
+				resp *sdk.FleetCreateVMResponse
+				err  error
+			)
 			if !wait {
 				resp, err = fc.CreateVM(c.Context(), req)
 				if err != nil {
@@ -447,7 +441,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 				}
 			}
 			if !f.a.human() {
-				return f.a.printJSON(resp)
+				return f.a.printRaw(resp)
 			}
 			vm := resp.VM
 			next := fmt.Sprintf("fluxctl fleet run %s -- uname -a", vm.Name)
@@ -458,7 +452,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 			format, lineArgs := launchedLine(&req, resp, len(args) == 1)
 			f.a.done(next, format, lineArgs...)
 			return nil
-		},
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&req.Image, "image", "", "a catalog image's name (required without --pool; fluxctl fleet images lists them)")
@@ -625,7 +619,7 @@ func (f *fleet) powerCmd(verb, shortHelp, past string, ask bool) *cobra.Command 
 // powered prints the VM a power call returned.
 func (f *fleet) powered(vm *sdk.FleetVM, past string) error {
 	if !f.a.human() {
-		return f.a.printJSON(vm)
+		return f.a.printRaw(vm)
 	}
 	next := ""
 	switch vm.State {

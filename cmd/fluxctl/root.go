@@ -50,11 +50,13 @@ func (a *app) newRoot() *cobra.Command {
 leases, tenants, ...); "fluxctl vm" talks to one node agent's API directly.
 
 On a terminal it prints tables, short confirmations and the next command to
-run. Piped, or with -o json, it prints the API's JSON, so scripts keep working.`,
+run. Piped, or with -o json, it prints the API's JSON, so scripts keep working;
+-o yaml prints the same as YAML. Commands that list take -o wide (IDs and
+details), -o csv, and -c to pick the columns, e.g. -c name,node,state.`,
 		Version:           version,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		PersistentPreRunE: func(*cobra.Command, []string) error { return a.checkOutput() },
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error { return a.checkOutput(c) },
 	}
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
@@ -63,8 +65,8 @@ run. Piped, or with -o json, it prints the API's JSON, so scripts keep working.`
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.node, "node", sdk.DefaultNodeURL, "the node agent's API URL (env "+envNode+")")
 	pf.StringVar(&a.token, "token", "", "the node's API token (env "+envToken+")")
-	pf.StringVarP(&a.output, "output", "o", "", "table, wide or json (default: table on a terminal, json when piped)")
-	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	pf.StringVarP(&a.output, "output", "o", "", "table, wide, json, yaml or csv (default: table on a terminal, json when piped; csv for commands that list)")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(a.vmCommand(), a.fleetCommand())
 	a.root = root
 	return root
@@ -99,6 +101,17 @@ func (a *app) nodeClient() (*sdk.NodeClient, error) {
 		return nil, &cliError{msg: err.Error(), hint: "pass --node http://HOST:7777 (or set " + envNode + ")"}
 	}
 	return c, nil
+}
+
+// withNode makes the node client for run: every vm command starts from it.
+func (a *app) withNode(run func(c *cobra.Command, args []string, nc *sdk.NodeClient) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		nc, err := a.nodeClient()
+		if err != nil {
+			return err
+		}
+		return run(c, args, nc)
+	}
 }
 
 // cliError is a refusal fluxctl makes itself, with what to do instead.
