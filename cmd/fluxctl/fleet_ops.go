@@ -65,18 +65,19 @@ func (f *fleet) leaseCreateCmd() *cobra.Command {
 		Use:   "create [--node N] [--hours H]",
 		Short: "Lease a whole node for at least the minimum lease",
 		Long: `Lease a whole node. Without --node central picks the smallest eligible Mac
-that fits --min-memory-mib and --nested. Without --hours the lease is
+that fits --min-vcpus, --min-memory-mib and --nested. Without --hours the lease is
 open-ended and lasts until released; with it, it ends on its own (--hours must
 be at least the policy's min_lease_hours). The operator leases for a tenant
 with --tenant. With --dry-run nothing is leased: fluxctl shows which node the
 lease would take and what it would cost an hour and for its minimum term.`,
 		Example: `  fluxctl fleet lease create --hours 24
   fluxctl fleet lease create --node mac-3 --nested
+  fluxctl fleet lease create --hours 72 --min-vcpus 16
   fluxctl fleet lease create --tenant acme --min-memory-mib 32768   # operator`,
 		Args: cobra.NoArgs,
 		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
-			if req.Hours < 0 || req.MinMemoryMiB < 0 {
-				return usageError(c, "--hours and --min-memory-mib must not be negative")
+			if req.Hours < 0 || req.MinMemoryMiB < 0 || req.MinVCPUs < 0 {
+				return usageError(c, "--hours, --min-vcpus and --min-memory-mib must not be negative")
 			}
 			hints := map[int]string{409: hintLeaseFit,
 				429: "release a lease you no longer need (" + hintLeases + ") or ask the operator to raise max_leased_hosts"}
@@ -109,6 +110,7 @@ lease would take and what it would cost an hour and for its minimum term.`,
 	fl := c.Flags()
 	fl.StringVar(&req.Node, "node", "", "the node to lease (default: the smallest eligible Mac)")
 	fl.IntVar(&req.Hours, "hours", 0, "end the lease after this many hours (0: open-ended)")
+	fl.Int64Var(&req.MinVCPUs, "min-vcpus", 0, "only nodes with at least this many vCPUs")
 	fl.Int64Var(&req.MinMemoryMiB, "min-memory-mib", 0, "only nodes with at least this much memory")
 	fl.BoolVar(&req.Nested, "nested", false, "only nodes with nested virtualisation")
 	fl.StringVar(&req.Tenant, "tenant", "", "the tenant to lease for, by name or ID (operator)")
