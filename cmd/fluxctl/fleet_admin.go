@@ -296,7 +296,7 @@ fvt_ token, printed once. A tenant sees its own record with
 // quotaFlags are the quota flags of tenant create and update, as given:
 // a number, or "none" for no limit.
 type quotaFlags struct {
-	vms, vcpus, memoryGiB, snapshots string
+	vms, vcpus, memoryGiB, memoryMiB, leasedHosts, volumeGiB, snapshots string
 }
 
 func (q *quotaFlags) add(c *cobra.Command, update bool) {
@@ -308,18 +308,26 @@ func (q *quotaFlags) add(c *cobra.Command, update bool) {
 	fl.StringVar(&q.vms, "max-vms", "", "most VMs at once (0: no limit"+none+")")
 	fl.StringVar(&q.vcpus, "max-vcpus", "", "most vCPUs at once (0: no limit"+none+")")
 	fl.StringVar(&q.memoryGiB, "max-memory-gib", "", "most memory at once, in GiB (0: no limit"+none+")")
+	fl.StringVar(&q.memoryMiB, "max-memory-mib", "", "most memory at once, in MiB, instead of --max-memory-gib (0: no limit"+none+")")
+	fl.StringVar(&q.leasedHosts, "max-leased-hosts", "", "most whole nodes leased at once (0: no limit"+none+")")
+	fl.StringVar(&q.volumeGiB, "max-volume-gib", "", "most GiB of volumes held (0: no limit"+none+")")
 	fl.StringVar(&q.snapshots, "max-snapshots-per-vm", "", "most snapshots per VM (0: none allowed"+none+": the policy's)")
 }
 
 // patch turns the flags that were given into a quota patch.
 func (q *quotaFlags) patch(c *cobra.Command) (sdk.QuotaPatch, error) {
+	if c.Flags().Changed("max-memory-gib") && c.Flags().Changed("max-memory-mib") {
+		return nil, usageError(c, "--max-memory-gib and --max-memory-mib set the same quota: give one of them")
+	}
 	p := sdk.QuotaPatch{}
 	for _, fl := range []struct {
 		flag, value, key string
 		scale            float64
 	}{
 		{"max-vms", q.vms, sdk.QuotaMaxVMs, 1}, {"max-vcpus", q.vcpus, sdk.QuotaMaxVCPUs, 1},
-		{"max-memory-gib", q.memoryGiB, sdk.QuotaMaxMemoryMiB, 1024}, {"max-snapshots-per-vm", q.snapshots, sdk.QuotaMaxSnapshotsPerVM, 1},
+		{"max-memory-gib", q.memoryGiB, sdk.QuotaMaxMemoryMiB, 1024}, {"max-memory-mib", q.memoryMiB, sdk.QuotaMaxMemoryMiB, 1},
+		{"max-leased-hosts", q.leasedHosts, sdk.QuotaMaxLeasedHosts, 1}, {"max-volume-gib", q.volumeGiB, sdk.QuotaMaxVolumeGiB, 1},
+		{"max-snapshots-per-vm", q.snapshots, sdk.QuotaMaxSnapshotsPerVM, 1},
 	} {
 		if !c.Flags().Changed(fl.flag) {
 			continue
@@ -350,6 +358,12 @@ func quotaText(q sdk.Quotas) string {
 	if q.MaxMemoryMiB > 0 {
 		out = append(out, mib(q.MaxMemoryMiB))
 	}
+	if q.MaxLeasedHosts > 0 {
+		out = append(out, plural(q.MaxLeasedHosts, "leased host"))
+	}
+	if q.MaxVolumeGiB > 0 {
+		out = append(out, fmt.Sprintf("%d GiB of volumes", q.MaxVolumeGiB))
+	}
 	if q.MaxSnapshotsPerVM != nil {
 		out = append(out, fmt.Sprintf("%d snapshots/VM", *q.MaxSnapshotsPerVM))
 	}
@@ -370,10 +384,11 @@ func (f *fleet) printToken(verb string, tw *sdk.TenantWithToken) {
 func (f *fleet) tenantCreateCmd() *cobra.Command {
 	var q quotaFlags
 	c := &cobra.Command{
-		Use:     "create NAME",
-		Short:   "Create a tenant; its token is printed once (operator)",
-		Example: `  fluxctl fleet tenant create acme --max-vms 20 --max-vcpus 64 --max-memory-gib 128`,
-		Args:    oneName("tenant name"),
+		Use:   "create NAME",
+		Short: "Create a tenant; its token is printed once (operator)",
+		Example: `  fluxctl fleet tenant create acme --max-vms 20 --max-vcpus 64 --max-memory-gib 128
+  fluxctl fleet tenant create acme --max-leased-hosts 2 --max-vms 20 --max-memory-mib 98304`,
+		Args: oneName("tenant name"),
 		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			p, err := q.patch(c)
 			if err != nil {
@@ -391,6 +406,10 @@ func (f *fleet) tenantCreateCmd() *cobra.Command {
 					req.Quota.MaxVCPUs = *v
 				case sdk.QuotaMaxMemoryMiB:
 					req.Quota.MaxMemoryMiB = *v
+				case sdk.QuotaMaxLeasedHosts:
+					req.Quota.MaxLeasedHosts = *v
+				case sdk.QuotaMaxVolumeGiB:
+					req.Quota.MaxVolumeGiB = *v
 				case sdk.QuotaMaxSnapshotsPerVM:
 					req.Quota.MaxSnapshotsPerVM = v
 				}
@@ -523,6 +542,7 @@ func (f *fleet) tenantUpdateCmd() *cobra.Command {
 		Use:   "update TENANT [--name N] [--disable|--enable] [--max-vms N|none]...",
 		Short: "Rename, disable, enable a tenant or change its quotas (operator)",
 		Example: `  fluxctl fleet tenant update acme --max-vms 40 --max-vcpus none
+  fluxctl fleet tenant update acme --max-volume-gib 500
   fluxctl fleet tenant update acme --disable`,
 		Args:              oneName("tenant name or ID"),
 		ValidArgsFunction: f.completeTenants(),

@@ -31,3 +31,42 @@ func TestFleetLeaseCreateMinVCPUsTakesOnlyANodeThatBig(t *testing.T) {
 		t.Fatalf("lease create --min-vcpus 8 = %+v", l)
 	}
 }
+
+// TestFleetTenantQuotasForLeasedHostsVolumesAndMemoryInMiB sets every
+// quota the API has, as the seed's example does, and changes them.
+func TestFleetTenantQuotasForLeasedHostsVolumesAndMemoryInMiB(t *testing.T) {
+	f := fleettest.Start(t)
+	op := fleetCLI(f, f.OperatorToken)
+
+	created := decode[sdk.TenantWithToken](t, "tenant create", op.run(t, "fleet", "tenant", "create", "acme",
+		"--max-leased-hosts", "2", "--max-vms", "20", "--max-memory-mib", "98304").ok(t, "tenant create").stdout)
+	if q := created.Tenant.Quota; q.MaxLeasedHosts != 2 || q.MaxVMs != 20 || q.MaxMemoryMiB != 98304 || q.MaxVolumeGiB != 0 {
+		t.Fatalf("tenant create set the quota %+v", q)
+	}
+	op.tty().run(t, "fleet", "tenant", "create", "globex", "--max-volume-gib", "500", "--max-memory-gib", "4").ok(t, "tenant create on a tty").has(t,
+		"tenant create on a tty", "✓ Created tenant globex (", "quota: 4 GiB, 500 GiB of volumes")
+
+	upd := decode[sdk.Tenant](t, "tenant update", op.run(t, "fleet", "tenant", "update", "acme",
+		"--max-volume-gib", "500", "--max-memory-gib", "64", "--max-leased-hosts", "1").ok(t, "tenant update").stdout)
+	if q := upd.Quota; q.MaxVolumeGiB != 500 || q.MaxMemoryMiB != 65536 || q.MaxLeasedHosts != 1 || q.MaxVMs != 20 {
+		t.Fatalf("tenant update set the quota %+v", q)
+	}
+	op.tty().run(t, "fleet", "tenant", "update", "acme", "--max-leased-hosts", "none", "--max-memory-mib", "1536").ok(t, "update on a tty").has(t,
+		"update on a tty", "quota: 20 VMs, 1.5 GiB, 500 GiB of volumes\n")
+
+	for _, c := range []struct {
+		what string
+		args []string
+		msg  string
+	}{
+		{"both memory flags on create", []string{"fleet", "tenant", "create", "initech", "--max-memory-gib", "4", "--max-memory-mib", "4096"}, "give one of them"},
+		{"both memory flags on update", []string{"fleet", "tenant", "update", "acme", "--max-memory-mib", "4096", "--max-memory-gib", "4"}, "give one of them"},
+		{"part of a GiB of volumes", []string{"fleet", "tenant", "update", "acme", "--max-volume-gib", "1.5"}, "want a whole number"},
+		{"negative leased hosts", []string{"fleet", "tenant", "create", "initech", "--max-leased-hosts", "-1"}, "want a whole number"},
+	} {
+		op.run(t, c.args...).refused(t, c.what, c.msg, "usage: fluxctl fleet tenant")
+	}
+	if got := decode[sdk.Tenant](t, "tenant get", op.run(t, "fleet", "tenant", "get", "acme").ok(t, "tenant get").stdout); got.Quota.MaxMemoryMiB != 1536 {
+		t.Fatalf("a refused update changed the quota: %+v", got.Quota)
+	}
+}
