@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -21,8 +20,6 @@ import (
 const (
 	hintMonth   = "--month is YYYY-MM, e.g. --month 2026-08 (default: this month)"
 	hintOwnBill = "a tenant sees only its own: leave --tenant out"
-	// maxPriceFile is what central takes as a request body.
-	maxPriceFile = 1 << 20
 )
 
 // billingRefusal gives central's refusals of the billing routes fluxctl's
@@ -104,20 +101,12 @@ is not needed, since a list always takes effect when it is published.`,
 // what GET /fleet/prices answers too, and refuses unknown fields, so a typo
 // does not silently leave a rate at zero.
 func (f *fleet) readPrices(name string) (billing.Prices, error) {
-	var data []byte
-	var err error
-	if name == "-" {
-		data, err = io.ReadAll(io.LimitReader(f.a.stdin, maxPriceFile+1))
-		name = "stdin"
-	} else {
-		data, err = os.ReadFile(name)
-	}
+	data, name, err := f.a.readInput(name)
 	switch {
+	case errors.Is(err, errTooLarge):
+		return billing.Prices{}, &cliError{msg: name + " is " + err.Error(), hint: "a price list is a small JSON object; fluxctl fleet prices -o json shows one"}
 	case err != nil:
 		return billing.Prices{}, &cliError{msg: fmt.Sprintf("read the price list: %v", err), hint: "give --set a JSON file, or - to read stdin"}
-	case len(data) > maxPriceFile:
-		return billing.Prices{}, &cliError{msg: fmt.Sprintf("%s is larger than %d KiB, more than central takes", name, maxPriceFile>>10),
-			hint: "a price list is a small JSON object; fluxctl fleet prices -o json shows one"}
 	}
 	var v billing.PriceVersion
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"image/png"
 	"os"
@@ -175,7 +176,7 @@ func launchedLine(req *sdk.FleetCreateVMRequest, resp *sdk.FleetCreateVMResponse
 		return format, args
 	}
 	format := "Launched %s on %s (%s, %s, %s%s)\n  ID      %s\n  placed  %s"
-	what := req.Image
+	what := cmp.Or(req.Image, req.ImagePath)
 	if what == "" {
 		what = "pool " + req.Pool
 	}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fluxvm/fluxvm/sdk"
@@ -68,5 +71,49 @@ func TestFleetTenantQuotasForLeasedHostsVolumesAndMemoryInMiB(t *testing.T) {
 	}
 	if got := decode[sdk.Tenant](t, "tenant get", op.run(t, "fleet", "tenant", "get", "acme").ok(t, "tenant get").stdout); got.Quota.MaxMemoryMiB != 1536 {
 		t.Fatalf("a refused update changed the quota: %+v", got.Quota)
+	}
+}
+
+// TestFleetCreateSpecTakesTheRequestFromAFileAndFlagsOverrideIt launches
+// from a YAML file and from JSON on stdin.
+func TestFleetCreateSpecTakesTheRequestFromAFileAndFlagsOverrideIt(t *testing.T) {
+	f := fleettest.Start(t)
+	f.CatalogImage(t, "debian-minimal")
+	_, token := f.Tenant(t, "acme", nil)
+	tenant := fleetCLI(f, token)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	spec := write("ci.yaml", "name: from-spec\nimage: debian-minimal\nvcpus: 2\nmemory_mib: 512\nlabels:\n  team: ci\n  job: \"1\"\nnetwork: none\n")
+
+	// The file's request, with --vcpus and --label on top.
+	r := decode[sdk.FleetCreateVMResponse](t, "create --spec", tenant.run(t, "fleet", "create", "--spec", spec,
+		"--vcpus", "1", "--label", "job=9").ok(t, "create --spec").stdout)
+	if v := r.VM; v.Name != "from-spec" || v.VCPUs != 1 || v.MemoryMiB != 512 || v.Network != "none" || v.Labels["team"] != "ci" || v.Labels["job"] != "9" {
+		t.Fatalf("create --spec with flags launched %+v", v)
+	}
+	// JSON on stdin; NAME overrides the file's name, and on a terminal it
+	// is a launch like any other.
+	c := tenant.tty()
+	c.stdin = `{"name": "ignored", "image": "debian-minimal", "memory_mib": 256}`
+	c.run(t, "fleet", "create", "web-2", "--spec", "-").ok(t, "create --spec -").has(t, "create --spec -",
+		"✓ Launched web-2 on "+f.Node+" (debian-minimal, 1 vCPU, 256 MiB)")
+	if help := tenant.run(t, "fleet", "create", "--help").ok(t, "create --help").stdout; !strings.Contains(help, "Flags given as well override the file's fields") {
+		t.Fatalf("fleet create --help does not say that flags override --spec:\n%s", help)
+	}
+
+	for _, c := range []struct {
+		what, spec, msg, hint string
+	}{
+		{"a misspelt field", write("typo.json", `{"image": "debian-minimal", "vcpu": 2}`), `unknown field "vcpu"`, "fields of POST /fleet/vms"},
+		{"no image", write("empty.yaml", "name: x\n"), "needs --image", "usage: fluxctl fleet launch"},
+		{"no such file", filepath.Join(dir, "nope.yaml"), "read the create request", "give --spec a JSON or YAML file"},
+	} {
+		tenant.run(t, "fleet", "create", "--spec", c.spec).refused(t, c.what, c.msg, c.hint)
 	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 )
 
 // tenantStatus is `fleet status -o json` for a tenant: the API's answers
@@ -332,10 +335,12 @@ func (f *fleet) launchCmd() *cobra.Command {
 		wait        bool
 		waitTimeout time.Duration
 		dryRun      bool
+		spec        string
 	)
 	c := &cobra.Command{
-		Use:   "launch [NAME] (--image IMAGE | --pool POOL)",
-		Short: "Launch a VM from the image catalog on a node central picks",
+		Use:     "launch [NAME] (--image IMAGE | --pool POOL | --spec FILE)",
+		Aliases: []string{"create"},
+		Short:   "Launch a VM from the image catalog on a node central picks",
 		Long: `Launch a VM from the image catalog. Central's scheduler picks the node
 (or --node pins one) within your quota; fluxctl says where it landed and why.
 Without NAME, fluxctl suggests one from the image (debian-minimal-1, -2, ...)
@@ -346,10 +351,18 @@ fluxctl shows where the VM would land and what an hour of it would cost.
 With --pool it takes a VM already booted in that warm pool (the image and
 size are then the pool's) and says so; such a VM keeps the name its pool
 gave it. When none is warm, a new one is booted. A launch of an image and
-size that one of your pools keeps may be served from it without --pool.`,
+size that one of your pools keeps may be served from it without --pool.
+
+With --spec FILE (- reads stdin) the request comes from a JSON or YAML file
+holding the body of the API's create request (POST /fleet/vms), so it can ask
+for what no flag does: node_selector, nested, network, reschedulable, and
+image_path for the operator. Flags given as well override the file's fields
+(--label adds to its labels, replacing a key it has), and NAME overrides its
+name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 		Example: `  fluxctl fleet launch --image debian-minimal
   fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait
-  fluxctl fleet launch --pool ci`,
+  fluxctl fleet launch --pool ci
+  fluxctl fleet create --spec macos-ci.yaml --ttl 2h`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(c, fmt.Sprintf("fleet launch takes at most one VM name, got %d arguments", len(args)))
@@ -358,12 +371,6 @@ size that one of your pools keeps may be served from it without --pool.`,
 		},
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
-			if req.Image == "" && req.Pool == "" {
-				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them), or --pool POOL")
-			}
-			if err := checkPoolLaunch(c, &req); err != nil {
-				return err
-			}
 			if ttl < 0 || memoryGiB < 0 || req.VCPUs < 0 {
 				return usageError(c, "--ttl, --vcpus and --memory-gib must not be negative")
 			}
@@ -383,9 +390,24 @@ size that one of your pools keeps may be served from it without --pool.`,
 				}
 				req.Labels[k] = v
 			}
-			if len(args) == 1 {
+			if spec != "" {
+				fromFile, err := f.readSpec(spec)
+				if err != nil {
+					return err
+				}
+				req = withFlags(c, fromFile, req)
+			}
+			if req.Image == "" && req.Pool == "" && req.ImagePath == "" {
+				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them), or --pool POOL")
+			}
+			if err := checkPoolLaunch(c, &req); err != nil {
+				return err
+			}
+			named := len(args) == 1 || req.Name != "" // by NAME, or in the --spec file
+			switch {
+			case len(args) == 1:
 				req.Name = args[0]
-			} else {
+			case req.Name == "":
 				list, err := fc.ListVMs(c.Context())
 				if err != nil {
 					return err
@@ -449,7 +471,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 				// The simulator runs no guest, so it cannot run commands.
 				next = fmt.Sprintf("fluxctl fleet logs %s", vm.Name)
 			}
-			format, lineArgs := launchedLine(&req, resp, len(args) == 1)
+			format, lineArgs := launchedLine(&req, resp, named)
 			f.a.done(next, format, lineArgs...)
 			return nil
 		}),
@@ -466,9 +488,60 @@ size that one of your pools keeps may be served from it without --pool.`,
 	fl.BoolVar(&wait, "wait", false, "wait until the guest agent is ready")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
 	fl.BoolVar(&dryRun, "dry-run", false, "show where the VM would land and what an hour of it costs; launch nothing")
+	fl.StringVar(&spec, "spec", "", "take the create request from this JSON or YAML file, - for stdin; flags given override it")
+	_ = c.MarkFlagFilename("spec", "json", "yaml", "yml")
 	_ = c.RegisterFlagCompletionFunc("image", f.completeImages())
 	_ = c.RegisterFlagCompletionFunc("node", f.completeNodes())
 	return c
+}
+
+// readSpec reads the create request of fleet create --spec: JSON or YAML,
+// with the API's field names. Unknown fields are refused, so a typo does
+// not silently leave a setting out.
+func (f *fleet) readSpec(name string) (sdk.FleetCreateVMRequest, error) {
+	var req sdk.FleetCreateVMRequest
+	data, name, err := f.a.readInput(name)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return req, &cliError{msg: name + " is " + err.Error(), hint: "a create request is a small JSON or YAML object"}
+	case err != nil:
+		return req, &cliError{msg: fmt.Sprintf("read the create request: %v", err), hint: "give --spec a JSON or YAML file, or - to read stdin"}
+	}
+	if err := yaml.UnmarshalStrict(data, &req); err != nil {
+		return req, &cliError{msg: fmt.Sprintf("%s is not a create request: %v", name, err),
+			hint: "write one JSON or YAML object with the fields of POST /fleet/vms; fluxctl fleet create --help names them"}
+	}
+	return req, nil
+}
+
+// withFlags is the create request of a --spec file with the flags that
+// were given as well on top of it; labels from --label join the file's.
+func withFlags(c *cobra.Command, spec, flags sdk.FleetCreateVMRequest) sdk.FleetCreateVMRequest {
+	out := spec
+	for _, fl := range []struct {
+		name string
+		set  func()
+	}{
+		{"image", func() { out.Image = flags.Image }},
+		{"pool", func() { out.Pool = flags.Pool }},
+		{"vcpus", func() { out.VCPUs = flags.VCPUs }},
+		{"memory-gib", func() { out.MemoryMiB = flags.MemoryMiB }},
+		{"ttl", func() { out.TTLSeconds = flags.TTLSeconds }},
+		{"node", func() { out.Node = flags.Node }},
+		{"display", func() { out.Display = flags.Display }},
+		{"label", func() {
+			out.Labels = maps.Clone(spec.Labels)
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			maps.Copy(out.Labels, flags.Labels)
+		}},
+	} {
+		if c.Flags().Changed(fl.name) {
+			fl.set()
+		}
+	}
+	return out
 }
 
 func (f *fleet) runCmd() *cobra.Command {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/fluxvm/fluxvm/sdk"
@@ -101,6 +102,28 @@ func (a *app) nodeClient() (*sdk.NodeClient, error) {
 		return nil, &cliError{msg: err.Error(), hint: "pass --node http://HOST:7777 (or set " + envNode + ")"}
 	}
 	return c, nil
+}
+
+// maxBody is the most central and the nodes take as a request body.
+const maxBody = 1 << 20
+
+// errTooLarge is an input larger than maxBody.
+var errTooLarge = fmt.Errorf("larger than %d KiB, more than central takes", maxBody>>10)
+
+// readInput reads a request body from the file name, or from stdin for
+// "-", refusing more than maxBody with errTooLarge. source is what to call
+// it in messages: the file's name, or stdin.
+func (a *app) readInput(name string) (data []byte, source string, err error) {
+	if name == "-" {
+		data, err = io.ReadAll(io.LimitReader(a.stdin, maxBody+1))
+		name = "stdin"
+	} else {
+		data, err = os.ReadFile(name)
+	}
+	if err == nil && len(data) > maxBody {
+		err = errTooLarge
+	}
+	return data, name, err
 }
 
 // withNode makes the node client for run: every vm command starts from it.
