@@ -72,7 +72,7 @@ token. VMs are named by name, by ID prefix, or as NODE/NAME.`,
 		f.logsCmd(), f.screenCmd(), f.nodesCmd(), f.nodeCmd(), f.capacityCmd(), f.imagesCmd(), f.tenantCmd(),
 		f.eventsCmd(), f.reconcileCmd(),
 		f.leaseCmd(), f.cordonCmd(), f.uncordonCmd(), f.drainCmd(), f.drainStatusCmd(), f.scrubCmd(),
-		f.poolsCmd(), f.rebalancePlanCmd(),
+		f.poolsCmd(), f.macOSPoolCmd(), f.rebalancePlanCmd(),
 		f.pricesCmd(), f.billCmd(), f.budgetCmd(), f.usageCmd(),
 	)
 	f.cmd = c

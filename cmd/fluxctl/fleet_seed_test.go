@@ -117,3 +117,47 @@ func TestFleetCreateSpecTakesTheRequestFromAFileAndFlagsOverrideIt(t *testing.T)
 		tenant.run(t, "fleet", "create", "--spec", c.spec).refused(t, c.what, c.msg, c.hint)
 	}
 }
+
+// TestFleetMacOSPoolChecksOutAWarmGuestAndTakesItBack runs on fleettest's
+// sim node, which takes macOS guests.
+func TestFleetMacOSPoolChecksOutAWarmGuestAndTakesItBack(t *testing.T) {
+	f := fleettest.Start(t)
+	_, token := f.Tenant(t, "acme", nil)
+	op, tenant := fleetCLI(f, f.OperatorToken), fleetCLI(f, token)
+
+	op.run(t, "fleet", "macos-pool", "checkout").refused(t, "checkout without a macOS pool", "no shared pool of macOS guests",
+		"fluxctl fleet pools create macos-ci --image MACOS-IMAGE")
+	tenant.run(t, "fleet", "macos-pool", "checkout").refused(t, "a tenant checking out", "this route is for the operator",
+		"this command is for the operator")
+
+	op.run(t, "fleet", "images", "add", "macos-ci-img", "--image", f.Image, "--guest-os", "macos", "--vcpus", "1", "--memory-mib", "512").ok(t, "images add")
+	op.run(t, "fleet", "pools", "create", "macos-ci", "--image", "macos-ci-img", "--size", "1").ok(t, "pools create")
+	waitWarm(t, op, "macos-ci", 1)
+
+	// Piped: the API's answer, the VM and how to give it back.
+	out := decode[sdk.MacOSCheckout](t, "checkout", op.run(t, "fleet", "macos-pool", "checkout", "--image", "macos-ci-img").ok(t, "checkout").stdout)
+	if out.Node != f.Node || out.Pool != "macos-ci" || out.VM.GuestOS != "macos" || out.ID != out.VM.ID || out.Reason == "" {
+		t.Fatalf("checkout = %+v", out)
+	}
+	op.run(t, "fleet", "macos-pool", "return", out.VM.Name).refused(t, "return piped without -y", "without confirmation",
+		"fluxctl fleet macos-pool return "+out.VM.Name+" -y")
+	back := decode[sdk.MacOSReturn](t, "return", op.run(t, "fleet", "macos-pool", "return", out.VM.Name, "-y").ok(t, "return").stdout)
+	if !back.Returned || back.ID != out.ID || back.Pool != "macos-ci" {
+		t.Fatalf("return = %+v", back)
+	}
+	op.run(t, "fleet", "macos-pool", "return", out.ID, "-y").refused(t, "return twice", `no vm "`+out.ID+`"`, hintListVMs)
+
+	// On a terminal: a ✓ with where it runs, and how to give it back.
+	waitWarm(t, op, "macos-ci", 1)
+	r := op.tty().run(t, "fleet", "macos-pool", "checkout", "--pool", "macos-ci").ok(t, "checkout on a tty")
+	r.has(t, "checkout on a tty", "✓ Checked out vm pool-macos-ci-", " on "+f.Node+" from pool macos-ci\n", "  placed  ",
+		"next: fluxctl fleet macos-pool return pool-macos-ci-")
+	name := strings.Fields(strings.TrimPrefix(r.stdout, "✓ Checked out vm "))[0]
+	op.tty().run(t, "fleet", "macos-pool", "return", name, "-y").ok(t, "return on a tty").has(t, "return on a tty",
+		"✓ Returned vm "+name+" (", " to pool macos-ci: deleted; the pool boots a clean VM in its place")
+
+	// Only a checked-out pool VM goes back.
+	f.CatalogImage(t, "plain")
+	op.run(t, "fleet", "launch", "plain-1", "--image", "plain").ok(t, "launch")
+	op.run(t, "fleet", "macos-pool", "return", "plain-1", "-y").refused(t, "return of a plain VM", "not a macOS pool VM", "fluxctl fleet rm")
+}
