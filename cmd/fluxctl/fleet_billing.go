@@ -229,7 +229,8 @@ invoicing: a row per line and a total row per tenant.`,
 	fl.BoolVar(&asCSV, "csv", false, "print central's CSV unchanged")
 	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
 	_ = c.RegisterFlagCompletionFunc("month", cobra.NoFileCompletions)
-	columnsFlag(c, lineColumns(), columnNamesOf(statementColumns()))
+	columnsFlag(c, lineColumns())
+	moreColumns(c, "every tenant's (the operator without --tenant)", statementColumns())
 	return c
 }
 

@@ -47,41 +47,40 @@ type table[T any] struct {
 const columnsAnnotation = "fluxctl/columns"
 
 // columnsFlag gives c the -c flag for the columns of cols and marks it as
-// a command with a table, so -o csv may be asked of it. A command that
-// prints one of several tables gives each one's columns.
-func columnsFlag[T any](c *cobra.Command, cols []column[T], more ...[]string) {
-	var names, defaults []string
-	for _, col := range cols {
-		names = append(names, col.name)
-		if !col.wide {
-			defaults = append(defaults, col.name)
-		}
-	}
-	usage := fmt.Sprintf("the columns to show, comma-separated, of: %s (default %s; -o wide: all)",
-		strings.Join(names, ","), strings.Join(defaults, ","))
-	for _, m := range more {
-		usage += "; or of: " + strings.Join(m, ",")
-		names = append(names, m...)
-	}
+// a command with a table, so -o csv may be asked of it.
+func columnsFlag[T any](c *cobra.Command, cols []column[T]) {
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[columnsAnnotation] = strings.Join(names, ",")
-	c.Flags().StringP("columns", "c", "", usage)
-	_ = c.RegisterFlagCompletionFunc("columns", func(_ *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	c.Annotations[columnsAnnotation] = strings.Join(columnNamesOf(cols), ",")
+	c.Flags().StringP("columns", "c", "", "the columns to show, comma-separated, of: "+columnsHelp(cols))
+	_ = c.RegisterFlagCompletionFunc("columns", func(c *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		// Complete the name after the last comma.
 		done, last := "", toComplete
 		if i := strings.LastIndex(toComplete, ","); i >= 0 {
 			done, last = toComplete[:i+1], toComplete[i+1:]
 		}
 		var out []cobra.Completion
-		for _, n := range names {
+		for _, n := range columnNames(c) {
 			if strings.HasPrefix(n, last) {
 				out = append(out, done+n)
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 	})
+}
+
+// moreColumns adds the columns of another table c prints in the case
+// when says, like fleet bill's of every tenant.
+func moreColumns[T any](c *cobra.Command, when string, cols []column[T]) {
+	c.Annotations[columnsAnnotation] += "," + strings.Join(columnNamesOf(cols), ",")
+	fl := c.Flags().Lookup("columns")
+	fl.Usage += "; " + when + ", of: " + columnsHelp(cols)
+}
+
+// columnsHelp lists cols for -c's help, with the default ones.
+func columnsHelp[T any](cols []column[T]) string {
+	return fmt.Sprintf("%s (default %s; -o wide: all)", strings.Join(columnNamesOf(cols), ","), strings.Join(columnNamesOf(narrow(cols)), ","))
 }
 
 // columnNamesOf is the names of cols.
