@@ -237,6 +237,20 @@ func (f *fleet) findVM(ctx context.Context, ref string) (*sdk.FleetClient, *sdk.
 	return fc, vm, withHints(err, map[int]string{404: hintListVMs})
 }
 
+// findAndAsk finds the VM ref names, then, unless yes, asks question of it
+// on the terminal (see confirm: what and withYes say what a refusal
+// without a terminal is).
+func (f *fleet) findAndAsk(ctx context.Context, ref string, yes bool, question func(*sdk.FleetVM) string, what, withYes string) (*sdk.FleetClient, *sdk.FleetVM, error) {
+	fc, vm, err := f.findVM(ctx, ref)
+	if err != nil || yes {
+		return fc, vm, err
+	}
+	if err := f.confirm(question(vm), what, withYes); err != nil {
+		return nil, nil, err
+	}
+	return fc, vm, nil
+}
+
 // oneFleetVM accepts exactly one VM reference.
 func oneFleetVM(c *cobra.Command, args []string) error {
 	if len(args) != 1 {

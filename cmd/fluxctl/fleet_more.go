@@ -247,15 +247,11 @@ terminal it asks first; otherwise it needs -y.`,
 		Args:              oneFleetVM,
 		ValidArgsFunction: f.completeVMs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			fc, vm, err := f.findVM(c.Context(), args[0])
+			fc, vm, err := f.findAndAsk(c.Context(), args[0], yes, func(vm *sdk.FleetVM) string {
+				return fmt.Sprintf("return vm %s (%s on %s) to its pool? it is deleted with its disks", vm.Name, vm.ID, vm.Node)
+			}, "return a VM", "fluxctl fleet macos-pool return "+args[0]+" -y")
 			if err != nil {
 				return err
-			}
-			if !yes {
-				if err := f.confirm(fmt.Sprintf("return vm %s (%s on %s) to its pool? it is deleted with its disks", vm.Name, vm.ID, vm.Node),
-					"return a VM", "fluxctl fleet macos-pool return "+args[0]+" -y"); err != nil {
-					return err
-				}
 			}
 			out, err := fc.ReturnMacOS(c.Context(), vm.Node, vm.ID)
 			if err != nil {

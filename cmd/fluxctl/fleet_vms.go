@@ -379,16 +379,9 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 			}
 			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
 			req.MemoryMiB = int64(math.Round(memoryGiB * 1024))
-			req.Labels = nil
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageError(c, fmt.Sprintf("--label %q: want KEY=VALUE", l))
-				}
-				if req.Labels == nil {
-					req.Labels = map[string]string{}
-				}
-				req.Labels[k] = v
+			var err error
+			if req.Labels, err = parseLabels(c, labels); err != nil {
+				return err
 			}
 			if spec != "" {
 				fromFile, err := f.readSpec(spec)
@@ -436,10 +429,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 				}
 				return f.printVMDryRun(req.Name, d)
 			}
-			var (
-				resp *sdk.FleetCreateVMResponse
-				err  error
-			)
+			var resp *sdk.FleetCreateVMResponse
 			if !wait {
 				resp, err = fc.CreateVM(c.Context(), req)
 				if err != nil {
@@ -611,16 +601,11 @@ terminal it asks first; otherwise it needs -y.`,
 		Args:              oneFleetVM,
 		ValidArgsFunction: f.completeVMs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			fc, vm, err := f.findVM(c.Context(), args[0])
+			fc, vm, err := f.findAndAsk(c.Context(), args[0], yes, func(vm *sdk.FleetVM) string {
+				return fmt.Sprintf("delete vm %s (%s on %s, %s) and its disks?", vm.Name, vm.ID, vm.Node, vm.State)
+			}, "delete", "fluxctl fleet rm "+args[0]+" -y")
 			if err != nil {
 				return err
-			}
-			if !yes {
-				err := f.confirm(fmt.Sprintf("delete vm %s (%s on %s, %s) and its disks?", vm.Name, vm.ID, vm.Node, vm.State),
-					"delete", "fluxctl fleet rm "+args[0]+" -y")
-				if err != nil {
-					return err
-				}
 			}
 			if err := fc.DeleteVM(c.Context(), vm.Node, vm.ID); err != nil {
 				return withHints(err, map[int]string{404: "it is gone already; " + hintListVMs})

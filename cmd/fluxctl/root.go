@@ -150,6 +150,22 @@ func usageError(c *cobra.Command, msg string) error {
 	return &cliError{msg: msg, hint: "usage: " + c.UseLine() + " (see " + c.CommandPath() + " --help)"}
 }
 
+// parseLabels turns --label KEY=VALUE flags into labels (nil for none).
+func parseLabels(c *cobra.Command, labels []string) (map[string]string, error) {
+	var out map[string]string
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, usageError(c, fmt.Sprintf("--label %q: want KEY=VALUE", l))
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
 // exitCode ends fluxctl with a code and no message: the guest command of
 // `vm exec` failed and already said why on its stderr.
 type exitCode int

@@ -174,15 +174,9 @@ answers.`,
 				return usageError(c, "--ttl must not be negative")
 			}
 			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageError(c, fmt.Sprintf("--label %q: want KEY=VALUE", l))
-				}
-				if req.Labels == nil {
-					req.Labels = map[string]string{}
-				}
-				req.Labels[k] = v
+			var err error
+			if req.Labels, err = parseLabels(c, labels); err != nil {
+				return err
 			}
 			if driverConfig != "" {
 				if !json.Valid([]byte(driverConfig)) {
