@@ -18,9 +18,12 @@ fluxctl is FluxVM's command line. ` + "`fluxctl vm`" + ` talks to one node agent
 ` + "`fluxctl fleet`" + ` talks to central, which places VMs on a fleet of nodes,
 and is what most people use. On a terminal fluxctl prints tables, a ✓ line for
 what it did and the next command to run; piped, or with ` + "`-o json`" + `, it
-prints the API's JSON so scripts keep working. Commands that delete or stop
-something ask first on a terminal and take ` + "`-y`" + ` elsewhere. When central
-refuses a call, fluxctl prints central's message and a hint saying what to do.
+prints the API's JSON so scripts keep working; ` + "`-o yaml`" + ` prints the same as
+YAML. Commands that list take ` + "`-o wide`" + ` (IDs and details), ` + "`-o csv`" + ` and
+` + "`-c`" + ` to pick the columns, e.g. ` + "`fluxctl fleet vms -c name,node,state`" + `.
+Commands that delete or stop something ask first on a terminal and take
+` + "`-y`" + ` elsewhere. When central refuses a call, fluxctl prints central's
+message and a hint saying what to do.
 
 New here? [quickstart.md](quickstart.md) goes from nothing to a command run in
 a VM. Every command below also answers ` + "`--help`" + `.

@@ -72,7 +72,7 @@ token. VMs are named by name, by ID prefix, or as NODE/NAME.`,
 		f.logsCmd(), f.screenCmd(), f.nodesCmd(), f.nodeCmd(), f.capacityCmd(), f.imagesCmd(), f.tenantCmd(),
 		f.eventsCmd(), f.reconcileCmd(),
 		f.leaseCmd(), f.cordonCmd(), f.uncordonCmd(), f.drainCmd(), f.drainStatusCmd(), f.scrubCmd(),
-		f.poolsCmd(), f.rebalancePlanCmd(),
+		f.poolsCmd(), f.macOSPoolCmd(), f.rebalancePlanCmd(),
 		f.pricesCmd(), f.billCmd(), f.budgetCmd(), f.usageCmd(),
 	)
 	f.cmd = c
@@ -141,6 +141,18 @@ func (f *fleet) client() (*sdk.FleetClient, error) {
 		return nil, &cliError{msg: err.Error(), hint: "pass --central http://HOST:7799 (or set " + envCentral + ")"}
 	}
 	return c, nil
+}
+
+// withClient makes the fleet client for run: every fleet command but those
+// that find a VM (findVM) starts from it.
+func (f *fleet) withClient(run func(c *cobra.Command, args []string, fc *sdk.FleetClient) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		fc, err := f.client()
+		if err != nil {
+			return err
+		}
+		return run(c, args, fc)
+	}
 }
 
 // explain turns the SDK's errors into fluxctl's refusals: central's message
@@ -223,6 +235,20 @@ func (f *fleet) findVM(ctx context.Context, ref string) (*sdk.FleetClient, *sdk.
 	}
 	vm, err := fc.FindVM(ctx, ref)
 	return fc, vm, withHints(err, map[int]string{404: hintListVMs})
+}
+
+// findAndAsk finds the VM ref names, then, unless yes, asks question of it
+// on the terminal (see confirm: what and withYes say what a refusal
+// without a terminal is).
+func (f *fleet) findAndAsk(ctx context.Context, ref string, yes bool, question func(*sdk.FleetVM) string, what, withYes string) (*sdk.FleetClient, *sdk.FleetVM, error) {
+	fc, vm, err := f.findVM(ctx, ref)
+	if err != nil || yes {
+		return fc, vm, err
+	}
+	if err := f.confirm(question(vm), what, withYes); err != nil {
+		return nil, nil, err
+	}
+	return fc, vm, nil
 }
 
 // oneFleetVM accepts exactly one VM reference.
@@ -361,4 +387,39 @@ func plural(n int64, one string) string {
 		return fmt.Sprintf("%d %s", n, one)
 	}
 	return fmt.Sprintf("%d %ss", n, one)
+}
+
+// tenantNames names tenants by ID for tables, which show names: central
+// is asked once, when a table first shows a tenant (the operator's list of
+// tenants, or a tenant's own record), and an ID it cannot name shows as it
+// is.
+type tenantNames struct {
+	ctx      context.Context
+	fc       *sdk.FleetClient
+	asTenant bool
+	names    map[string]string // nil until asked
+}
+
+func (f *fleet) tenantNames(ctx context.Context, fc *sdk.FleetClient) *tenantNames {
+	return &tenantNames{ctx: ctx, fc: fc, asTenant: f.asTenant()}
+}
+
+// name is the name of the tenant id, or id when central does not say.
+func (t *tenantNames) name(id string) string {
+	if id == "" || t == nil {
+		return id
+	}
+	if t.names == nil {
+		t.names = map[string]string{}
+		if t.asTenant {
+			if me, err := t.fc.TenantMe(t.ctx); err == nil {
+				t.names[me.Tenant.ID] = me.Tenant.Name
+			}
+		} else if ts, err := t.fc.ListTenants(t.ctx); err == nil {
+			for _, tn := range ts {
+				t.names[tn.ID] = tn.Name
+			}
+		}
+	}
+	return cmp.Or(t.names[id], id)
 }

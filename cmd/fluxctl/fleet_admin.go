@@ -14,50 +14,43 @@ import (
 // The commands for nodes, capacity, the catalog, tenants, the activity log
 // and reconciling: mostly the operator's.
 
+// nodeColumns are the columns of fleet nodes.
+func nodeColumns(now time.Time) []column[sdk.FleetNode] {
+	return []column[sdk.FleetNode]{
+		{"name", "NAME", false, func(n *sdk.FleetNode) string { return n.Name }},
+		{"state", "STATE", false, func(n *sdk.FleetNode) string { return n.State }},
+		{"vms", "VMS", false, func(n *sdk.FleetNode) string { return fmt.Sprint(len(n.VMs)) }},
+		{"free-vcpus", "FREE VCPUS", false, func(n *sdk.FleetNode) string {
+			return fmt.Sprintf("%d of %d", n.Capacity.Free.VCPUs, n.Capacity.Total.VCPUs)
+		}},
+		{"free-memory", "FREE MEMORY", false, func(n *sdk.FleetNode) string {
+			return fmt.Sprintf("%s of %s", mib(n.Capacity.Free.MemoryMiB), mib(n.Capacity.Total.MemoryMiB))
+		}},
+		{"guests", "GUESTS", false, func(n *sdk.FleetNode) string { return strings.Join(n.GuestOS, ",") }},
+		{"drivers", "DRIVERS", false, func(n *sdk.FleetNode) string { return drivers(n.Drivers) }},
+		{"seen", "SEEN", false, func(n *sdk.FleetNode) string { return ago(now, n.LastHeartbeat) + " ago" }},
+		{"url", "URL", true, func(n *sdk.FleetNode) string { return n.URL }},
+		{"labels", "LABELS", true, func(n *sdk.FleetNode) string { return pairs(n.Labels) }},
+		{"flags", "FLAGS", true, nodeFlags},
+	}
+}
+
 func (f *fleet) nodesCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "nodes",
 		Short: "List the nodes: state, capacity, drivers (operator)",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			nodes, err := fc.ListNodes(c.Context())
 			if err != nil {
 				return err
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(sdk.FleetNodeList{Nodes: nodes})
-			}
-			if len(nodes) == 0 {
-				fmt.Fprintln(a.stdout, "no nodes have reported to central yet")
-				fmt.Fprintln(a.stdout, "next: start fluxvm-agent node with a central { url, token } block pointing at "+fc.URL())
-				return nil
-			}
-			wide := a.format() == formatWide
-			now := time.Now()
-			tw := newTable(a.stdout)
-			head := []string{"NAME", "STATE", "VMS", "FREE VCPUS", "FREE MEMORY", "GUESTS", "DRIVERS", "SEEN"}
-			if wide {
-				head = append(head, "URL", "LABELS", "FLAGS")
-			}
-			row(tw, head...)
-			for _, n := range nodes {
-				cells := []string{n.Name, n.State, fmt.Sprint(len(n.VMs)),
-					fmt.Sprintf("%d of %d", n.Capacity.Free.VCPUs, n.Capacity.Total.VCPUs),
-					fmt.Sprintf("%s of %s", mib(n.Capacity.Free.MemoryMiB), mib(n.Capacity.Total.MemoryMiB)),
-					strings.Join(n.GuestOS, ","), drivers(n.Drivers), ago(now, n.LastHeartbeat) + " ago"}
-				if wide {
-					cells = append(cells, n.URL, pairs(n.Labels), nodeFlags(&n))
-				}
-				row(tw, cells...)
-			}
-			return tw.Flush()
-		},
+			return show(f.a, c, table[sdk.FleetNode]{raw: sdk.FleetNodeList{Nodes: nodes}, rows: nodes, cols: nodeColumns(time.Now()),
+				empty: "no nodes have reported to central yet\nnext: start fluxvm-agent node with a central { url, token } block pointing at " + fc.URL() + "\n"})
+		}),
 	}
+	columnsFlag(c, nodeColumns(time.Time{}))
+	return c
 }
 
 // drivers formats a node's drivers as name(health), with "sim" marked.
@@ -90,28 +83,33 @@ func nodeFlags(n *sdk.FleetNode) string {
 	return strings.Join(out, ",")
 }
 
+// nodeVMColumns are the columns of the VMs of fleet node NAME.
+func nodeVMColumns(tenants *tenantNames) []column[sdk.HeartbeatVM] {
+	return []column[sdk.HeartbeatVM]{
+		{"name", "NAME", false, func(v *sdk.HeartbeatVM) string { return v.Name }},
+		{"state", "STATE", false, func(v *sdk.HeartbeatVM) string { return v.State }},
+		{"vcpus", "VCPUS", false, func(v *sdk.HeartbeatVM) string { return fmt.Sprint(v.VCPUs) }},
+		{"memory", "MEMORY", false, func(v *sdk.HeartbeatVM) string { return mib(v.MemoryMiB) }},
+		{"guest", "GUEST", false, func(v *sdk.HeartbeatVM) string { return v.GuestOS }},
+		{"tenant", "TENANT", false, func(v *sdk.HeartbeatVM) string { return tenants.name(v.Tenant) }},
+		{"tenant-id", "TENANT ID", true, func(v *sdk.HeartbeatVM) string { return v.Tenant }},
+		{"id", "ID", true, func(v *sdk.HeartbeatVM) string { return v.ID }},
+	}
+}
+
 func (f *fleet) nodeCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:               "node NAME",
 		Short:             "Show one node with its VMs (operator)",
 		Args:              oneName("node name"),
 		ValidArgsFunction: f.completeNodes(),
-		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			n, err := fc.GetNode(c.Context(), args[0])
 			if err != nil {
 				return withHints(err, map[int]string{404: "fluxctl fleet nodes lists the nodes (as the operator)"})
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(n)
-			}
 			now := time.Now()
-			tw := newTable(a.stdout)
-			for _, fl := range [][2]string{
+			head := fields([][2]string{
 				{"name", n.Name}, {"state", n.State}, {"url", n.URL},
 				{"last heartbeat", fmt.Sprintf("%s (%s ago)", n.LastHeartbeat.Local().Format(time.DateTime), short(now.Sub(n.LastHeartbeat)))},
 				{"vcpus", fmt.Sprintf("%d free of %d", n.Capacity.Free.VCPUs, n.Capacity.Total.VCPUs)},
@@ -119,72 +117,71 @@ func (f *fleet) nodeCmd() *cobra.Command {
 				{"macos slots", fmt.Sprintf("%d free of %d", n.Capacity.Free.MacOSSlots, n.Capacity.Total.MacOSSlots)},
 				{"guests", strings.Join(n.GuestOS, ", ")}, {"drivers", drivers(n.Drivers)},
 				{"labels", pairs(n.Labels)}, {"flags", nodeFlags(n)},
-			} {
-				row(tw, fl[0], fl[1])
+			})
+			return show(f.a, c, table[sdk.HeartbeatVM]{raw: n, rows: n.VMs, cols: nodeVMColumns(f.tenantNames(c.Context(), fc)),
+				before: head + "\n", empty: "no VMs\n"})
+		}),
+	}
+	columnsFlag(c, nodeVMColumns(nil))
+	return c
+}
+
+// capacityColumns are the columns of fleet capacity.
+func capacityColumns() []column[sdk.NodeCapacity] {
+	return []column[sdk.NodeCapacity]{
+		{"node", "NODE", false, func(n *sdk.NodeCapacity) string { return n.Node }},
+		{"guests", "GUESTS", false, func(n *sdk.NodeCapacity) string {
+			var guests []string
+			if n.Linux {
+				guests = append(guests, "linux")
 			}
-			if err := tw.Flush(); err != nil {
-				return err
+			if n.MacOS {
+				guests = append(guests, "macos")
 			}
-			if len(n.VMs) == 0 {
-				fmt.Fprintln(a.stdout, "\nno VMs")
-				return nil
-			}
-			fmt.Fprintln(a.stdout)
-			tw = newTable(a.stdout)
-			row(tw, "NAME", "STATE", "VCPUS", "MEMORY", "GUEST", "TENANT", "ID")
-			for _, v := range n.VMs {
-				row(tw, v.Name, v.State, fmt.Sprint(v.VCPUs), mib(v.MemoryMiB), v.GuestOS, v.Tenant, v.ID)
-			}
-			return tw.Flush()
-		},
+			return strings.Join(guests, ",")
+		}},
+		{"free-vcpus", "FREE VCPUS", false, func(n *sdk.NodeCapacity) string { return fmt.Sprint(n.Free.VCPUs) }},
+		{"free-memory", "FREE MEMORY", false, func(n *sdk.NodeCapacity) string { return mib(n.Free.MemoryMiB) }},
+		{"macos-slots", "MACOS SLOTS", false, func(n *sdk.NodeCapacity) string { return fmt.Sprint(n.Free.MacOSSlots) }},
 	}
 }
 
 func (f *fleet) capacityCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "capacity",
 		Short: "What you could launch now, and where",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			rep, err := fc.Capacity(c.Context())
 			if err != nil {
 				return err
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(rep)
+			largest := ""
+			if l := rep.LargestLinux; l.Node != "" && len(rep.Nodes) > 0 {
+				largest += fmt.Sprintf("\nlargest Linux VM now: %s, %s on %s\n", plural(l.VCPUs, "vCPU"), mib(l.MemoryMiB), l.Node)
 			}
-			if len(rep.Nodes) == 0 {
-				fmt.Fprintln(a.stdout, "no node takes VMs now (none up and healthy, or all cordoned, draining or leased)")
-				return nil
+			if m := rep.LargestMacOS; m.Node != "" && len(rep.Nodes) > 0 {
+				largest += fmt.Sprintf("largest macOS VM now: %s, %s on %s (%d slots free)\n", plural(m.VCPUs, "vCPU"), mib(m.MemoryMiB), m.Node, rep.MacOSSlotsFree)
 			}
-			tw := newTable(a.stdout)
-			row(tw, "NODE", "GUESTS", "FREE VCPUS", "FREE MEMORY", "MACOS SLOTS")
-			for _, n := range rep.Nodes {
-				var guests []string
-				if n.Linux {
-					guests = append(guests, "linux")
-				}
-				if n.MacOS {
-					guests = append(guests, "macos")
-				}
-				row(tw, n.Node, strings.Join(guests, ","), fmt.Sprint(n.Free.VCPUs), mib(n.Free.MemoryMiB), fmt.Sprint(n.Free.MacOSSlots))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if l := rep.LargestLinux; l.Node != "" {
-				fmt.Fprintf(a.stdout, "\nlargest Linux VM now: %s, %s on %s\n", plural(l.VCPUs, "vCPU"), mib(l.MemoryMiB), l.Node)
-			}
-			if m := rep.LargestMacOS; m.Node != "" {
-				fmt.Fprintf(a.stdout, "largest macOS VM now: %s, %s on %s (%d slots free)\n", plural(m.VCPUs, "vCPU"), mib(m.MemoryMiB), m.Node, rep.MacOSSlotsFree)
-			}
-			return nil
-		},
+			return show(f.a, c, table[sdk.NodeCapacity]{raw: rep, rows: rep.Nodes, cols: capacityColumns(), after: largest,
+				empty: "no node takes VMs now (none up and healthy, or all cordoned, draining or leased)\n"})
+		}),
+	}
+	columnsFlag(c, capacityColumns())
+	return c
+}
+
+// imageColumns are the columns of fleet images.
+func imageColumns() []column[sdk.Image] {
+	return []column[sdk.Image]{
+		{"name", "NAME", false, func(im *sdk.Image) string { return im.Name }},
+		{"guest", "GUEST", false, func(im *sdk.Image) string { return im.GuestOS }},
+		{"vcpus", "VCPUS", false, func(im *sdk.Image) string { return fmt.Sprint(im.VCPUs) }},
+		{"memory", "MEMORY", false, func(im *sdk.Image) string { return mib(im.MemoryMiB) }},
+		{"ssh-user", "SSH USER", false, func(im *sdk.Image) string { return im.SSHUser }},
+		{"description", "DESCRIPTION", false, func(im *sdk.Image) string { return im.DisplayName }},
+		{"path", "PATH", true, func(im *sdk.Image) string { return im.Image }},
+		{"source", "SOURCE", true, func(im *sdk.Image) string { return im.Source }},
 	}
 }
 
@@ -194,45 +191,20 @@ func (f *fleet) imagesCmd() *cobra.Command {
 		Aliases: []string{"image"},
 		Short:   "The image catalog: list, add, remove",
 		Args:    subcommandArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			ims, err := fc.ListImages(c.Context())
 			if err != nil {
 				return err
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(sdk.ImageList{Images: ims})
+			next := ""
+			if len(ims) > 0 {
+				next = "next: fluxctl fleet launch --image " + ims[0].Name + "\n"
 			}
-			if len(ims) == 0 {
-				fmt.Fprintln(a.stdout, "the catalog is empty")
-				fmt.Fprintln(a.stdout, "next: fluxctl fleet images add NAME --image PATH --guest-os linux (as the operator)")
-				return nil
-			}
-			wide := a.format() == formatWide
-			tw := newTable(a.stdout)
-			head := []string{"NAME", "GUEST", "VCPUS", "MEMORY", "SSH USER", "DESCRIPTION"}
-			if wide {
-				head = append(head, "PATH", "SOURCE")
-			}
-			row(tw, head...)
-			for _, im := range ims {
-				cells := []string{im.Name, im.GuestOS, fmt.Sprint(im.VCPUs), mib(im.MemoryMiB), im.SSHUser, im.DisplayName}
-				if wide {
-					cells = append(cells, im.Image, im.Source)
-				}
-				row(tw, cells...)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "next: fluxctl fleet launch --image %s\n", ims[0].Name)
-			return nil
-		},
+			return show(f.a, c, table[sdk.Image]{raw: sdk.ImageList{Images: ims}, rows: ims, cols: imageColumns(), after: next,
+				empty: "the catalog is empty\nnext: fluxctl fleet images add NAME --image PATH --guest-os linux (as the operator)\n"})
+		}),
 	}
+	columnsFlag(c, imageColumns())
 	c.AddCommand(f.imagesAddCmd(), f.imagesRemoveCmd())
 	return c
 }
@@ -248,26 +220,22 @@ on every node first. --vcpus and --memory-mib are the size a launch gets
 unless it asks for another (central's defaults: 4 and 8192).`,
 		Example: `  fluxctl fleet images add debian-minimal --image /var/cache/fluxvm/images/debian-minimal --guest-os linux --vcpus 1 --memory-mib 512`,
 		Args:    oneName("image name"),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if im.Image == "" {
 				return usageError(c, "images add needs --image PATH, the disk's path on the nodes")
 			}
 			im.Name = args[0]
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			out, err := fc.PutImage(c.Context(), im)
 			if err != nil {
 				return err
 			}
 			if !f.a.human() {
-				return f.a.printJSON(out)
+				return f.a.printRaw(out)
 			}
 			f.a.done("fluxctl fleet launch --image "+out.Name, "Image %s in the catalog (%s, %s, %s, %s)",
 				out.Name, out.GuestOS, plural(out.VCPUs, "vCPU"), mib(out.MemoryMiB), out.Image)
 			return nil
-		},
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&im.Image, "image", "", "the disk's path on the nodes (required)")
@@ -289,16 +257,12 @@ func (f *fleet) imagesRemoveCmd() *cobra.Command {
 		Short:             "Remove an image from the catalog; its VMs keep running (operator)",
 		Args:              oneName("image name"),
 		ValidArgsFunction: f.completeImages(),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if !yes {
 				if err := f.confirm(fmt.Sprintf("remove image %s from the catalog?", args[0]), "remove an image",
 					"fluxctl fleet images remove "+args[0]+" -y"); err != nil {
 					return err
 				}
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			if err := fc.DeleteImage(c.Context(), args[0]); err != nil {
 				return withHints(err, map[int]string{404: hintListImages})
@@ -307,7 +271,7 @@ func (f *fleet) imagesRemoveCmd() *cobra.Command {
 				f.a.done("", "Removed image %s from the catalog", args[0])
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "remove without asking")
 	return c
@@ -332,7 +296,7 @@ fvt_ token, printed once. A tenant sees its own record with
 // quotaFlags are the quota flags of tenant create and update, as given:
 // a number, or "none" for no limit.
 type quotaFlags struct {
-	vms, vcpus, memoryGiB, snapshots string
+	vms, vcpus, memoryGiB, memoryMiB, leasedHosts, volumeGiB, snapshots string
 }
 
 func (q *quotaFlags) add(c *cobra.Command, update bool) {
@@ -344,18 +308,26 @@ func (q *quotaFlags) add(c *cobra.Command, update bool) {
 	fl.StringVar(&q.vms, "max-vms", "", "most VMs at once (0: no limit"+none+")")
 	fl.StringVar(&q.vcpus, "max-vcpus", "", "most vCPUs at once (0: no limit"+none+")")
 	fl.StringVar(&q.memoryGiB, "max-memory-gib", "", "most memory at once, in GiB (0: no limit"+none+")")
+	fl.StringVar(&q.memoryMiB, "max-memory-mib", "", "most memory at once, in MiB, instead of --max-memory-gib (0: no limit"+none+")")
+	fl.StringVar(&q.leasedHosts, "max-leased-hosts", "", "most whole nodes leased at once (0: no limit"+none+")")
+	fl.StringVar(&q.volumeGiB, "max-volume-gib", "", "most GiB of volumes held (0: no limit"+none+")")
 	fl.StringVar(&q.snapshots, "max-snapshots-per-vm", "", "most snapshots per VM (0: none allowed"+none+": the policy's)")
 }
 
 // patch turns the flags that were given into a quota patch.
 func (q *quotaFlags) patch(c *cobra.Command) (sdk.QuotaPatch, error) {
+	if c.Flags().Changed("max-memory-gib") && c.Flags().Changed("max-memory-mib") {
+		return nil, usageError(c, "--max-memory-gib and --max-memory-mib set the same quota: give one of them")
+	}
 	p := sdk.QuotaPatch{}
 	for _, fl := range []struct {
 		flag, value, key string
 		scale            float64
 	}{
 		{"max-vms", q.vms, sdk.QuotaMaxVMs, 1}, {"max-vcpus", q.vcpus, sdk.QuotaMaxVCPUs, 1},
-		{"max-memory-gib", q.memoryGiB, sdk.QuotaMaxMemoryMiB, 1024}, {"max-snapshots-per-vm", q.snapshots, sdk.QuotaMaxSnapshotsPerVM, 1},
+		{"max-memory-gib", q.memoryGiB, sdk.QuotaMaxMemoryMiB, 1024}, {"max-memory-mib", q.memoryMiB, sdk.QuotaMaxMemoryMiB, 1},
+		{"max-leased-hosts", q.leasedHosts, sdk.QuotaMaxLeasedHosts, 1}, {"max-volume-gib", q.volumeGiB, sdk.QuotaMaxVolumeGiB, 1},
+		{"max-snapshots-per-vm", q.snapshots, sdk.QuotaMaxSnapshotsPerVM, 1},
 	} {
 		if !c.Flags().Changed(fl.flag) {
 			continue
@@ -386,6 +358,12 @@ func quotaText(q sdk.Quotas) string {
 	if q.MaxMemoryMiB > 0 {
 		out = append(out, mib(q.MaxMemoryMiB))
 	}
+	if q.MaxLeasedHosts > 0 {
+		out = append(out, plural(q.MaxLeasedHosts, "leased host"))
+	}
+	if q.MaxVolumeGiB > 0 {
+		out = append(out, fmt.Sprintf("%d GiB of volumes", q.MaxVolumeGiB))
+	}
 	if q.MaxSnapshotsPerVM != nil {
 		out = append(out, fmt.Sprintf("%d snapshots/VM", *q.MaxSnapshotsPerVM))
 	}
@@ -406,11 +384,12 @@ func (f *fleet) printToken(verb string, tw *sdk.TenantWithToken) {
 func (f *fleet) tenantCreateCmd() *cobra.Command {
 	var q quotaFlags
 	c := &cobra.Command{
-		Use:     "create NAME",
-		Short:   "Create a tenant; its token is printed once (operator)",
-		Example: `  fluxctl fleet tenant create acme --max-vms 20 --max-vcpus 64 --max-memory-gib 128`,
-		Args:    oneName("tenant name"),
-		RunE: func(c *cobra.Command, args []string) error {
+		Use:   "create NAME",
+		Short: "Create a tenant; its token is printed once (operator)",
+		Example: `  fluxctl fleet tenant create acme --max-vms 20 --max-vcpus 64 --max-memory-gib 128
+  fluxctl fleet tenant create acme --max-leased-hosts 2 --max-vms 20 --max-memory-mib 98304`,
+		Args: oneName("tenant name"),
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			p, err := q.patch(c)
 			if err != nil {
 				return err
@@ -427,79 +406,70 @@ func (f *fleet) tenantCreateCmd() *cobra.Command {
 					req.Quota.MaxVCPUs = *v
 				case sdk.QuotaMaxMemoryMiB:
 					req.Quota.MaxMemoryMiB = *v
+				case sdk.QuotaMaxLeasedHosts:
+					req.Quota.MaxLeasedHosts = *v
+				case sdk.QuotaMaxVolumeGiB:
+					req.Quota.MaxVolumeGiB = *v
 				case sdk.QuotaMaxSnapshotsPerVM:
 					req.Quota.MaxSnapshotsPerVM = v
 				}
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			out, err := fc.CreateTenant(c.Context(), req)
 			if err != nil {
 				return withHints(err, map[int]string{409: "pick another name; " + hintTenants})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(out)
+				return f.a.printRaw(out)
 			}
 			f.printToken("Created", out)
 			return nil
-		},
+		}),
 	}
 	q.add(c, false)
 	return c
 }
 
+// tenantColumns are the columns of fleet tenant list.
+func tenantColumns(now time.Time) []column[sdk.Tenant] {
+	return []column[sdk.Tenant]{
+		{"name", "NAME", false, func(t *sdk.Tenant) string { return t.Name }},
+		{"state", "STATE", false, tenantState},
+		{"quota", "QUOTA", false, func(t *sdk.Tenant) string { return quotaText(t.Quota) }},
+		{"age", "AGE", false, func(t *sdk.Tenant) string { return ago(now, t.CreatedAt) }},
+		{"id", "ID", true, func(t *sdk.Tenant) string { return t.ID }},
+	}
+}
+
+func tenantState(t *sdk.Tenant) string {
+	if t.Disabled {
+		return "disabled"
+	}
+	return "enabled"
+}
+
 func (f *fleet) tenantListCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the tenants (operator)",
 		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			ts, err := fc.ListTenants(c.Context())
 			if err != nil {
 				return err
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(sdk.TenantList{Tenants: ts})
-			}
-			if len(ts) == 0 {
-				fmt.Fprintln(a.stdout, "no tenants\nnext: fluxctl fleet tenant create NAME --max-vms 10")
-				return nil
-			}
-			now := time.Now()
-			tw := newTable(a.stdout)
-			row(tw, "NAME", "ID", "STATE", "QUOTA", "AGE")
-			for _, t := range ts {
-				state := "enabled"
-				if t.Disabled {
-					state = "disabled"
-				}
-				row(tw, t.Name, t.ID, state, quotaText(t.Quota), ago(now, t.CreatedAt))
-			}
-			return tw.Flush()
-		},
+			return show(f.a, c, table[sdk.Tenant]{raw: sdk.TenantList{Tenants: ts}, rows: ts, cols: tenantColumns(time.Now()),
+				empty: "no tenants\nnext: fluxctl fleet tenant create NAME --max-vms 10\n"})
+		}),
 	}
+	columnsFlag(c, tenantColumns(time.Time{}))
+	return c
 }
 
 // printTenant shows one tenant as a list of fields.
-func (f *fleet) printTenant(t *sdk.Tenant) error {
-	state := "enabled"
-	if t.Disabled {
-		state = "disabled"
-	}
-	tw := newTable(f.a.stdout)
-	for _, fl := range [][2]string{{"name", t.Name}, {"id", t.ID}, {"state", state}, {"quota", quotaText(t.Quota)},
-		{"created", t.CreatedAt.Local().Format(time.DateTime)}} {
-		row(tw, fl[0], fl[1])
-	}
-	return tw.Flush()
+func (f *fleet) printTenant(t *sdk.Tenant) {
+	fmt.Fprint(f.a.stdout, fields([][2]string{{"name", t.Name}, {"id", t.ID}, {"state", tenantState(t)}, {"quota", quotaText(t.Quota)},
+		{"created", t.CreatedAt.Local().Format(time.DateTime)}}))
 }
 
 func (f *fleet) tenantGetCmd() *cobra.Command {
@@ -509,11 +479,7 @@ func (f *fleet) tenantGetCmd() *cobra.Command {
 		Short:             "Show a tenant, by name or ID (operator)",
 		Args:              oneName("tenant name or ID"),
 		ValidArgsFunction: f.completeTenants(),
-		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if args[0] == "me" {
 				return usageError(c, `"me" is the calling tenant: use fluxctl fleet tenant me`)
 			}
@@ -522,10 +488,11 @@ func (f *fleet) tenantGetCmd() *cobra.Command {
 				return withHints(err, map[int]string{404: hintTenants})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(t)
+				return f.a.printRaw(t)
 			}
-			return f.printTenant(t)
-		},
+			f.printTenant(t)
+			return nil
+		}),
 	}
 }
 
@@ -534,11 +501,7 @@ func (f *fleet) tenantMeCmd() *cobra.Command {
 		Use:   "me",
 		Short: "Show your tenant: quota and what counts against it",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			me, err := fc.TenantMe(c.Context())
 			if err != nil {
 				return withHints(err, map[int]string{400: "pass a tenant's fvt_ token with --token or " + envFleetToken +
@@ -546,11 +509,9 @@ func (f *fleet) tenantMeCmd() *cobra.Command {
 			}
 			a := f.a
 			if !a.human() {
-				return a.printJSON(me)
+				return a.printRaw(me)
 			}
-			if err := f.printTenant(&me.Tenant); err != nil {
-				return err
-			}
+			f.printTenant(&me.Tenant)
 			fmt.Fprintln(a.stdout)
 			q, u := me.Tenant.Quota, me.Usage
 			limit := func(n int64, unit func(int64) string) string {
@@ -567,7 +528,7 @@ func (f *fleet) tenantMeCmd() *cobra.Command {
 			row(tw, "Memory", mib(u.Running.MemoryMiB), mib(u.Reserved.MemoryMiB), limit(q.MaxMemoryMiB, mib))
 			row(tw, "Snapshots per VM", "", "", count(me.MaxSnapshotsPerVM))
 			return tw.Flush()
-		},
+		}),
 	}
 }
 
@@ -581,10 +542,11 @@ func (f *fleet) tenantUpdateCmd() *cobra.Command {
 		Use:   "update TENANT [--name N] [--disable|--enable] [--max-vms N|none]...",
 		Short: "Rename, disable, enable a tenant or change its quotas (operator)",
 		Example: `  fluxctl fleet tenant update acme --max-vms 40 --max-vcpus none
+  fluxctl fleet tenant update acme --max-volume-gib 500
   fluxctl fleet tenant update acme --disable`,
 		Args:              oneName("tenant name or ID"),
 		ValidArgsFunction: f.completeTenants(),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if disable && enable {
 				return usageError(c, "give --disable or --enable, not both")
 			}
@@ -605,24 +567,16 @@ func (f *fleet) tenantUpdateCmd() *cobra.Command {
 			if req.Name == nil && req.Disabled == nil && req.Quota == nil {
 				return usageError(c, "nothing to change: give --name, --disable, --enable or a --max-… quota")
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			t, err := fc.UpdateTenant(c.Context(), args[0], req)
 			if err != nil {
 				return withHints(err, map[int]string{404: hintTenants, 409: "another tenant has that name; " + hintTenants})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(t)
+				return f.a.printRaw(t)
 			}
-			state := "enabled"
-			if t.Disabled {
-				state = "disabled"
-			}
-			f.a.done("", "Updated tenant %s (%s, %s), quota: %s", t.Name, t.ID, state, quotaText(t.Quota))
+			f.a.done("", "Updated tenant %s (%s, %s), quota: %s", t.Name, t.ID, tenantState(t), quotaText(t.Quota))
 			return nil
-		},
+		}),
 	}
 	q.add(c, true)
 	c.Flags().StringVar(&name, "name", "", "a new name")
@@ -638,27 +592,23 @@ func (f *fleet) tenantRotateCmd() *cobra.Command {
 		Short:             "Give a tenant a new token; the old one stops working at once (operator)",
 		Args:              oneName("tenant name or ID"),
 		ValidArgsFunction: f.completeTenants(),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if !yes {
 				if err := f.confirm(fmt.Sprintf("rotate the token of tenant %s? its current token stops working at once", args[0]),
 					"rotate a token", "fluxctl fleet tenant rotate-token "+args[0]+" -y"); err != nil {
 					return err
 				}
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			out, err := fc.RotateTenantToken(c.Context(), args[0])
 			if err != nil {
 				return withHints(err, map[int]string{404: hintTenants})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(out)
+				return f.a.printRaw(out)
 			}
 			f.printToken("New token for", out)
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "rotate without asking")
 	return c
@@ -672,16 +622,12 @@ func (f *fleet) tenantDeleteCmd() *cobra.Command {
 		Short:             "Delete a tenant that has no VMs (operator)",
 		Args:              oneName("tenant name or ID"),
 		ValidArgsFunction: f.completeTenants(),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if !yes {
 				if err := f.confirm(fmt.Sprintf("delete tenant %s? its token stops working", args[0]),
 					"delete a tenant", "fluxctl fleet tenant delete "+args[0]+" -y"); err != nil {
 					return err
 				}
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			if err := fc.DeleteTenant(c.Context(), args[0]); err != nil {
 				return withHints(err, map[int]string{404: hintTenants,
@@ -691,10 +637,28 @@ func (f *fleet) tenantDeleteCmd() *cobra.Command {
 				f.a.done("", "Deleted tenant %s", args[0])
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "delete without asking")
 	return c
+}
+
+// eventColumns are the columns of fleet events.
+func eventColumns(tenants *tenantNames) []column[sdk.Event] {
+	return []column[sdk.Event]{
+		{"time", "TIME", false, func(e *sdk.Event) string { return e.Time.Local().Format(time.DateTime) }},
+		{"who", "WHO", false, func(e *sdk.Event) string {
+			if id, ok := strings.CutPrefix(e.Who, "tenant:"); ok {
+				return "tenant:" + tenants.name(id)
+			}
+			return e.Who
+		}},
+		{"method", "METHOD", false, func(e *sdk.Event) string { return e.Method }},
+		{"path", "PATH", false, func(e *sdk.Event) string { return e.Path }},
+		{"target", "TARGET", false, func(e *sdk.Event) string { return e.Target }},
+		{"status", "STATUS", false, func(e *sdk.Event) string { return strconv.Itoa(e.Status) }},
+		{"tenant-id", "TENANT ID", true, func(e *sdk.Event) string { return e.Tenant }},
+	}
 }
 
 func (f *fleet) eventsCmd() *cobra.Command {
@@ -703,37 +667,22 @@ func (f *fleet) eventsCmd() *cobra.Command {
 		Use:   "events",
 		Short: "The activity log, newest first (a tenant sees its own)",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			if q.Limit < 0 {
 				return usageError(c, "--limit must not be negative")
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			evs, err := fc.ListEvents(c.Context(), q)
 			if err != nil {
 				return err
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(sdk.EventList{Events: evs})
-			}
-			if len(evs) == 0 {
-				fmt.Fprintln(a.stdout, "no events")
-				return nil
-			}
-			tw := newTable(a.stdout)
-			row(tw, "TIME", "WHO", "METHOD", "PATH", "TARGET", "STATUS")
-			for _, e := range evs {
-				row(tw, e.Time.Local().Format(time.DateTime), e.Who, e.Method, e.Path, e.Target, strconv.Itoa(e.Status))
-			}
-			return tw.Flush()
-		},
+			return show(f.a, c, table[sdk.Event]{raw: sdk.EventList{Events: evs}, rows: evs,
+				cols: eventColumns(f.tenantNames(c.Context(), fc)), empty: "no events\n"})
+		}),
 	}
 	c.Flags().IntVarP(&q.Limit, "limit", "n", 0, "how many of the newest events (0: central's default, 100)")
 	c.Flags().StringVar(&q.Tenant, "tenant", "", "only this tenant's events, by name or ID (operator)")
 	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
+	columnsFlag(c, eventColumns(nil))
 	return c
 }
 
@@ -745,18 +694,14 @@ func (f *fleet) reconcileCmd() *cobra.Command {
 longer lists, adopt VMs a node runs for a tenant that the ledger lacks, drop
 old entries and recount usage. The leader also runs it on its own.`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			rep, err := fc.Reconcile(c.Context())
 			if err != nil {
 				return err
 			}
 			a := f.a
 			if !a.human() {
-				return a.printJSON(rep)
+				return a.printRaw(rep)
 			}
 			a.done("", "Reconciled in %d ms: %d nodes checked, %d skipped, %d entries ended, %d adopted, %d dropped, %d counters fixed",
 				rep.DurationMS, len(rep.NodesChecked), len(rep.NodesSkipped), len(rep.Ended), len(rep.Adopted), rep.Dropped, len(rep.CountersFixed))
@@ -774,6 +719,6 @@ old entries and recount usage. The leader also runs it on its own.`,
 					cf.Now.VMs, cf.Now.VCPUs, mib(cf.Now.MemoryMiB), cf.Was.VMs, cf.Was.VCPUs, mib(cf.Was.MemoryMiB))
 			}
 			return nil
-		},
+		}),
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -21,8 +20,6 @@ import (
 const (
 	hintMonth   = "--month is YYYY-MM, e.g. --month 2026-08 (default: this month)"
 	hintOwnBill = "a tenant sees only its own: leave --tenant out"
-	// maxPriceFile is what central takes as a request body.
-	maxPriceFile = 1 << 20
 )
 
 // billingRefusal gives central's refusals of the billing routes fluxctl's
@@ -64,18 +61,14 @@ is not needed, since a list always takes effect when it is published.`,
   fluxctl fleet prices -o json > prices.json
   fluxctl fleet prices --set prices.json`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			if !c.Flags().Changed("set") {
 				v, err := fc.Prices(c.Context())
 				if err != nil {
 					return err
 				}
 				if !f.a.human() {
-					return f.a.printJSON(v)
+					return f.a.printRaw(v)
 				}
 				return f.printPrices(v)
 			}
@@ -88,7 +81,7 @@ is not needed, since a list always takes effect when it is published.`,
 				return withHints(err, map[int]string{400: "fix the file and try again; fluxctl fleet prices -o json shows a valid list"})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(v)
+				return f.a.printRaw(v)
 			}
 			classes := fmt.Sprintf("%d Mac classes", len(v.MacClasses))
 			if len(v.MacClasses) == 1 {
@@ -97,7 +90,7 @@ is not needed, since a list always takes effect when it is published.`,
 			f.a.done("fluxctl fleet prices", "Published prices in %s (%s), in effect from %s; running leases keep their price",
 				v.Currency, classes, when(v.EffectiveFrom))
 			return nil
-		},
+		}),
 	}
 	c.Flags().StringVar(&file, "set", "", "publish the price list in this JSON file, - for stdin (operator)")
 	_ = c.MarkFlagFilename("set", "json")
@@ -108,20 +101,12 @@ is not needed, since a list always takes effect when it is published.`,
 // what GET /fleet/prices answers too, and refuses unknown fields, so a typo
 // does not silently leave a rate at zero.
 func (f *fleet) readPrices(name string) (billing.Prices, error) {
-	var data []byte
-	var err error
-	if name == "-" {
-		data, err = io.ReadAll(io.LimitReader(f.a.stdin, maxPriceFile+1))
-		name = "stdin"
-	} else {
-		data, err = os.ReadFile(name)
-	}
+	data, name, err := f.a.readInput(name)
 	switch {
+	case errors.Is(err, errTooLarge):
+		return billing.Prices{}, &cliError{msg: name + " is " + err.Error(), hint: "a price list is a small JSON object; fluxctl fleet prices -o json shows one"}
 	case err != nil:
 		return billing.Prices{}, &cliError{msg: fmt.Sprintf("read the price list: %v", err), hint: "give --set a JSON file, or - to read stdin"}
-	case len(data) > maxPriceFile:
-		return billing.Prices{}, &cliError{msg: fmt.Sprintf("%s is larger than %d KiB, more than central takes", name, maxPriceFile>>10),
-			hint: "a price list is a small JSON object; fluxctl fleet prices -o json shows one"}
 	}
 	var v billing.PriceVersion
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -214,11 +199,7 @@ invoicing: a row per line and a total row per tenant.`,
   fluxctl fleet bill --month 2026-08 --csv > 2026-08.csv
   fluxctl fleet bill --tenant acme   # operator`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			ctx := c.Context()
 			if asCSV {
 				out, err := fc.StatementCSV(ctx, q)
@@ -233,20 +214,14 @@ invoicing: a row per line and a total row per tenant.`,
 				if err != nil {
 					return f.billingRefusal(err, "")
 				}
-				if !f.a.human() {
-					return f.a.printJSON(list)
-				}
-				return f.printStatements(list)
+				return f.showStatements(c, list)
 			}
 			st, err := fc.Statement(ctx, q)
 			if err != nil {
 				return f.billingRefusal(err, q.Tenant)
 			}
-			if !f.a.human() {
-				return f.a.printJSON(st)
-			}
-			return f.printStatement(st, q.Tenant)
-		},
+			return f.showStatement(c, st, q.Tenant)
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&q.Month, "month", "", "the month, YYYY-MM (default: this month)")
@@ -254,47 +229,44 @@ invoicing: a row per line and a total row per tenant.`,
 	fl.BoolVar(&asCSV, "csv", false, "print central's CSV unchanged")
 	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
 	_ = c.RegisterFlagCompletionFunc("month", cobra.NoFileCompletions)
+	columnsFlag(c, lineColumns())
+	moreColumns(c, "every tenant's (the operator without --tenant)", statementColumns())
 	return c
 }
 
-// printStatement shows one tenant's month: its lines, the total, and for
+// lineColumns are the columns of one tenant's bill.
+func lineColumns() []column[billing.Line] {
+	return []column[billing.Line]{
+		{"description", "DESCRIPTION", false, func(l *billing.Line) string { return l.Description }},
+		{"quantity", "QUANTITY", false, func(l *billing.Line) string { return l.Quantity }},
+		{"unit", "UNIT", false, func(l *billing.Line) string { return l.Unit }},
+		{"unit-price", "UNIT PRICE", false, func(l *billing.Line) string { return l.UnitPrice.String() }},
+		{"amount", "AMOUNT", false, func(l *billing.Line) string { return l.AmountDisplay }},
+		{"kind", "KIND", true, func(l *billing.Line) string { return l.Kind }},
+		{"lease", "LEASE", true, func(l *billing.Line) string { return l.LeaseID }},
+		{"node", "NODE", true, func(l *billing.Line) string { return l.Node }},
+		{"from", "FROM", true, func(l *billing.Line) string { return when(l.From) }},
+		{"to", "TO", true, func(l *billing.Line) string { return when(l.To) }},
+	}
+}
+
+// showStatement shows one tenant's month: its lines, the total, and for
 // the month under way the forecast and the budget.
-func (f *fleet) printStatement(st *sdk.Statement, tenantFlag string) error {
-	a := f.a
-	fmt.Fprintf(a.stdout, "Bill of %s for %s, as of %s\n\n", st.TenantName, st.Month, when(st.AsOf))
-	if len(st.Lines) == 0 {
-		fmt.Fprintf(a.stdout, "No charges.\nTotal  %s %s\n", st.TotalDisplay, st.Currency)
-	} else {
-		wide := a.format() == formatWide
-		tw := newTable(a.stdout)
-		head := []string{"DESCRIPTION", "QUANTITY", "UNIT", "UNIT PRICE", "AMOUNT"}
-		if wide {
-			head = append(head, "KIND", "LEASE", "NODE", "FROM", "TO")
-		}
-		row(tw, head...)
-		for _, l := range st.Lines {
-			cells := []string{l.Description, l.Quantity, l.Unit, l.UnitPrice.String(), l.AmountDisplay}
-			if wide {
-				cells = append(cells, l.Kind, l.LeaseID, l.Node, when(l.From), when(l.To))
-			}
-			row(tw, cells...)
-		}
-		fmt.Fprintf(tw, "Total\t\t\t\t%s %s\n", st.TotalDisplay, st.Currency)
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
+func (f *fleet) showStatement(c *cobra.Command, st *sdk.Statement, tenantFlag string) error {
+	total := st.TotalDisplay + " " + st.Currency
+	after := ""
 	if st.Forecast != nil {
-		fmt.Fprintf(a.stdout, "\nForecast for the whole month: %s %s, if what runs now keeps running\n", st.ForecastDisplay, st.Currency)
+		after += fmt.Sprintf("\nForecast for the whole month: %s %s, if what runs now keeps running\n", st.ForecastDisplay, st.Currency)
 	}
-	if st.Budget == nil {
-		return nil
+	if st.Budget != nil {
+		after += budgetLine(st.Budget) + "\n"
+		if st.Budget.Monthly == nil && tenantFlag == "" {
+			after += "next: fluxctl fleet budget AMOUNT, to be warned at 80 % of it\n"
+		}
 	}
-	fmt.Fprintf(a.stdout, "%s\n", budgetLine(st.Budget))
-	if st.Budget.Monthly == nil && tenantFlag == "" {
-		fmt.Fprintln(a.stdout, "next: fluxctl fleet budget AMOUNT, to be warned at 80 % of it")
-	}
-	return nil
+	return show(f.a, c, table[billing.Line]{raw: st, rows: st.Lines, cols: lineColumns(),
+		before: fmt.Sprintf("Bill of %s for %s, as of %s\n\n", st.TenantName, st.Month, when(st.AsOf)),
+		empty:  "No charges.\nTotal  " + total + "\n", footer: map[string]string{"description": "Total", "amount": total}, after: after})
 }
 
 // budgetLine says how the month's spend stands against the budget.
@@ -320,48 +292,46 @@ func share(b *sdk.Budget) string {
 	return fmt.Sprintf("%.0f %%", float64(b.MonthToDate)*100/float64(*b.Monthly))
 }
 
-// printStatements shows every tenant's month, one line each.
-func (f *fleet) printStatements(list *sdk.StatementList) error {
-	a := f.a
-	if len(list.Statements) == 0 {
-		fmt.Fprintf(a.stdout, "No charges in %s: no tenant has used anything.\n", list.Month)
-		return nil
-	}
-	fmt.Fprintf(a.stdout, "Bills for %s\n\n", list.Month)
-	wide := a.format() == formatWide
-	tw := newTable(a.stdout)
-	head := []string{"TENANT", "TOTAL", "FORECAST", "BUDGET"}
-	if wide {
-		head = append(head, "ID", "LINES")
-	}
-	row(tw, head...)
-	currency := list.Statements[0].Currency
-	for _, st := range list.Statements {
-		forecast, budget := "", ""
-		if st.Forecast != nil {
-			forecast = st.ForecastDisplay + " " + st.Currency
-		}
-		if b := st.Budget; b != nil && b.Monthly != nil {
-			budget = b.Monthly.Cents() + " " + st.Currency + " (" + share(b) + ")"
+// statementColumns are the columns of every tenant's bill.
+func statementColumns() []column[sdk.Statement] {
+	return []column[sdk.Statement]{
+		{"tenant", "TENANT", false, func(st *sdk.Statement) string { return st.TenantName }},
+		{"total", "TOTAL", false, func(st *sdk.Statement) string { return st.TotalDisplay + " " + st.Currency }},
+		{"forecast", "FORECAST", false, func(st *sdk.Statement) string {
+			if st.Forecast == nil {
+				return ""
+			}
+			return st.ForecastDisplay + " " + st.Currency
+		}},
+		{"budget", "BUDGET", false, func(st *sdk.Statement) string {
+			b := st.Budget
+			if b == nil || b.Monthly == nil {
+				return ""
+			}
+			budget := b.Monthly.Cents() + " " + st.Currency + " (" + share(b) + ")"
 			switch b.State {
 			case billing.BudgetNear:
 				budget += " near"
 			case billing.BudgetOver:
 				budget += " over"
 			}
-		}
-		cells := []string{st.TenantName, st.TotalDisplay + " " + st.Currency, forecast, budget}
-		if wide {
-			cells = append(cells, st.Tenant, fmt.Sprint(len(st.Lines)))
-		}
-		row(tw, cells...)
+			return budget
+		}},
+		{"id", "ID", true, func(st *sdk.Statement) string { return st.Tenant }},
+		{"lines", "LINES", true, func(st *sdk.Statement) string { return fmt.Sprint(len(st.Lines)) }},
 	}
-	fmt.Fprintf(tw, "Total\t%s %s\n", list.TotalDisplay, currency)
-	if err := tw.Flush(); err != nil {
-		return err
+}
+
+// showStatements shows every tenant's month, one line each.
+func (f *fleet) showStatements(c *cobra.Command, list *sdk.StatementList) error {
+	t := table[sdk.Statement]{raw: list, rows: list.Statements, cols: statementColumns(),
+		empty: fmt.Sprintf("No charges in %s: no tenant has used anything.\n", list.Month)}
+	if len(list.Statements) > 0 {
+		t.before = fmt.Sprintf("Bills for %s\n\n", list.Month)
+		t.footer = map[string]string{"tenant": "Total", "total": list.TotalDisplay + " " + list.Statements[0].Currency}
+		t.after = "next: fluxctl fleet bill --tenant TENANT\n"
 	}
-	fmt.Fprintln(a.stdout, "next: fluxctl fleet bill --tenant TENANT")
-	return nil
+	return show(f.a, c, t)
 }
 
 func (f *fleet) budgetCmd() *cobra.Command {
@@ -387,7 +357,7 @@ A tenant shows and sets its own budget. The operator names the tenant with
 			return nil
 		},
 		ValidArgsFunction: cobra.FixedCompletions([]string{"none"}, cobra.ShellCompDirectiveNoFileComp),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if !f.asTenant() && tenant == "" {
 				return &cliError{msg: "the operator has no budget of its own: name the tenant with --tenant",
 					hint: "fluxctl fleet bill shows every tenant's month with its budget"}
@@ -400,10 +370,6 @@ A tenant shows and sets its own budget. The operator names the tenant with
 				}
 				amount = &m
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			ctx := c.Context()
 			if len(args) == 0 {
 				st, err := fc.Statement(ctx, sdk.StatementQuery{Tenant: tenant})
@@ -414,11 +380,14 @@ A tenant shows and sets its own budget. The operator names the tenant with
 					return &cliError{msg: "central's statement of the month under way has no budget", hint: "fluxctl fleet bill shows the month"}
 				}
 				if !f.a.human() {
-					return f.a.printJSON(st.Budget)
+					return f.a.printRaw(st.Budget)
 				}
 				return f.printBudget(st.TenantName, st.Budget, tenant)
 			}
-			var b *sdk.Budget
+			var (
+				b   *sdk.Budget
+				err error
+			)
 			if tenant == "" {
 				b, err = fc.SetBudget(ctx, amount)
 			} else {
@@ -428,7 +397,7 @@ A tenant shows and sets its own budget. The operator names the tenant with
 				return withHints(err, map[int]string{403: "a tenant sets its own budget: leave --tenant out", 404: hintTenants})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(b)
+				return f.a.printRaw(b)
 			}
 			whose, next := "Budget", "fluxctl fleet bill"
 			if tenant != "" {
@@ -441,7 +410,7 @@ A tenant shows and sets its own budget. The operator names the tenant with
 			f.a.done(next, "%s set to %s %s a month (%s %s spent in %s, %s)", whose, b.Monthly.Cents(), b.Currency,
 				b.MonthToDateDisplay, b.Currency, b.Month, share(b))
 			return nil
-		},
+		}),
 	}
 	c.Flags().StringVar(&tenant, "tenant", "", "the tenant, by name or ID (operator)")
 	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
@@ -463,14 +432,8 @@ func (f *fleet) printBudget(name string, b *sdk.Budget, tenantFlag string) error
 			state = "within the budget"
 		}
 	}
-	tw := newTable(a.stdout)
-	for _, fl := range [][2]string{{"tenant", name}, {"month", b.Month}, {"spent", b.MonthToDateDisplay + " " + b.Currency},
-		{"budget", budget}, {"state", state}} {
-		row(tw, fl[0], fl[1])
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	fmt.Fprint(a.stdout, fields([][2]string{{"tenant", name}, {"month", b.Month}, {"spent", b.MonthToDateDisplay + " " + b.Currency},
+		{"budget", budget}, {"state", state}}))
 	if b.Monthly == nil {
 		next := "fluxctl fleet budget AMOUNT"
 		if tenantFlag != "" {
@@ -500,7 +463,7 @@ A tenant sees its own row; the operator every tenant's, or one with
 		Example: `  fluxctl fleet usage
   fluxctl fleet usage --from 2026-08-01T00:00:00Z --to 2026-09-01T00:00:00Z --csv > august.csv`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			for _, t := range []struct {
 				flag, value string
 				into        *time.Time
@@ -514,10 +477,6 @@ A tenant sees its own row; the operator every tenant's, or one with
 				}
 				*t.into = v
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			if asCSV {
 				out, err := fc.UsageCSV(c.Context(), q)
 				if err != nil {
@@ -530,11 +489,13 @@ A tenant sees its own row; the operator every tenant's, or one with
 			if err != nil {
 				return f.billingRefusal(err, q.Tenant)
 			}
-			if !f.a.human() {
-				return f.a.printJSON(rep)
+			window := fmt.Sprintf("from %s to %s", rep.From.UTC().Format(time.RFC3339), rep.To.UTC().Format(time.RFC3339))
+			t := table[sdk.UsageRow]{raw: rep, rows: rep.Tenants, cols: usageColumns(), empty: "No usage " + window + ".\n"}
+			if len(rep.Tenants) > 0 {
+				t.before = "Usage " + window + ", in hours\n\n"
 			}
-			return f.printUsage(rep)
-		},
+			return show(f.a, c, t)
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&from, "from", "", "the window's start, RFC 3339 (default: the first of this month, UTC)")
@@ -542,37 +503,27 @@ A tenant sees its own row; the operator every tenant's, or one with
 	fl.StringVar(&q.Tenant, "tenant", "", "only this tenant, by name or ID (operator)")
 	fl.BoolVar(&asCSV, "csv", false, "print central's CSV unchanged")
 	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
+	columnsFlag(c, usageColumns())
 	return c
 }
 
 // hours shows seconds as hours with two decimals.
 func hours(secs int64) string { return fmt.Sprintf("%.2f", float64(secs)/3600) }
 
-func (f *fleet) printUsage(rep *sdk.UsageReport) error {
-	a := f.a
-	window := fmt.Sprintf("from %s to %s", rep.From.UTC().Format(time.RFC3339), rep.To.UTC().Format(time.RFC3339))
-	if len(rep.Tenants) == 0 {
-		fmt.Fprintf(a.stdout, "No usage %s.\n", window)
-		return nil
+// usageColumns are the columns of fleet usage.
+func usageColumns() []column[sdk.UsageRow] {
+	return []column[sdk.UsageRow]{
+		{"tenant", "TENANT", false, func(u *sdk.UsageRow) string { return u.TenantName }},
+		{"vms", "VMS", false, func(u *sdk.UsageRow) string { return fmt.Sprint(u.VMsStarted) }},
+		{"vm", "VM", false, func(u *sdk.UsageRow) string { return hours(u.VMSeconds) }},
+		{"vcpu", "VCPU", false, func(u *sdk.UsageRow) string { return hours(u.VCPUSeconds) }},
+		{"memory-gib", "MEMORY GIB", false, func(u *sdk.UsageRow) string { return hours(u.MemoryMiBSeconds / 1024) }},
+		{"macos", "MACOS", false, func(u *sdk.UsageRow) string { return hours(u.MacOSVMSeconds) }},
+		{"leases", "LEASES", false, func(u *sdk.UsageRow) string { return fmt.Sprint(u.LeasesStarted) }},
+		{"leased", "LEASED", false, func(u *sdk.UsageRow) string { return hours(u.LeaseSeconds) }},
+		{"lease-billed", "LEASE BILLED", false, func(u *sdk.UsageRow) string { return hours(u.BillableLeaseSeconds) }},
+		{"id", "ID", true, func(u *sdk.UsageRow) string { return u.Tenant }},
 	}
-	fmt.Fprintf(a.stdout, "Usage %s, in hours\n\n", window)
-	wide := a.format() == formatWide
-	tw := newTable(a.stdout)
-	head := []string{"TENANT", "VMS", "VM", "VCPU", "MEMORY GIB", "MACOS", "LEASES", "LEASED", "LEASE BILLED"}
-	if wide {
-		head = append(head, "ID")
-	}
-	row(tw, head...)
-	for _, u := range rep.Tenants {
-		cells := []string{u.TenantName, fmt.Sprint(u.VMsStarted), hours(u.VMSeconds), hours(u.VCPUSeconds),
-			hours(u.MemoryMiBSeconds / 1024), hours(u.MacOSVMSeconds), fmt.Sprint(u.LeasesStarted),
-			hours(u.LeaseSeconds), hours(u.BillableLeaseSeconds)}
-		if wide {
-			cells = append(cells, u.Tenant)
-		}
-		row(tw, cells...)
-	}
-	return tw.Flush()
 }
 
 // printVMDryRun shows where a launch would land and what it would cost.

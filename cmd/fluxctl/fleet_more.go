@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"errors"
 	"fmt"
 	"image/png"
 	"os"
@@ -11,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// fleet screen, fleet pools resize, and what fleet launch --pool adds to
-// a launch.
+// fleet screen, fleet pools resize, what fleet launch --pool adds to a
+// launch, and the operator's macOS pool.
 
 func (f *fleet) screenCmd() *cobra.Command {
 	var (
@@ -97,7 +99,7 @@ shared pools, or a tenant's with --tenant.`,
   fluxctl fleet pools resize ci --size 2 --max-size 8
   fluxctl fleet pools resize ci --tenant acme --size 0`,
 		Args: oneName("pool name"),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			var patch sdk.PoolPatch
 			if c.Flags().Changed("size") {
 				patch.Size = &size
@@ -111,10 +113,6 @@ shared pools, or a tenant's with --tenant.`,
 			case size < 0 || maxSize < 0:
 				return usageError(c, "--size and --max-size must not be negative")
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			name := args[0]
 			p, err := fc.ResizePool(c.Context(), name, tenant, patch)
 			if err != nil {
@@ -125,7 +123,7 @@ shared pools, or a tenant's with --tenant.`,
 				})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(p)
+				return f.a.printRaw(p)
 			}
 			next := "fluxctl fleet pools status " + p.Name
 			if tenant != "" {
@@ -133,7 +131,7 @@ shared pools, or a tenant's with --tenant.`,
 			}
 			f.a.done(next, "Resized pool %s: keeps %d warm, up to %d", p.Name, p.Size, p.MaxSize)
 			return nil
-		},
+		}),
 	}
 	fl := c.Flags()
 	fl.IntVar(&size, "size", 0, "how many warm VMs the pool keeps")
@@ -179,7 +177,7 @@ func launchedLine(req *sdk.FleetCreateVMRequest, resp *sdk.FleetCreateVMResponse
 		return format, args
 	}
 	format := "Launched %s on %s (%s, %s, %s%s)\n  ID      %s\n  placed  %s"
-	what := req.Image
+	what := cmp.Or(req.Image, req.ImagePath)
 	if what == "" {
 		what = "pool " + req.Pool
 	}
@@ -189,4 +187,88 @@ func launchedLine(req *sdk.FleetCreateVMRequest, resp *sdk.FleetCreateVMResponse
 		args = append(args, req.Pool)
 	}
 	return format, args
+}
+
+func (f *fleet) macOSPoolCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "macos-pool",
+		Short: "Check warm macOS guests out of the shared pools for CI, and give them back (operator)",
+		Long: `The operator's macOS pool hands booted macOS guests to CI jobs at once. Its
+VMs come from the shared warm pools of macOS images (fluxctl fleet pools
+create NAME --image MACOS-IMAGE --size N makes one). checkout takes a VM from
+the Mac with the most idle ones, so jobs spread over the Macs' macOS slots;
+return deletes it, and its pool boots a clean one in its place.`,
+		Example: `  fluxctl fleet macos-pool checkout --pool macos-ci
+  fluxctl fleet macos-pool return macos-ci-3f2a -y`,
+		Args: subcommandArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
+	}
+	c.AddCommand(f.macOSCheckoutCmd(), f.macOSReturnCmd())
+	return c
+}
+
+func (f *fleet) macOSCheckoutCmd() *cobra.Command {
+	var req sdk.MacOSCheckoutRequest
+	c := &cobra.Command{
+		Use:   "checkout [--pool POOL] [--image IMAGE]",
+		Short: "Take a warm macOS VM from the shared macOS pools (operator)",
+		Args:  cobra.NoArgs,
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
+			out, err := fc.CheckoutMacOS(c.Context(), req)
+			if err != nil {
+				return withHints(err, map[int]string{
+					400: hintPools,
+					404: hintPools + "; fluxctl fleet pools create macos-ci --image MACOS-IMAGE --size 2 makes a shared pool of macOS guests",
+					409: "its pool boots replacements (fluxctl fleet pools status POOL shows them): try again shortly, or raise the pool's size with fluxctl fleet pools resize POOL --size N",
+				})
+			}
+			if !f.a.human() {
+				return f.a.printRaw(out)
+			}
+			f.a.done("fluxctl fleet macos-pool return "+out.VM.Name+" -y, when the job is done",
+				"Checked out vm %s on %s from pool %s\n  ID      %s\n  placed  %s", out.VM.Name, out.Node, out.Pool, out.ID, out.Reason)
+			return nil
+		}),
+	}
+	c.Flags().StringVar(&req.Pool, "pool", "", "take only from this shared pool")
+	c.Flags().StringVar(&req.Image, "image", "", "take only a VM of this catalog image")
+	_ = c.RegisterFlagCompletionFunc("image", f.completeImages())
+	return c
+}
+
+func (f *fleet) macOSReturnCmd() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:   "return VM",
+		Short: "Give a checked-out macOS VM back: it is deleted, its pool boots a clean one (operator; asks on a terminal)",
+		Long: `Give back a VM that fluxctl fleet macos-pool checkout handed out. Central
+deletes it with its disks, and its pool boots a clean VM in its place. On a
+terminal it asks first; otherwise it needs -y.`,
+		Args:              oneFleetVM,
+		ValidArgsFunction: f.completeVMs(),
+		RunE: func(c *cobra.Command, args []string) error {
+			fc, vm, err := f.findAndAsk(c.Context(), args[0], yes, func(vm *sdk.FleetVM) string {
+				return fmt.Sprintf("return vm %s (%s on %s) to its pool? it is deleted with its disks", vm.Name, vm.ID, vm.Node)
+			}, "return a VM", "fluxctl fleet macos-pool return "+args[0]+" -y")
+			if err != nil {
+				return err
+			}
+			out, err := fc.ReturnMacOS(c.Context(), vm.Node, vm.ID)
+			if err != nil {
+				var api *sdk.APIError
+				if errors.As(err, &api) && api.Status == 409 && strings.Contains(api.Message, "still idle") {
+					return &cliError{msg: api.Message, hint: "it was never checked out: fluxctl fleet macos-pool checkout takes one"}
+				}
+				return withHints(err, map[int]string{404: "it may have been returned already; " + hintListVMs,
+					409: "only VMs from fluxctl fleet macos-pool checkout are returned; fluxctl fleet rm deletes any other"})
+			}
+			if !f.a.human() {
+				return f.a.printRaw(out)
+			}
+			f.a.done("", "Returned vm %s (%s on %s) to pool %s: %s", vm.Name, out.ID, out.Node, out.Pool, out.Note)
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "return without asking")
+	return c
 }

@@ -47,8 +47,11 @@ func (f *fleet) leaseCmd() *cobra.Command {
 for at least the policy's min_lease_hours (24 or more). Without a subcommand
 it lists your leases.`,
 		Args: subcommandArgs,
-		RunE: func(c *cobra.Command, _ []string) error { return f.listLeases(c, sdk.LeaseQuery{}) },
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
+			return f.listLeases(c, fc, sdk.LeaseQuery{})
+		}),
 	}
+	columnsFlag(c, leaseColumns(nil, false))
 	c.AddCommand(f.leaseCreateCmd(), f.leaseListCmd(), f.leaseGetCmd(), f.leaseReleaseCmd())
 	return c
 }
@@ -62,22 +65,19 @@ func (f *fleet) leaseCreateCmd() *cobra.Command {
 		Use:   "create [--node N] [--hours H]",
 		Short: "Lease a whole node for at least the minimum lease",
 		Long: `Lease a whole node. Without --node central picks the smallest eligible Mac
-that fits --min-memory-mib and --nested. Without --hours the lease is
+that fits --min-vcpus, --min-memory-mib and --nested. Without --hours the lease is
 open-ended and lasts until released; with it, it ends on its own (--hours must
 be at least the policy's min_lease_hours). The operator leases for a tenant
 with --tenant. With --dry-run nothing is leased: fluxctl shows which node the
 lease would take and what it would cost an hour and for its minimum term.`,
 		Example: `  fluxctl fleet lease create --hours 24
   fluxctl fleet lease create --node mac-3 --nested
+  fluxctl fleet lease create --hours 72 --min-vcpus 16
   fluxctl fleet lease create --tenant acme --min-memory-mib 32768   # operator`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if req.Hours < 0 || req.MinMemoryMiB < 0 {
-				return usageError(c, "--hours and --min-memory-mib must not be negative")
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
+			if req.Hours < 0 || req.MinMemoryMiB < 0 || req.MinVCPUs < 0 {
+				return usageError(c, "--hours, --min-vcpus and --min-memory-mib must not be negative")
 			}
 			hints := map[int]string{409: hintLeaseFit,
 				429: "release a lease you no longer need (" + hintLeases + ") or ask the operator to raise max_leased_hosts"}
@@ -87,7 +87,7 @@ lease would take and what it would cost an hour and for its minimum term.`,
 					return withHints(err, hints)
 				}
 				if !f.a.human() {
-					return f.a.printJSON(d)
+					return f.a.printRaw(d)
 				}
 				return f.printLeaseDryRun(d)
 			}
@@ -96,7 +96,7 @@ lease would take and what it would cost an hour and for its minimum term.`,
 				return withHints(err, hints)
 			}
 			if !f.a.human() {
-				return f.a.printJSON(l)
+				return f.a.printRaw(l)
 			}
 			ends := "open-ended"
 			if !l.EndsAt.IsZero() {
@@ -105,11 +105,12 @@ lease would take and what it would cost an hour and for its minimum term.`,
 			f.a.done("fluxctl fleet launch --node "+l.Node+" --image IMAGE", "Leased node %s (lease %s, %s; release possible from %s)",
 				l.Node, l.ID, ends, when(l.MinEnd))
 			return nil
-		},
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&req.Node, "node", "", "the node to lease (default: the smallest eligible Mac)")
 	fl.IntVar(&req.Hours, "hours", 0, "end the lease after this many hours (0: open-ended)")
+	fl.Int64Var(&req.MinVCPUs, "min-vcpus", 0, "only nodes with at least this many vCPUs")
 	fl.Int64Var(&req.MinMemoryMiB, "min-memory-mib", 0, "only nodes with at least this much memory")
 	fl.BoolVar(&req.Nested, "nested", false, "only nodes with nested virtualisation")
 	fl.StringVar(&req.Tenant, "tenant", "", "the tenant to lease for, by name or ID (operator)")
@@ -127,51 +128,48 @@ func (f *fleet) leaseListCmd() *cobra.Command {
 		Aliases: []string{"ls"},
 		Short:   "List leases, newest first (a tenant sees its own)",
 		Args:    cobra.NoArgs,
-		RunE:    func(c *cobra.Command, _ []string) error { return f.listLeases(c, q) },
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
+			return f.listLeases(c, fc, q)
+		}),
 	}
 	c.Flags().BoolVar(&q.Active, "active", false, "only leases that have not ended")
 	c.Flags().StringVar(&q.Tenant, "tenant", "", "only this tenant's leases, by name or ID (operator)")
 	_ = c.RegisterFlagCompletionFunc("tenant", f.completeTenants())
+	columnsFlag(c, leaseColumns(nil, false))
 	return c
 }
 
-func (f *fleet) listLeases(c *cobra.Command, q sdk.LeaseQuery) error {
-	fc, err := f.client()
-	if err != nil {
-		return err
+// leaseColumns are the columns of fleet lease list. A lease has no name:
+// its ID is how commands name it, so the table shows it. The lessee is
+// shown to the operator; a tenant knows it.
+func leaseColumns(tenants *tenantNames, asTenant bool) []column[sdk.Lease] {
+	return []column[sdk.Lease]{
+		{"id", "ID", false, func(l *sdk.Lease) string { return l.ID }},
+		{"node", "NODE", false, func(l *sdk.Lease) string { return l.Node }},
+		{"state", "STATE", false, leaseState},
+		{"started", "STARTED", false, func(l *sdk.Lease) string { return when(l.StartedAt) }},
+		{"release-from", "RELEASE FROM", false, func(l *sdk.Lease) string { return when(l.MinEnd) }},
+		{"ends", "ENDS", false, func(l *sdk.Lease) string {
+			switch {
+			case !l.Active:
+				return when(l.ReleasedAt)
+			case l.EndsAt.IsZero():
+				return "open-ended"
+			}
+			return when(l.EndsAt)
+		}},
+		{"tenant", "TENANT", asTenant, func(l *sdk.Lease) string { return tenants.name(l.Tenant) }},
+		{"tenant-id", "TENANT ID", true, func(l *sdk.Lease) string { return l.Tenant }},
 	}
+}
+
+func (f *fleet) listLeases(c *cobra.Command, fc *sdk.FleetClient, q sdk.LeaseQuery) error {
 	ls, err := fc.ListLeases(c.Context(), q)
 	if err != nil {
 		return err
 	}
-	a := f.a
-	if !a.human() {
-		return a.printJSON(sdk.LeaseList{Leases: ls})
-	}
-	if len(ls) == 0 {
-		fmt.Fprintln(a.stdout, "no leases\nnext: fluxctl fleet lease create --hours 24")
-		return nil
-	}
-	tw := newTable(a.stdout)
-	head := []string{"ID", "NODE", "STATE", "STARTED", "RELEASE FROM", "ENDS"}
-	if !f.asTenant() {
-		head = append(head, "TENANT")
-	}
-	row(tw, head...)
-	for _, l := range ls {
-		ends := when(l.EndsAt)
-		if !l.Active {
-			ends = when(l.ReleasedAt)
-		} else if ends == "" {
-			ends = "open-ended"
-		}
-		cells := []string{l.ID, l.Node, leaseState(&l), when(l.StartedAt), when(l.MinEnd), ends}
-		if !f.asTenant() {
-			cells = append(cells, l.Tenant)
-		}
-		row(tw, cells...)
-	}
-	return tw.Flush()
+	return show(f.a, c, table[sdk.Lease]{raw: sdk.LeaseList{Leases: ls}, rows: ls, cols: leaseColumns(f.tenantNames(c.Context(), fc), f.asTenant()),
+		empty: "no leases\nnext: fluxctl fleet lease create --hours 24\n"})
 }
 
 func (f *fleet) leaseGetCmd() *cobra.Command {
@@ -179,17 +177,13 @@ func (f *fleet) leaseGetCmd() *cobra.Command {
 		Use:   "get LEASE",
 		Short: "Show one lease",
 		Args:  oneName("lease ID"),
-		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			l, err := fc.GetLease(c.Context(), args[0])
 			if err != nil {
 				return withHints(err, map[int]string{404: hintLeases})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(l)
+				return f.a.printRaw(l)
 			}
 			price := ""
 			if l.Currency != "" {
@@ -198,14 +192,11 @@ func (f *fleet) leaseGetCmd() *cobra.Command {
 					price += " (" + l.PriceClass + ")"
 				}
 			}
-			tw := newTable(f.a.stdout)
-			for _, fl := range [][2]string{{"id", l.ID}, {"node", l.Node}, {"tenant", l.Tenant}, {"state", leaseState(l)},
+			fmt.Fprint(f.a.stdout, fields([][2]string{{"id", l.ID}, {"node", l.Node}, {"tenant", l.Tenant}, {"state", leaseState(l)},
 				{"started", when(l.StartedAt)}, {"release from", when(l.MinEnd)}, {"ends", when(l.EndsAt)},
-				{"released", when(l.ReleasedAt)}, {"price", price}} {
-				row(tw, fl[0], fl[1])
-			}
-			return tw.Flush()
-		},
+				{"released", when(l.ReleasedAt)}, {"price", price}}))
+			return nil
+		}),
 	}
 }
 
@@ -219,7 +210,7 @@ scrubbed before anyone else gets it. A lease cannot be released before its
 minimum (release from, in fluxctl fleet lease list); the operator may force an
 early release with --force, which is still billed to the minimum.`,
 		Args: oneName("lease ID"),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			id := args[0]
 			if !yes {
 				if err := f.confirm(fmt.Sprintf("release lease %s? your VMs on its node are deleted", id), "release a lease",
@@ -227,20 +218,16 @@ early release with --force, which is still billed to the minimum.`,
 					return err
 				}
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			l, err := fc.ReleaseLease(c.Context(), id, force)
 			if err != nil {
 				return f.releaseRefusal(c.Context(), fc, id, err)
 			}
 			if !f.a.human() {
-				return f.a.printJSON(l)
+				return f.a.printRaw(l)
 			}
 			f.a.done("fluxctl fleet lease list", "Released lease %s of node %s (%s)", l.ID, l.Node, l.EndReason)
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "release without asking")
 	c.Flags().BoolVar(&force, "force", false, "release before the minimum, still billed to it (operator)")
@@ -270,17 +257,13 @@ func (f *fleet) nodeActionCmd(verb, shortHelp string, call func(*sdk.FleetClient
 		Short:             shortHelp,
 		Args:              oneName("node name"),
 		ValidArgsFunction: f.completeNodes(),
-		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			n, err := call(fc, c.Context(), args[0])
 			if err != nil {
 				return withHints(err, map[int]string{404: hintNodes})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(n)
+				return f.a.printRaw(n)
 			}
 			flags := nodeFlags(n)
 			if flags == "" {
@@ -288,7 +271,7 @@ func (f *fleet) nodeActionCmd(verb, shortHelp string, call func(*sdk.FleetClient
 			}
 			f.a.done(strings.ReplaceAll(next, "NODE", n.Name), "Node %s %sed (%s)", n.Name, verb, flags)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -302,9 +285,23 @@ func (f *fleet) uncordonCmd() *cobra.Command {
 		(*sdk.FleetClient).UncordonNode, "")
 }
 
-// printDrain shows a drain: a summary line and each VM with what happened.
-func (f *fleet) printDrain(d *sdk.Drain) error {
-	a := f.a
+// drainColumns are the columns of the VMs of a drain.
+func drainColumns(tenants *tenantNames) []column[sdk.DrainVM] {
+	return []column[sdk.DrainVM]{
+		{"vm", "VM", false, func(v *sdk.DrainVM) string { return v.Name }},
+		{"tenant", "TENANT", false, func(v *sdk.DrainVM) string { return tenants.name(v.Tenant) }},
+		{"ephemeral", "EPHEMERAL", false, func(v *sdk.DrainVM) string { return strconv.FormatBool(v.Ephemeral) }},
+		{"action", "ACTION", false, func(v *sdk.DrainVM) string { return v.Action }},
+		{"moved-to", "MOVED TO", false, func(v *sdk.DrainVM) string { return v.MovedTo }},
+		{"error", "ERROR", false, func(v *sdk.DrainVM) string { return v.Error }},
+		{"id", "ID", true, func(v *sdk.DrainVM) string { return v.ID }},
+		{"tenant-id", "TENANT ID", true, func(v *sdk.DrainVM) string { return v.Tenant }},
+	}
+}
+
+// showDrain shows a drain: a summary line and each VM with what happened;
+// next, when set, is the command to run after.
+func (f *fleet) showDrain(c *cobra.Command, fc *sdk.FleetClient, d *sdk.Drain, next string) error {
 	state := "under way"
 	if d.Finished {
 		state = "finished " + when(d.FinishedAt)
@@ -313,21 +310,18 @@ func (f *fleet) printDrain(d *sdk.Drain) error {
 	if d.Forced {
 		forced = ", forced"
 	}
-	fmt.Fprintf(a.stdout, "Drain of %s (mode %s%s), started %s: %s\n", d.Node, d.Mode, forced, when(d.StartedAt), state)
+	head := fmt.Sprintf("Drain of %s (mode %s%s), started %s: %s\n", d.Node, d.Mode, forced, when(d.StartedAt), state)
 	if d.Draining != nil && !*d.Draining {
-		fmt.Fprintln(a.stdout, "The node is no longer draining (uncordoned).")
+		head += "The node is no longer draining (uncordoned).\n"
 	}
-	if len(d.VMs) == 0 {
-		fmt.Fprintln(a.stdout, "no VMs were on the node")
-		return nil
+	if len(d.VMs) > 0 {
+		head += "\n"
 	}
-	fmt.Fprintln(a.stdout)
-	tw := newTable(a.stdout)
-	row(tw, "VM", "ID", "TENANT", "EPHEMERAL", "ACTION", "MOVED TO", "ERROR")
-	for _, v := range d.VMs {
-		row(tw, v.Name, v.ID, v.Tenant, strconv.FormatBool(v.Ephemeral), v.Action, v.MovedTo, v.Error)
+	if next != "" {
+		next = "next: " + next + "\n"
 	}
-	return tw.Flush()
+	return show(f.a, c, table[sdk.DrainVM]{raw: d, rows: d.VMs, cols: drainColumns(f.tenantNames(c.Context(), fc)),
+		before: head, empty: "no VMs were on the node\n", after: next})
 }
 
 func (f *fleet) drainCmd() *cobra.Command {
@@ -347,7 +341,7 @@ finished (fluxctl fleet drain-status NODE shows it at any time).`,
 		Example:           `  fluxctl fleet drain node-3 --mode reschedule --wait -y`,
 		Args:              oneName("node name"),
 		ValidArgsFunction: f.completeNodes(),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			switch mode {
 			case sdk.DrainCordon, sdk.DrainEvictEphemeral, sdk.DrainReschedule:
 			default:
@@ -359,10 +353,6 @@ finished (fluxctl fleet drain-status NODE shows it at any time).`,
 					"fluxctl fleet drain "+node+" --mode "+mode+" -y"); err != nil {
 					return err
 				}
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			var stop func()
 			if f.a.human() && f.a.stderrTTY {
@@ -381,19 +371,12 @@ finished (fluxctl fleet drain-status NODE shows it at any time).`,
 				return withHints(err, map[int]string{404: hintNodes,
 					409: "it is leased: add --force to drain it anyway (it breaks the tenant's sole use), or wait for the lease to end"})
 			}
-			if !f.a.human() {
-				return f.a.printJSON(d)
-			}
-			if err := f.printDrain(d); err != nil {
-				return err
-			}
 			next := "fluxctl fleet scrub " + node + " once it is empty, or fluxctl fleet uncordon " + node
 			if !d.Finished {
 				next = "fluxctl fleet drain-status " + node
 			}
-			fmt.Fprintf(f.a.stdout, "next: %s\n", next)
-			return nil
-		},
+			return f.showDrain(c, fc, d, next)
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&mode, "mode", sdk.DrainCordon, "cordon, evict-ephemeral or reschedule")
@@ -403,6 +386,7 @@ finished (fluxctl fleet drain-status NODE shows it at any time).`,
 	fl.BoolVarP(&yes, "yes", "y", false, "drain without asking")
 	_ = c.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{sdk.DrainCordon, sdk.DrainEvictEphemeral, sdk.DrainReschedule},
 		cobra.ShellCompDirectiveNoFileComp))
+	columnsFlag(c, drainColumns(nil))
 	return c
 }
 
@@ -428,16 +412,12 @@ func (f *fleet) waitDrain(ctx context.Context, fc *sdk.FleetClient, node string)
 }
 
 func (f *fleet) drainStatusCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:               "drain-status NODE",
 		Short:             "Show a node's latest drain, each VM with what happened to it (operator)",
 		Args:              oneName("node name"),
 		ValidArgsFunction: f.completeNodes(),
-		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			d, err := fc.DrainStatus(c.Context(), args[0])
 			if err != nil {
 				var api *sdk.APIError
@@ -446,12 +426,11 @@ func (f *fleet) drainStatusCmd() *cobra.Command {
 				}
 				return withHints(err, map[int]string{404: hintNodes})
 			}
-			if !f.a.human() {
-				return f.a.printJSON(d)
-			}
-			return f.printDrain(d)
-		},
+			return f.showDrain(c, fc, d, "")
+		}),
 	}
+	columnsFlag(c, drainColumns(nil))
+	return c
 }
 
 func (f *fleet) scrubCmd() *cobra.Command {
@@ -464,7 +443,7 @@ checks through the node's API that it lists no VM and clears the flag. A node
 that still runs VMs is refused; --force deletes them first.`,
 		Args:              oneName("node name"),
 		ValidArgsFunction: f.completeNodes(),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			node := args[0]
 			if !yes {
 				q := fmt.Sprintf("scrub node %s?", node)
@@ -479,10 +458,6 @@ that still runs VMs is refused; --force deletes them first.`,
 					return err
 				}
 			}
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			res, err := fc.ScrubNode(c.Context(), node, force)
 			if err != nil {
 				var api *sdk.APIError
@@ -493,7 +468,7 @@ that still runs VMs is refused; --force deletes them first.`,
 					409: "delete its VMs first, or add --force to delete them (and VM folders no VM owns) with the scrub"})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(res)
+				return f.a.printRaw(res)
 			}
 			f.a.done("", "Scrubbed node %s (%d VMs and %d leftover workspaces deleted); it takes VMs and leases again",
 				res.Node, len(res.Deleted), len(res.WorkspacesRemoved))
@@ -501,11 +476,24 @@ that still runs VMs is refused; --force deletes them first.`,
 				fmt.Fprintf(f.a.stdout, "  %s\n", res.Proof)
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVar(&force, "force", false, "delete the VMs still on the node")
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "scrub without asking")
 	return c
+}
+
+// moveColumns are the columns of fleet rebalance-plan.
+func moveColumns(tenants *tenantNames) []column[sdk.RebalanceMove] {
+	return []column[sdk.RebalanceMove]{
+		{"vm", "VM", false, func(m *sdk.RebalanceMove) string { return m.Name }},
+		{"tenant", "TENANT", false, func(m *sdk.RebalanceMove) string { return tenants.name(m.Tenant) }},
+		{"from", "FROM", false, func(m *sdk.RebalanceMove) string { return m.From }},
+		{"to", "TO", false, func(m *sdk.RebalanceMove) string { return m.To }},
+		{"reason", "REASON", false, func(m *sdk.RebalanceMove) string { return m.Reason }},
+		{"id", "ID", true, func(m *sdk.RebalanceMove) string { return m.VM }},
+		{"tenant-id", "TENANT ID", true, func(m *sdk.RebalanceMove) string { return m.Tenant }},
+	}
 }
 
 func (f *fleet) rebalancePlanCmd() *cobra.Command {
@@ -517,40 +505,57 @@ func (f *fleet) rebalancePlanCmd() *cobra.Command {
 --high-water, which reschedulable or ephemeral VMs could move, and where each
 would fit. Nothing is changed.`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			if q.HighWater <= 0 || q.HighWater > 1 || q.MaxMoves < 1 {
 				return usageError(c, "--high-water is a fraction above 0 and at most 1; --max-moves at least 1")
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			p, err := fc.RebalancePlan(c.Context(), q)
 			if err != nil {
 				return err
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(p)
-			}
+			skipped := ""
 			for _, s := range p.NodesSkipped {
-				fmt.Fprintf(a.stdout, "skipped node %s: %s\n", s.Node, s.Reason)
+				skipped += fmt.Sprintf("skipped node %s: %s\n", s.Node, s.Reason)
 			}
-			if len(p.Moves) == 0 {
-				fmt.Fprintf(a.stdout, "no moves: no node is above %.0f%% with a VM that could move\n", p.HighWater*100)
-				return nil
-			}
-			tw := newTable(a.stdout)
-			row(tw, "VM", "ID", "TENANT", "FROM", "TO", "REASON")
-			for _, m := range p.Moves {
-				row(tw, m.Name, m.VM, m.Tenant, m.From, m.To, m.Reason)
-			}
-			return tw.Flush()
-		},
+			return show(f.a, c, table[sdk.RebalanceMove]{raw: p, rows: p.Moves, cols: moveColumns(f.tenantNames(c.Context(), fc)), before: skipped,
+				empty: fmt.Sprintf("no moves: no node is above %.0f%% with a VM that could move\n", p.HighWater*100)})
+		}),
 	}
 	c.Flags().Float64Var(&q.HighWater, "high-water", 0.85, "a node above this fraction of vCPUs or memory in use is overloaded")
 	c.Flags().IntVar(&q.MaxMoves, "max-moves", 10, "the most moves to plan")
+	columnsFlag(c, moveColumns(nil))
 	return c
+}
+
+// poolColumns are the columns of fleet pools.
+func poolColumns(tenants *tenantNames) []column[sdk.Pool] {
+	return []column[sdk.Pool]{
+		{"name", "NAME", false, func(p *sdk.Pool) string { return p.Name }},
+		{"image", "IMAGE", false, func(p *sdk.Pool) string { return p.Image }},
+		{"vcpus", "VCPUS", false, func(p *sdk.Pool) string { return fmt.Sprint(p.VCPUs) }},
+		{"memory", "MEMORY", false, func(p *sdk.Pool) string { return mib(p.MemoryMiB) }},
+		{"size", "SIZE", false, func(p *sdk.Pool) string { return strconv.Itoa(p.Size) }},
+		{"max", "MAX", false, func(p *sdk.Pool) string { return strconv.Itoa(p.MaxSize) }},
+		{"owner", "OWNER", false, func(p *sdk.Pool) string { return poolOwner(tenants, p.Tenant, p.Shared) }},
+		{"state", "STATE", false, func(p *sdk.Pool) string {
+			switch {
+			case p.Deleting:
+				return "deleting"
+			case p.Blocked != "":
+				return "blocked: " + p.Blocked
+			}
+			return "ok"
+		}},
+		{"tenant-id", "TENANT ID", true, func(p *sdk.Pool) string { return p.Tenant }},
+	}
+}
+
+// poolOwner is "shared" or the name of the tenant whose pool it is.
+func poolOwner(tenants *tenantNames, tenant string, shared bool) string {
+	if shared {
+		return "shared"
+	}
+	return tenants.name(tenant)
 }
 
 func (f *fleet) poolsCmd() *cobra.Command {
@@ -564,42 +569,16 @@ or the SDK's FleetCreateVMRequest.Pool) gets one at once instead of booting.
 Without a subcommand it lists the pools you may use (the operator: every
 pool).`,
 		Args: subcommandArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			ps, err := fc.ListPools(c.Context())
 			if err != nil {
 				return err
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(sdk.PoolList{Pools: ps})
-			}
-			if len(ps) == 0 {
-				fmt.Fprintln(a.stdout, "no pools\nnext: fluxctl fleet pools create NAME --image IMAGE --size 2")
-				return nil
-			}
-			tw := newTable(a.stdout)
-			row(tw, "NAME", "IMAGE", "VCPUS", "MEMORY", "SIZE", "MAX", "OWNER", "STATE")
-			for _, p := range ps {
-				owner := p.Tenant
-				if p.Shared {
-					owner = "shared"
-				}
-				state := "ok"
-				switch {
-				case p.Deleting:
-					state = "deleting"
-				case p.Blocked != "":
-					state = "blocked: " + p.Blocked
-				}
-				row(tw, p.Name, p.Image, fmt.Sprint(p.VCPUs), mib(p.MemoryMiB), strconv.Itoa(p.Size), strconv.Itoa(p.MaxSize), owner, state)
-			}
-			return tw.Flush()
-		},
+			return show(f.a, c, table[sdk.Pool]{raw: sdk.PoolList{Pools: ps}, rows: ps, cols: poolColumns(f.tenantNames(c.Context(), fc)),
+				empty: "no pools\nnext: fluxctl fleet pools create NAME --image IMAGE --size 2\n"})
+		}),
 	}
+	columnsFlag(c, poolColumns(nil))
 	c.AddCommand(f.poolCreateCmd(), f.poolGetCmd(), f.poolStatusCmd(), f.poolResizeCmd(), f.poolDeleteCmd())
 	return c
 }
@@ -619,7 +598,7 @@ is shared.`,
 		Example: `  fluxctl fleet pools create ci --image debian-minimal --size 2
   fluxctl fleet pools status ci`,
 		Args: oneName("pool name"),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if req.Image == "" {
 				return usageError(c, "pools create needs --image, a catalog image ("+hintListImages+")")
 			}
@@ -627,21 +606,17 @@ is shared.`,
 				return usageError(c, "pools create needs --size N, how many warm VMs the pool keeps")
 			}
 			req.Name, req.Size = args[0], &size
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
 			p, err := fc.CreatePool(c.Context(), req)
 			if err != nil {
 				return withHints(err, map[int]string{409: "pick another name; " + hintPools})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(p)
+				return f.a.printRaw(p)
 			}
 			f.a.done("fluxctl fleet pools status "+p.Name, "Created pool %s (%s, %s, %s; keeps %d warm, up to %d)", p.Name, p.Image,
 				plural(p.VCPUs, "vCPU"), mib(p.MemoryMiB), p.Size, p.MaxSize)
 			return nil
-		},
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&req.Image, "image", "", "the catalog image (required)")
@@ -668,34 +643,34 @@ func (f *fleet) poolGetCmd() *cobra.Command {
 		Use:   "get NAME",
 		Short: "Show a pool",
 		Args:  oneName("pool name"),
-		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			p, err := fc.GetPool(c.Context(), args[0], tenant)
 			if err != nil {
 				return withHints(err, map[int]string{404: hintPools})
 			}
 			if !f.a.human() {
-				return f.a.printJSON(p)
+				return f.a.printRaw(p)
 			}
-			owner := p.Tenant
-			if p.Shared {
-				owner = "shared"
-			}
-			tw := newTable(f.a.stdout)
-			for _, fl := range [][2]string{{"name", p.Name}, {"image", p.Image}, {"guest", p.GuestOS},
+			fmt.Fprint(f.a.stdout, fields([][2]string{{"name", p.Name}, {"image", p.Image}, {"guest", p.GuestOS},
 				{"size", fmt.Sprintf("%s, %s", plural(p.VCPUs, "vCPU"), mib(p.MemoryMiB))},
-				{"keeps", fmt.Sprintf("%d warm, up to %d", p.Size, p.MaxSize)}, {"owner", owner},
-				{"node selector", pairs(p.NodeSelector)}, {"blocked", p.Blocked}, {"created", when(p.CreatedAt)}} {
-				row(tw, fl[0], fl[1])
-			}
-			return tw.Flush()
-		},
+				{"keeps", fmt.Sprintf("%d warm, up to %d", p.Size, p.MaxSize)}, {"owner", poolOwner(nil, p.Tenant, p.Shared)},
+				{"node selector", pairs(p.NodeSelector)}, {"blocked", p.Blocked}, {"created", when(p.CreatedAt)}}))
+			return nil
+		}),
 	}
 	f.poolTenantFlag(c, &tenant)
 	return c
+}
+
+// memberColumns are the columns of the members of fleet pools status.
+func memberColumns(now time.Time) []column[sdk.PoolMember] {
+	return []column[sdk.PoolMember]{
+		{"member", "MEMBER", false, func(m *sdk.PoolMember) string { return m.Name }},
+		{"node", "NODE", false, func(m *sdk.PoolMember) string { return m.Node }},
+		{"state", "STATE", false, func(m *sdk.PoolMember) string { return m.State }},
+		{"age", "AGE", false, func(m *sdk.PoolMember) string { return ago(now, m.CreatedAt) }},
+		{"id", "ID", true, func(m *sdk.PoolMember) string { return m.VMID }},
+	}
 }
 
 func (f *fleet) poolStatusCmd() *cobra.Command {
@@ -704,41 +679,27 @@ func (f *fleet) poolStatusCmd() *cobra.Command {
 		Use:   "status NAME",
 		Short: "Show a pool's members and what it aims for",
 		Args:  oneName("pool name"),
-		RunE: func(c *cobra.Command, args []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			st, err := fc.GetPoolStatus(c.Context(), args[0], tenant)
 			if err != nil {
 				return withHints(err, map[int]string{404: hintPools})
 			}
-			a := f.a
-			if !a.human() {
-				return a.printJSON(st)
-			}
-			fmt.Fprintf(a.stdout, "Pool %s: %d warm, %d booting, %d retiring; target %d (size %d, max %d, %d claims in the last %ds)\n",
+			head := fmt.Sprintf("Pool %s: %d warm, %d booting, %d retiring; target %d (size %d, max %d, %d claims in the last %ds)\n",
 				st.Name, st.Warm, st.Booting, st.Retiring, st.Target, st.Size, st.MaxSize, st.RecentClaims, st.DemandWindowS)
 			if st.Deleting {
-				fmt.Fprintln(a.stdout, "being deleted")
+				head += "being deleted\n"
 			}
 			if st.Blocked != "" {
-				fmt.Fprintf(a.stdout, "blocked: %s\n", st.Blocked)
+				head += fmt.Sprintf("blocked: %s\n", st.Blocked)
 			}
-			if len(st.Members) == 0 {
-				return nil
+			if len(st.Members) > 0 {
+				head += "\n"
 			}
-			fmt.Fprintln(a.stdout)
-			now := time.Now()
-			tw := newTable(a.stdout)
-			row(tw, "MEMBER", "NODE", "STATE", "VM", "AGE")
-			for _, m := range st.Members {
-				row(tw, m.Name, m.Node, m.State, m.VMID, ago(now, m.CreatedAt))
-			}
-			return tw.Flush()
-		},
+			return show(f.a, c, table[sdk.PoolMember]{raw: st, rows: st.Members, cols: memberColumns(time.Now()), before: head})
+		}),
 	}
 	f.poolTenantFlag(c, &tenant)
+	columnsFlag(c, memberColumns(time.Time{}))
 	return c
 }
 
@@ -752,17 +713,13 @@ func (f *fleet) poolDeleteCmd() *cobra.Command {
 		Aliases: []string{"rm"},
 		Short:   "Delete a pool and its unclaimed VMs; VMs handed out stay (asks on a terminal)",
 		Args:    oneName("pool name"),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			name := args[0]
 			if !yes {
 				if err := f.confirm(fmt.Sprintf("delete pool %s and its warm VMs?", name), "delete a pool",
 					"fluxctl fleet pools delete "+name+" -y"); err != nil {
 					return err
 				}
-			}
-			fc, err := f.client()
-			if err != nil {
-				return err
 			}
 			done, err := fc.DeletePool(c.Context(), name, tenant)
 			if err != nil {
@@ -776,7 +733,7 @@ func (f *fleet) poolDeleteCmd() *cobra.Command {
 				}
 			}
 			return nil
-		},
+		}),
 	}
 	f.poolTenantFlag(c, &tenant)
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "delete without asking")

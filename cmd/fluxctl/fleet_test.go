@@ -44,7 +44,9 @@ func TestFleetCommandsRunATenantsVMsAgainstARealCentral(t *testing.T) {
 		t.Fatalf("tenant create printed %+v", created)
 	}
 	op.run(t, "fleet", "images", "add", "debian-minimal", "--image", f.Image, "--vcpus", "1", "--memory-mib", "256").ok(t, "images add")
-	op.tty().run(t, "fleet", "tenant", "list").ok(t, "tenant list").has(t, "tenant list", "NAME", "acme", created.Tenant.ID, "2 VMs, 4 GiB")
+	// The table names tenants; -o wide adds their IDs.
+	op.tty().run(t, "fleet", "tenant", "list").ok(t, "tenant list").has(t, "tenant list", "NAME", "acme", "2 VMs, 4 GiB")
+	op.tty().run(t, "fleet", "tenant", "list", "-o", "wide").ok(t, "tenant list -o wide").has(t, "tenant list -o wide", "NAME", "acme", created.Tenant.ID, "2 VMs, 4 GiB")
 	op.tty().run(t, "fleet", "images", "-o", "wide").ok(t, "images").has(t, "images -o wide", "debian-minimal", "linux", "256 MiB", f.Image,
 		"next: fluxctl fleet launch --image debian-minimal")
 

@@ -3,7 +3,9 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 )
 
 // tenantStatus is `fleet status -o json` for a tenant: the API's answers
@@ -41,32 +44,42 @@ With -o json it prints the API's answers it is made of: for a tenant
 {"me": GET /fleet/tenants/me, "vms": GET /fleet/vms}; for the operator
 {"health": GET /healthz, "nodes": [GET /fleet/nodes], "vms": GET /fleet/vms}.`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
+			ctx := c.Context()
+			vms, err := fc.ListVMs(ctx)
 			if err != nil {
 				return err
 			}
 			if f.asTenant() {
-				return f.tenantStatus(c.Context(), fc)
+				me, err := fc.TenantMe(ctx)
+				if err != nil {
+					return err
+				}
+				if !f.a.human() {
+					return f.a.printRaw(tenantStatus{Me: me, VMs: vms})
+				}
+				return f.tenantStatus(fc, me, vms)
 			}
-			return f.operatorStatus(c.Context(), fc)
-		},
+			health, err := fc.Health(ctx)
+			if err != nil {
+				return err
+			}
+			nodes, err := fc.ListNodes(ctx)
+			if err != nil {
+				return err
+			}
+			if !f.a.human() {
+				return f.a.printRaw(operatorStatus{Health: health, Nodes: nodes, VMs: vms})
+			}
+			return f.operatorStatus(fc, health, nodes, vms)
+		}),
 	}
 }
 
-func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
-	me, err := fc.TenantMe(ctx)
-	if err != nil {
-		return err
-	}
-	vms, err := fc.ListVMs(ctx)
-	if err != nil {
-		return err
-	}
+// tenantStatus shows a tenant its quota use as bars, its VMs and the next
+// step.
+func (f *fleet) tenantStatus(fc *sdk.FleetClient, me *sdk.TenantMe, vms *sdk.FleetVMList) error {
 	a := f.a
-	if !a.human() {
-		return a.printJSON(tenantStatus{Me: me, VMs: vms})
-	}
 	t, q, used, reserved := me.Tenant, me.Tenant.Quota, me.Usage.Total, me.Usage.Reserved
 	state := ""
 	if t.Disabled {
@@ -110,9 +123,10 @@ func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
 		fmt.Fprintln(a.stdout, "next: fluxctl fleet images, then fluxctl fleet launch --image IMAGE")
 		return nil
 	}
-	if err := f.printVMs(vms, false); err != nil {
+	if err := writeTable(a.stdout, narrow(fleetVMColumns(time.Now(), nil)), vms.VMs, nil); err != nil {
 		return err
 	}
+	fmt.Fprint(a.stdout, unreachableLines(vms))
 	next := "fluxctl fleet launch --image IMAGE"
 	if q.MaxVMs > 0 && used.VMs >= q.MaxVMs {
 		next = "fluxctl fleet rm VM (your VM quota is used up)"
@@ -121,23 +135,10 @@ func (f *fleet) tenantStatus(ctx context.Context, fc *sdk.FleetClient) error {
 	return nil
 }
 
-func (f *fleet) operatorStatus(ctx context.Context, fc *sdk.FleetClient) error {
-	health, err := fc.Health(ctx)
-	if err != nil {
-		return err
-	}
-	nodes, err := fc.ListNodes(ctx)
-	if err != nil {
-		return err
-	}
-	vms, err := fc.ListVMs(ctx)
-	if err != nil {
-		return err
-	}
+// operatorStatus shows the operator nodes up and down, VMs, and what needs
+// attention first.
+func (f *fleet) operatorStatus(fc *sdk.FleetClient, health *sdk.FleetHealth, nodes []sdk.FleetNode, vms *sdk.FleetVMList) error {
 	a := f.a
-	if !a.human() {
-		return a.printJSON(operatorStatus{Health: health, Nodes: nodes, VMs: vms})
-	}
 	role := "standby"
 	if health.Leader {
 		role = "leader"
@@ -240,70 +241,67 @@ func pluralVMs(n int) string {
 	return fmt.Sprintf("%d VMs are", n)
 }
 
-// printVMs writes the VMs of GET /fleet/vms as a table, then the nodes that
-// did not answer.
-func (f *fleet) printVMs(list *sdk.FleetVMList, wide bool) error {
-	a := f.a
-	now := time.Now()
-	tw := newTable(a.stdout)
-	head := []string{"NAME", "STATE", "AGENT", "NODE", "VCPUS", "MEMORY", "AGE"}
-	if wide {
-		head = append(head, "ID", "IMAGE", "DRIVER", "TENANT", "EXPIRES", "LABELS")
-	}
-	row(tw, head...)
-	for _, v := range list.VMs {
-		state := v.State
-		if v.Unreachable {
-			state += "?" // as last reported
-		}
-		cells := []string{v.Name, state, agentState(&v.VM), v.Node, fmt.Sprint(v.VCPUs), mib(v.MemoryMiB), ago(now, v.CreatedAt)}
-		if wide {
-			expires := ""
-			if v.ExpiresAt != nil {
-				expires = "in " + short(v.ExpiresAt.Sub(now))
+// fleetVMColumns are the columns of fleet vms; tenants names the VMs'
+// tenants.
+func fleetVMColumns(now time.Time, tenants *tenantNames) []column[sdk.FleetVM] {
+	return []column[sdk.FleetVM]{
+		{"name", "NAME", false, func(v *sdk.FleetVM) string { return v.Name }},
+		{"state", "STATE", false, func(v *sdk.FleetVM) string {
+			if v.Unreachable {
+				return v.State + "?" // as last reported
 			}
-			cells = append(cells, v.ID, v.Image, v.Driver, v.Tenant, expires, pairs(v.Labels))
-		}
-		row(tw, cells...)
+			return v.State
+		}},
+		{"agent", "AGENT", false, func(v *sdk.FleetVM) string { return agentState(&v.VM) }},
+		{"node", "NODE", false, func(v *sdk.FleetVM) string { return v.Node }},
+		{"vcpus", "VCPUS", false, func(v *sdk.FleetVM) string { return fmt.Sprint(v.VCPUs) }},
+		{"memory", "MEMORY", false, func(v *sdk.FleetVM) string { return mib(v.MemoryMiB) }},
+		{"age", "AGE", false, func(v *sdk.FleetVM) string { return ago(now, v.CreatedAt) }},
+		{"id", "ID", true, func(v *sdk.FleetVM) string { return v.ID }},
+		{"image", "IMAGE", true, func(v *sdk.FleetVM) string { return v.Image }},
+		{"driver", "DRIVER", true, func(v *sdk.FleetVM) string { return v.Driver }},
+		{"tenant", "TENANT", true, func(v *sdk.FleetVM) string { return tenants.name(v.Tenant) }},
+		{"tenant-id", "TENANT ID", true, func(v *sdk.FleetVM) string { return v.Tenant }},
+		{"expires", "EXPIRES", true, func(v *sdk.FleetVM) string { return expires(now, v.ExpiresAt) }},
+		{"labels", "LABELS", true, func(v *sdk.FleetVM) string { return pairs(v.Labels) }},
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+}
+
+// unreachableLines say which nodes did not answer GET /fleet/vms.
+func unreachableLines(list *sdk.FleetVMList) string {
+	var b strings.Builder
 	for _, u := range list.UnreachableNodes {
 		why := ""
 		if u.Error != "" {
 			why = " (" + u.Error + ")"
 		}
-		fmt.Fprintf(a.stdout, "! node %s did not answer%s: its VMs (state?) are shown as it last reported them\n", u.Node, why)
+		fmt.Fprintf(&b, "! node %s did not answer%s: its VMs (state?) are shown as it last reported them\n", u.Node, why)
 	}
-	return nil
+	return b.String()
 }
 
 func (f *fleet) vmsCmd() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:     "vms",
 		Aliases: []string{"list", "ls"},
 		Short:   "List your VMs on every node (the operator's: all)",
 		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			fc, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			list, err := fc.ListVMs(c.Context())
 			if err != nil {
 				return err
 			}
-			if !f.a.human() {
-				return f.a.printJSON(list)
+			t := table[sdk.FleetVM]{raw: list, rows: list.VMs, cols: fleetVMColumns(time.Now(), f.tenantNames(c.Context(), fc)),
+				after: unreachableLines(list), emptyHeader: true}
+			if len(list.UnreachableNodes) == 0 {
+				t.emptyHeader = false
+				t.empty = "no VMs\nnext: fluxctl fleet launch --image IMAGE (fluxctl fleet images lists them)\n"
 			}
-			if len(list.VMs) == 0 && len(list.UnreachableNodes) == 0 {
-				fmt.Fprintf(f.a.stdout, "no VMs\nnext: fluxctl fleet launch --image IMAGE (fluxctl fleet images lists them)\n")
-				return nil
-			}
-			return f.printVMs(list, f.a.format() == formatWide)
-		},
+			return show(f.a, c, t)
+		}),
 	}
+	columnsFlag(c, fleetVMColumns(time.Time{}, nil))
+	return c
 }
 
 // vmNameRE is central's rule for VM names.
@@ -337,10 +335,12 @@ func (f *fleet) launchCmd() *cobra.Command {
 		wait        bool
 		waitTimeout time.Duration
 		dryRun      bool
+		spec        string
 	)
 	c := &cobra.Command{
-		Use:   "launch [NAME] (--image IMAGE | --pool POOL)",
-		Short: "Launch a VM from the image catalog on a node central picks",
+		Use:     "launch [NAME] (--image IMAGE | --pool POOL | --spec FILE)",
+		Aliases: []string{"create"},
+		Short:   "Launch a VM from the image catalog on a node central picks",
 		Long: `Launch a VM from the image catalog. Central's scheduler picks the node
 (or --node pins one) within your quota; fluxctl says where it landed and why.
 Without NAME, fluxctl suggests one from the image (debian-minimal-1, -2, ...)
@@ -351,10 +351,18 @@ fluxctl shows where the VM would land and what an hour of it would cost.
 With --pool it takes a VM already booted in that warm pool (the image and
 size are then the pool's) and says so; such a VM keeps the name its pool
 gave it. When none is warm, a new one is booted. A launch of an image and
-size that one of your pools keeps may be served from it without --pool.`,
+size that one of your pools keeps may be served from it without --pool.
+
+With --spec FILE (- reads stdin) the request comes from a JSON or YAML file
+holding the body of the API's create request (POST /fleet/vms), so it can ask
+for what no flag does: node_selector, nested, network, reschedulable, and
+image_path for the operator. Flags given as well override the file's fields
+(--label adds to its labels, replacing a key it has), and NAME overrides its
+name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 		Example: `  fluxctl fleet launch --image debian-minimal
   fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait
-  fluxctl fleet launch --pool ci`,
+  fluxctl fleet launch --pool ci
+  fluxctl fleet create --spec macos-ci.yaml --ttl 2h`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageError(c, fmt.Sprintf("fleet launch takes at most one VM name, got %d arguments", len(args)))
@@ -362,13 +370,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 			return nil
 		},
 		ValidArgsFunction: cobra.NoFileCompletions,
-		RunE: func(c *cobra.Command, args []string) error {
-			if req.Image == "" && req.Pool == "" {
-				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them), or --pool POOL")
-			}
-			if err := checkPoolLaunch(c, &req); err != nil {
-				return err
-			}
+		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
 			if ttl < 0 || memoryGiB < 0 || req.VCPUs < 0 {
 				return usageError(c, "--ttl, --vcpus and --memory-gib must not be negative")
 			}
@@ -377,24 +379,28 @@ size that one of your pools keeps may be served from it without --pool.`,
 			}
 			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
 			req.MemoryMiB = int64(math.Round(memoryGiB * 1024))
-			req.Labels = nil
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageError(c, fmt.Sprintf("--label %q: want KEY=VALUE", l))
-				}
-				if req.Labels == nil {
-					req.Labels = map[string]string{}
-				}
-				req.Labels[k] = v
-			}
-			fc, err := f.client()
-			if err != nil {
+			var err error
+			if req.Labels, err = parseLabels(c, labels); err != nil {
 				return err
 			}
-			if len(args) == 1 {
+			if spec != "" {
+				fromFile, err := f.readSpec(spec)
+				if err != nil {
+					return err
+				}
+				req = withFlags(c, fromFile, req)
+			}
+			if req.Image == "" && req.Pool == "" && req.ImagePath == "" {
+				return usageError(c, "fleet launch needs --image IMAGE, a catalog image (fluxctl fleet images lists them), or --pool POOL")
+			}
+			if err := checkPoolLaunch(c, &req); err != nil {
+				return err
+			}
+			named := len(args) == 1 || req.Name != "" // by NAME, or in the --spec file
+			switch {
+			case len(args) == 1:
 				req.Name = args[0]
-			} else {
+			case req.Name == "":
 				list, err := fc.ListVMs(c.Context())
 				if err != nil {
 					return err
@@ -419,7 +425,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 					return withHints(err, hints)
 				}
 				if !f.a.human() {
-					return f.a.printJSON(d)
+					return f.a.printRaw(d)
 				}
 				return f.printVMDryRun(req.Name, d)
 			}
@@ -447,7 +453,7 @@ size that one of your pools keeps may be served from it without --pool.`,
 				}
 			}
 			if !f.a.human() {
-				return f.a.printJSON(resp)
+				return f.a.printRaw(resp)
 			}
 			vm := resp.VM
 			next := fmt.Sprintf("fluxctl fleet run %s -- uname -a", vm.Name)
@@ -455,10 +461,10 @@ size that one of your pools keeps may be served from it without --pool.`,
 				// The simulator runs no guest, so it cannot run commands.
 				next = fmt.Sprintf("fluxctl fleet logs %s", vm.Name)
 			}
-			format, lineArgs := launchedLine(&req, resp, len(args) == 1)
+			format, lineArgs := launchedLine(&req, resp, named)
 			f.a.done(next, format, lineArgs...)
 			return nil
-		},
+		}),
 	}
 	fl := c.Flags()
 	fl.StringVar(&req.Image, "image", "", "a catalog image's name (required without --pool; fluxctl fleet images lists them)")
@@ -472,9 +478,60 @@ size that one of your pools keeps may be served from it without --pool.`,
 	fl.BoolVar(&wait, "wait", false, "wait until the guest agent is ready")
 	fl.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
 	fl.BoolVar(&dryRun, "dry-run", false, "show where the VM would land and what an hour of it costs; launch nothing")
+	fl.StringVar(&spec, "spec", "", "take the create request from this JSON or YAML file, - for stdin; flags given override it")
+	_ = c.MarkFlagFilename("spec", "json", "yaml", "yml")
 	_ = c.RegisterFlagCompletionFunc("image", f.completeImages())
 	_ = c.RegisterFlagCompletionFunc("node", f.completeNodes())
 	return c
+}
+
+// readSpec reads the create request of fleet create --spec: JSON or YAML,
+// with the API's field names. Unknown fields are refused, so a typo does
+// not silently leave a setting out.
+func (f *fleet) readSpec(name string) (sdk.FleetCreateVMRequest, error) {
+	var req sdk.FleetCreateVMRequest
+	data, name, err := f.a.readInput(name)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return req, &cliError{msg: name + " is " + err.Error(), hint: "a create request is a small JSON or YAML object"}
+	case err != nil:
+		return req, &cliError{msg: fmt.Sprintf("read the create request: %v", err), hint: "give --spec a JSON or YAML file, or - to read stdin"}
+	}
+	if err := yaml.UnmarshalStrict(data, &req); err != nil {
+		return req, &cliError{msg: fmt.Sprintf("%s is not a create request: %v", name, err),
+			hint: "write one JSON or YAML object with the fields of POST /fleet/vms; fluxctl fleet create --help names them"}
+	}
+	return req, nil
+}
+
+// withFlags is the create request of a --spec file with the flags that
+// were given as well on top of it; labels from --label join the file's.
+func withFlags(c *cobra.Command, spec, flags sdk.FleetCreateVMRequest) sdk.FleetCreateVMRequest {
+	out := spec
+	for _, fl := range []struct {
+		name string
+		set  func()
+	}{
+		{"image", func() { out.Image = flags.Image }},
+		{"pool", func() { out.Pool = flags.Pool }},
+		{"vcpus", func() { out.VCPUs = flags.VCPUs }},
+		{"memory-gib", func() { out.MemoryMiB = flags.MemoryMiB }},
+		{"ttl", func() { out.TTLSeconds = flags.TTLSeconds }},
+		{"node", func() { out.Node = flags.Node }},
+		{"display", func() { out.Display = flags.Display }},
+		{"label", func() {
+			out.Labels = maps.Clone(spec.Labels)
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			maps.Copy(out.Labels, flags.Labels)
+		}},
+	} {
+		if c.Flags().Changed(fl.name) {
+			fl.set()
+		}
+	}
+	return out
 }
 
 func (f *fleet) runCmd() *cobra.Command {
@@ -544,16 +601,11 @@ terminal it asks first; otherwise it needs -y.`,
 		Args:              oneFleetVM,
 		ValidArgsFunction: f.completeVMs(),
 		RunE: func(c *cobra.Command, args []string) error {
-			fc, vm, err := f.findVM(c.Context(), args[0])
+			fc, vm, err := f.findAndAsk(c.Context(), args[0], yes, func(vm *sdk.FleetVM) string {
+				return fmt.Sprintf("delete vm %s (%s on %s, %s) and its disks?", vm.Name, vm.ID, vm.Node, vm.State)
+			}, "delete", "fluxctl fleet rm "+args[0]+" -y")
 			if err != nil {
 				return err
-			}
-			if !yes {
-				err := f.confirm(fmt.Sprintf("delete vm %s (%s on %s, %s) and its disks?", vm.Name, vm.ID, vm.Node, vm.State),
-					"delete", "fluxctl fleet rm "+args[0]+" -y")
-				if err != nil {
-					return err
-				}
 			}
 			if err := fc.DeleteVM(c.Context(), vm.Node, vm.ID); err != nil {
 				return withHints(err, map[int]string{404: "it is gone already; " + hintListVMs})
@@ -625,7 +677,7 @@ func (f *fleet) powerCmd(verb, shortHelp, past string, ask bool) *cobra.Command 
 // powered prints the VM a power call returned.
 func (f *fleet) powered(vm *sdk.FleetVM, past string) error {
 	if !f.a.human() {
-		return f.a.printJSON(vm)
+		return f.a.printRaw(vm)
 	}
 	next := ""
 	switch vm.State {

@@ -7,7 +7,8 @@
 //	fluxctl vm exec web-1 -- uname -a
 //
 // On a terminal it prints tables and short confirmations; piped, or with
-// -o json, it prints the API's JSON.
+// -o json, it prints the API's JSON (-o yaml: as YAML). Every table goes
+// through one renderer (table.go), which also prints CSV and picks columns.
 package main
 
 import (

@@ -252,7 +252,7 @@ func TestCommandLineMistakesShowUsage(t *testing.T) {
 		{"bad label", []string{"vm", "create", "x", "--image", "/i", "--label", "novalue"}, "KEY=VALUE", "usage:"},
 		{"exec without command", []string{"vm", "exec", "x"}, "the command to run", "usage: fluxctl vm exec"},
 		{"unknown flag", []string{"vm", "list", "--bogus"}, "unknown flag: --bogus", "fluxctl vm list --help"},
-		{"unknown output", []string{"vm", "list", "-o", "yaml"}, `"yaml"`, "-o json"},
+		{"unknown output", []string{"vm", "list", "-o", "xml"}, `"xml"`, "-o json"},
 		{"misspelt command", []string{"vm", "lsit"}, `unknown command "lsit"`, "did you mean fluxctl vm list?"},
 		{"screenshot to a terminal", []string{"vm", "screenshot", "x"}, "terminal", "-f x.png"},
 	}

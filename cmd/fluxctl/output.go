@@ -9,21 +9,29 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 )
 
-// Output formats.
+// Output formats (-o).
 const (
 	formatTable = "table"
 	formatWide  = "wide"
 	formatJSON  = "json"
+	formatYAML  = "yaml"
+	formatCSV   = "csv"
 )
 
-func (a *app) checkOutput() error {
-	switch a.output {
-	case "", formatTable, formatWide, formatJSON:
-		return nil
+var formats = []string{formatTable, formatWide, formatJSON, formatYAML, formatCSV}
+
+// checkOutput refuses, before anything is sent, an -o or -c that c cannot
+// print.
+func (a *app) checkOutput(c *cobra.Command) error {
+	if a.output != "" && !slices.Contains(formats, a.output) {
+		return &cliError{msg: fmt.Sprintf("unknown output format %q", a.output), hint: "use -o table, -o wide, -o json, -o yaml or -o csv"}
 	}
-	return &cliError{msg: fmt.Sprintf("unknown output format %q", a.output), hint: "use -o table, -o wide or -o json"}
+	return a.checkColumns(c)
 }
 
 // format is -o, else table on a terminal and JSON when stdout is piped.
@@ -38,11 +46,23 @@ func (a *app) format() string {
 }
 
 // human reports whether output is for people (tables, ✓ lines) rather
-// than JSON for programs.
-func (a *app) human() bool { return a.format() != formatJSON }
+// than JSON, YAML or CSV for programs.
+func (a *app) human() bool {
+	f := a.format()
+	return f == formatTable || f == formatWide
+}
 
-// printJSON writes v as indented JSON: the API's objects, re-encoded.
-func (a *app) printJSON(v any) error {
+// printRaw writes v, the API's objects, as -o yaml asks, else as indented
+// JSON. YAML keeps the JSON field names.
+func (a *app) printRaw(v any) error {
+	if a.format() == formatYAML {
+		out, err := yaml.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("print as YAML: %w", err)
+		}
+		_, err = a.stdout.Write(out)
+		return err
+	}
 	enc := json.NewEncoder(a.stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
@@ -55,6 +75,17 @@ func (a *app) done(next, format string, args ...any) {
 	if next != "" {
 		fmt.Fprintf(a.stdout, "next: %s\n", next)
 	}
+}
+
+// fields formats a record as aligned "label  value" lines.
+func fields(fs [][2]string) string {
+	var b strings.Builder
+	tw := newTable(&b)
+	for _, f := range fs {
+		row(tw, f[0], f[1])
+	}
+	_ = tw.Flush()
+	return b.String()
 }
 
 func newTable(w io.Writer) *tabwriter.Writer {

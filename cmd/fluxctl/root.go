@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/fluxvm/fluxvm/sdk"
@@ -50,11 +51,13 @@ func (a *app) newRoot() *cobra.Command {
 leases, tenants, ...); "fluxctl vm" talks to one node agent's API directly.
 
 On a terminal it prints tables, short confirmations and the next command to
-run. Piped, or with -o json, it prints the API's JSON, so scripts keep working.`,
+run. Piped, or with -o json, it prints the API's JSON, so scripts keep working;
+-o yaml prints the same as YAML. Commands that list take -o wide (IDs and
+details), -o csv, and -c to pick the columns, e.g. -c name,node,state.`,
 		Version:           version,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		PersistentPreRunE: func(*cobra.Command, []string) error { return a.checkOutput() },
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error { return a.checkOutput(c) },
 	}
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
@@ -63,8 +66,8 @@ run. Piped, or with -o json, it prints the API's JSON, so scripts keep working.`
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.node, "node", sdk.DefaultNodeURL, "the node agent's API URL (env "+envNode+")")
 	pf.StringVar(&a.token, "token", "", "the node's API token (env "+envToken+")")
-	pf.StringVarP(&a.output, "output", "o", "", "table, wide or json (default: table on a terminal, json when piped)")
-	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	pf.StringVarP(&a.output, "output", "o", "", "table, wide, json, yaml or csv (default: table on a terminal, json when piped; csv for commands that list)")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(a.vmCommand(), a.fleetCommand())
 	a.root = root
 	return root
@@ -101,6 +104,39 @@ func (a *app) nodeClient() (*sdk.NodeClient, error) {
 	return c, nil
 }
 
+// maxBody is the most central and the nodes take as a request body.
+const maxBody = 1 << 20
+
+// errTooLarge is an input larger than maxBody.
+var errTooLarge = fmt.Errorf("larger than %d KiB, more than central takes", maxBody>>10)
+
+// readInput reads a request body from the file name, or from stdin for
+// "-", refusing more than maxBody with errTooLarge. source is what to call
+// it in messages: the file's name, or stdin.
+func (a *app) readInput(name string) (data []byte, source string, err error) {
+	if name == "-" {
+		data, err = io.ReadAll(io.LimitReader(a.stdin, maxBody+1))
+		name = "stdin"
+	} else {
+		data, err = os.ReadFile(name)
+	}
+	if err == nil && len(data) > maxBody {
+		err = errTooLarge
+	}
+	return data, name, err
+}
+
+// withNode makes the node client for run: every vm command starts from it.
+func (a *app) withNode(run func(c *cobra.Command, args []string, nc *sdk.NodeClient) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		nc, err := a.nodeClient()
+		if err != nil {
+			return err
+		}
+		return run(c, args, nc)
+	}
+}
+
 // cliError is a refusal fluxctl makes itself, with what to do instead.
 type cliError struct {
 	msg, hint string
@@ -112,6 +148,22 @@ func (e *cliError) Error() string { return e.msg }
 // the command's usage line.
 func usageError(c *cobra.Command, msg string) error {
 	return &cliError{msg: msg, hint: "usage: " + c.UseLine() + " (see " + c.CommandPath() + " --help)"}
+}
+
+// parseLabels turns --label KEY=VALUE flags into labels (nil for none).
+func parseLabels(c *cobra.Command, labels []string) (map[string]string, error) {
+	var out map[string]string
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, usageError(c, fmt.Sprintf("--label %q: want KEY=VALUE", l))
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // exitCode ends fluxctl with a code and no message: the guest command of

@@ -90,50 +90,51 @@ func (a *app) completeVMs(many bool) cobra.CompletionFunc {
 	}
 }
 
+// vmColumns are the columns of vm list.
+func vmColumns(now time.Time) []column[sdk.VM] {
+	return []column[sdk.VM]{
+		{"name", "NAME", false, func(v *sdk.VM) string { return v.Name }},
+		{"state", "STATE", false, func(v *sdk.VM) string { return v.State }},
+		{"agent", "AGENT", false, agentState},
+		{"guest", "GUEST", false, func(v *sdk.VM) string { return v.GuestOS }},
+		{"vcpus", "VCPUS", false, func(v *sdk.VM) string { return fmt.Sprint(v.VCPUs) }},
+		{"memory", "MEMORY", false, func(v *sdk.VM) string { return mib(v.MemoryMiB) }},
+		{"age", "AGE", false, func(v *sdk.VM) string { return ago(now, v.CreatedAt) }},
+		{"id", "ID", true, func(v *sdk.VM) string { return v.ID }},
+		{"driver", "DRIVER", true, func(v *sdk.VM) string { return v.Driver }},
+		{"image", "IMAGE", true, func(v *sdk.VM) string { return v.Image }},
+		{"network", "NETWORK", true, func(v *sdk.VM) string { return v.Network }},
+		{"expires", "EXPIRES", true, func(v *sdk.VM) string { return expires(now, v.ExpiresAt) }},
+		{"labels", "LABELS", true, func(v *sdk.VM) string { return pairs(v.Labels) }},
+		{"attributes", "ATTRIBUTES", true, func(v *sdk.VM) string { return pairs(v.Attributes) }},
+	}
+}
+
+// expires says when a VM with a TTL goes: "in 3h".
+func expires(now time.Time, at *time.Time) string {
+	if at == nil {
+		return ""
+	}
+	return "in " + short(at.Sub(now))
+}
+
 func (a *app) vmList() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the node's VMs",
 		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
-			}
+		RunE: a.withNode(func(c *cobra.Command, _ []string, nc *sdk.NodeClient) error {
 			vms, err := nc.ListVMs(c.Context())
 			if err != nil {
 				return err
 			}
-			if !a.human() {
-				return a.printJSON(sdk.VMList{VMs: vms})
-			}
-			if len(vms) == 0 {
-				fmt.Fprintf(a.stdout, "no VMs on node %s\nnext: fluxctl vm create NAME --image PATH\n", nc.URL())
-				return nil
-			}
-			wide := a.format() == formatWide
-			now := time.Now()
-			tw := newTable(a.stdout)
-			head := []string{"NAME", "STATE", "AGENT", "GUEST", "VCPUS", "MEMORY", "AGE"}
-			if wide {
-				head = append(head, "ID", "DRIVER", "IMAGE", "NETWORK", "EXPIRES", "LABELS", "ATTRIBUTES")
-			}
-			row(tw, head...)
-			for _, v := range vms {
-				cells := []string{v.Name, v.State, agentState(&v), v.GuestOS, fmt.Sprint(v.VCPUs), mib(v.MemoryMiB), ago(now, v.CreatedAt)}
-				if wide {
-					expires := ""
-					if v.ExpiresAt != nil {
-						expires = "in " + short(v.ExpiresAt.Sub(now))
-					}
-					cells = append(cells, v.ID, v.Driver, v.Image, v.Network, expires, pairs(v.Labels), pairs(v.Attributes))
-				}
-				row(tw, cells...)
-			}
-			return tw.Flush()
-		},
+			return show(a, c, table[sdk.VM]{raw: sdk.VMList{VMs: vms}, rows: vms, cols: vmColumns(time.Now()),
+				empty: fmt.Sprintf("no VMs on node %s\nnext: fluxctl vm create NAME --image PATH\n", nc.URL())})
+		}),
 	}
+	columnsFlag(c, vmColumns(time.Time{}))
+	return c
 }
 
 func agentState(v *sdk.VM) string {
@@ -164,7 +165,7 @@ answers.`,
 		Example: `  fluxctl vm create web-1 --image /var/cache/fluxvm/images/debian.img --wait
   fluxctl vm create ci-7 --image /var/cache/fluxvm/images/debian.img --vcpus 2 --memory-mib 2048 --ttl 8h --label job=7`,
 		Args: oneVM,
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			req.Name = args[0]
 			if req.Image == "" {
 				return usageError(c, "vm create needs --image PATH, a disk image on the node")
@@ -173,25 +174,15 @@ answers.`,
 				return usageError(c, "--ttl must not be negative")
 			}
 			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return usageError(c, fmt.Sprintf("--label %q: want KEY=VALUE", l))
-				}
-				if req.Labels == nil {
-					req.Labels = map[string]string{}
-				}
-				req.Labels[k] = v
+			var err error
+			if req.Labels, err = parseLabels(c, labels); err != nil {
+				return err
 			}
 			if driverConfig != "" {
 				if !json.Valid([]byte(driverConfig)) {
 					return usageError(c, "--driver-config is not valid JSON")
 				}
 				req.DriverConfig = json.RawMessage(driverConfig)
-			}
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
 			}
 			vm, err := nc.CreateVM(c.Context(), req)
 			if err != nil {
@@ -213,7 +204,7 @@ answers.`,
 				vm = ready
 			}
 			if !a.human() {
-				return a.printJSON(vm)
+				return a.printRaw(vm)
 			}
 			node, next := nc.URL(), fmt.Sprintf("fluxctl vm exec %s -- uname -a", vm.Name)
 			if h, err := nc.Health(c.Context()); err == nil {
@@ -234,7 +225,7 @@ answers.`,
 			}
 			a.done(next, "created vm %s (%s) on node %s%s", vm.Name, vm.ID, node, ready)
 			return nil
-		},
+		}),
 	}
 	f := c.Flags()
 	f.StringVar(&req.Image, "image", "", "disk image: a path on the node, inside its allowed image dirs (required)")
@@ -261,21 +252,17 @@ func (a *app) vmGet() *cobra.Command {
 		Short:             "Show one VM",
 		Args:              oneVM,
 		ValidArgsFunction: a.completeVMs(false),
-		RunE: func(c *cobra.Command, args []string) error {
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
-			}
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			vm, err := nc.GetVM(c.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			if !a.human() {
-				return a.printJSON(vm)
+				return a.printRaw(vm)
 			}
 			a.printVM(vm)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -334,11 +321,7 @@ On a terminal it asks first; otherwise it needs -y.`,
 			return nil
 		},
 		ValidArgsFunction: a.completeVMs(true),
-		RunE: func(c *cobra.Command, args []string) error {
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
-			}
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			if !yes {
 				if !a.stdinTTY {
 					return &cliError{msg: "refusing to delete without confirmation: stdin is not a terminal",
@@ -367,7 +350,7 @@ On a terminal it asks first; otherwise it needs -y.`,
 				}
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&yes, "yes", "y", false, "delete without asking")
 	return c
@@ -381,24 +364,20 @@ func (a *app) vmPower(verb, short, past string, call func(*sdk.NodeClient, conte
 		Short:             short,
 		Args:              oneVM,
 		ValidArgsFunction: a.completeVMs(false),
-		RunE: func(c *cobra.Command, args []string) error {
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
-			}
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			vm, err := call(nc, c.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			return a.powered(vm, past)
-		},
+		}),
 	}
 }
 
 // powered prints the VM a power call returned.
 func (a *app) powered(vm *sdk.VM, past string) error {
 	if !a.human() {
-		return a.printJSON(vm)
+		return a.printRaw(vm)
 	}
 	next := ""
 	switch vm.State {
@@ -419,17 +398,13 @@ func (a *app) vmStop() *cobra.Command {
 		Long:              "Ask the guest to shut down; after --timeout the node stops the VM hard.",
 		Args:              oneVM,
 		ValidArgsFunction: a.completeVMs(false),
-		RunE: func(c *cobra.Command, args []string) error {
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
-			}
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			vm, err := nc.StopVM(c.Context(), args[0], timeout)
 			if err != nil {
 				return err
 			}
 			return a.powered(vm, "stopped")
-		},
+		}),
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 0, "how long the guest gets to shut down (0: the node's default)")
 	return c
@@ -456,7 +431,7 @@ With -o json, the whole result is printed as JSON instead.`,
 			return nil
 		},
 		ValidArgsFunction: a.completeVMs(false),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			req := sdk.ExecRequest{Command: sdk.Command{Argv: args[1:]}, Env: env}
 			if timeout < 0 {
 				return usageError(c, "--timeout must not be negative")
@@ -469,16 +444,12 @@ With -o json, the whole result is printed as JSON instead.`,
 				}
 				req.Stdin = in
 			}
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
-			}
 			res, err := nc.Exec(c.Context(), args[0], req)
 			if err != nil {
 				return err
 			}
 			return a.execResult(res)
-		},
+		}),
 	}
 	f := c.Flags()
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long, e.g. 5m (0: the node's default)")
@@ -501,11 +472,11 @@ func (a *app) readStdin() (string, error) {
 	return string(in), nil
 }
 
-// execResult prints what a command printed (with -o json, the whole
-// result) and ends fluxctl with the command's exit code.
+// execResult prints what a command printed (with -o json or -o yaml, the
+// whole result) and ends fluxctl with the command's exit code.
 func (a *app) execResult(res *sdk.ExecResult) error {
-	if a.output == formatJSON {
-		if err := a.printJSON(res); err != nil {
+	if a.output == formatJSON || a.output == formatYAML {
+		if err := a.printRaw(res); err != nil {
 			return err
 		}
 	} else {
@@ -528,13 +499,9 @@ func (a *app) vmLogs() *cobra.Command {
 		Short:             "Print the end of a VM's console log",
 		Args:              oneVM,
 		ValidArgsFunction: a.completeVMs(false),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			if lines < 0 {
 				return usageError(c, "--lines must not be negative")
-			}
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
 			}
 			out, err := nc.Logs(c.Context(), args[0], lines)
 			if err != nil {
@@ -542,7 +509,7 @@ func (a *app) vmLogs() *cobra.Command {
 			}
 			_, err = a.stdout.Write(out)
 			return err
-		},
+		}),
 	}
 	c.Flags().IntVarP(&lines, "lines", "n", 0, "how many lines from the end (0: the node's default, 100)")
 	return c
@@ -561,7 +528,7 @@ func (a *app) vmScreenshot() *cobra.Command {
 not a terminal) the PNG goes to stdout.`,
 		Args:              oneVM,
 		ValidArgsFunction: a.completeVMs(false),
-		RunE: func(c *cobra.Command, args []string) error {
+		RunE: a.withNode(func(c *cobra.Command, args []string, nc *sdk.NodeClient) error {
 			toStdout := file == "-" || (file == "" && !a.stdoutTTY)
 			if file == "" && !toStdout {
 				return &cliError{msg: "not writing a PNG to the terminal",
@@ -569,10 +536,6 @@ not a terminal) the PNG goes to stdout.`,
 			}
 			if maxWidth < 0 {
 				return usageError(c, "--max-width must not be negative")
-			}
-			nc, err := a.nodeClient()
-			if err != nil {
-				return err
 			}
 			img, err := nc.Screenshot(c.Context(), args[0], maxWidth)
 			if err != nil {
@@ -593,7 +556,7 @@ not a terminal) the PNG goes to stdout.`,
 				a.done("", "saved the screen of vm %s to %s (%d KiB%s)", args[0], file, (len(img)+1023)/1024, size)
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().StringVarP(&file, "file", "f", "", "where to write the PNG (- for stdout)")
 	c.Flags().IntVar(&maxWidth, "max-width", 0, "scale the picture down to at most this many pixels wide")
