@@ -34,9 +34,18 @@ import (
 //	P lease-tenant/<tenant>/<id>             lease id, while the lease is active
 //	P lease-gen/<tenant>                     counter: generation of the tenant's leases
 //	P drains/<node>                          Drain (the node's latest)
-//	P specs/<entry id>                       create spec of a reschedulable VM, while it runs
-//	P deleted-vms/<entry id>                 mark of a deleted VM (leased, DeletedMarkTTL): see deleted.go
+//	P specs/<entry-id>                       create spec of a reschedulable VM, while it runs
+//	P deleted-vms/<entry-id>                 mark of a deleted VM (leased, DeletedMarkTTL): see deleted.go
 //	P election/<name>/                       concurrency.Election keys
+//	P schedulers/<id>                        a dedicated scheduler's announcement (leased)
+//	P pools/<owner>/<name>                   Pool (owner: tenant id, or _shared for the operator's)
+//	P pool-members/<owner>/<pool>/<id>       PoolMember
+//	P prices/<effective-from>                Prices, one version each (billing.go)
+//	P notify-events/<id>                     Event to deliver (budget.near, budget.over, ...)
+//	P notify-once/<key>                      event id: an event recorded at most once per key
+//	P probe                                  read (never written) to check etcd answers
+//
+// Nothing else is written under P: TestKeyLayoutNamesEveryKey holds the store to this table.
 func (s *Store) nodeKey(name string) string        { return s.prefix + "nodes/" + name }
 func (s *Store) tenantKey(id string) string        { return s.prefix + "tenants/" + id }
 func (s *Store) tenantNameKey(name string) string  { return s.prefix + "tenant-names/" + name }

@@ -1,0 +1,127 @@
+package store
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/notify"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestKeyLayoutNamesEveryKey drives every kind of write the store makes and
+// then holds every key under the prefix to the key-layout table in crud.go:
+// a key no line of the table describes fails the test, and so does a line
+// no key matched, so the table cannot go stale either way.
+func TestKeyLayoutNamesEveryKey(t *testing.T) {
+	ctx := testCtx(t)
+	s := openEmbedded(t, Options{})
+	now := time.Now().UTC()
+
+	testNode(t, s, "n1", 16, 65536, 2)
+	acme := testTenant(t, s, "acme", Quotas{})
+	if _, err := s.PutPolicy(ctx, DefaultPolicy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutImage(ctx, &Image{Name: "deb", GuestOS: GuestLinux, Image: "/img/deb", VCPUs: 1, MemoryMiB: 64}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Reserve(ctx, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CommitSpec(ctx, res, LedgerEntry{VMID: "vm-1", Name: "a"}, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.Reserve(ctx, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx, held)
+	if _, err := s.MarkDeleted(ctx, "n1", "vm-2", "deleted", now); err != nil {
+		t.Fatal(err)
+	}
+	testNode(t, s, "n2", 16, 65536, 2)
+	if _, err := s.CreateLease(ctx, CreateLeaseRequest{Tenant: acme.ID, Node: "n2", Start: now, MinHours: 24}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutDrain(ctx, &Drain{Node: "n1", Mode: "cordon", StartedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreatePool(ctx, &Pool{Name: "p", Tenant: acme.ID, Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
+		Size: 1, MaxSize: 1, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreatePool(ctx, &Pool{Name: "shared", Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
+		Size: 1, MaxSize: 1, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateMember(ctx, &PoolMember{ID: "pool-p-1", Pool: "p", Tenant: acme.ID, Node: "n1", State: MemberCreating, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutPrices(ctx, billing.DefaultPrices(), now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Emit(ctx, notify.Event{Kind: "budget.near", Tenant: acme.ID, At: now}, "acme-2026-12-near"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Campaign(ctx, "loops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	if err := s.AnnounceScheduler(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The table: the lines of crud.go's comment that start with "P ".
+	src, err := os.ReadFile("crud.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		text string
+		re   *regexp.Regexp
+		seen bool
+	}
+	var rows []*row
+	for _, line := range strings.Split(string(src), "\n") {
+		f := strings.Fields(strings.TrimPrefix(line, "//"))
+		if !strings.HasPrefix(line, "//\tP ") || len(f) < 2 {
+			continue
+		}
+		// <x> is one segment; a trailing "/" is a prefix of anything below it.
+		pat := regexp.MustCompile(`<[^>]+>`).ReplaceAllString(regexp.QuoteMeta(f[1]), `[^/]+`)
+		if strings.HasSuffix(f[1], "/") {
+			pat += ".+"
+		}
+		rows = append(rows, &row{text: f[1], re: regexp.MustCompile("^" + pat + "$")})
+	}
+	if len(rows) < 20 {
+		t.Fatalf("read %d rows of the key layout from crud.go; the table's format changed", len(rows))
+	}
+	resp, err := s.Client().Get(ctx, s.Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		k := strings.TrimPrefix(string(kv.Key), s.Prefix())
+		matched := false
+		for _, r := range rows {
+			if r.re.MatchString(k) {
+				r.seen, matched = true, true
+			}
+		}
+		if !matched {
+			t.Errorf("key %q is in no row of the key layout (crud.go)", k)
+		}
+	}
+	for _, r := range rows {
+		if !r.seen && r.text != "probe" {
+			t.Errorf("no key matched the row %q: write one here, or drop the row", r.text)
+		}
+	}
+}
