@@ -22,8 +22,10 @@ import (
 // reservations, the tenant record, the tenant's lease generation key and its
 // active-lease index; it checks there, and writes the lease, the index entry,
 // the node record (now naming the lessee) and the generation key (gen + 1) in
-// one transaction on condition that the node record, the node counter, the
-// tenant record and the generation key still have the revisions it read.
+// one transaction on condition that everything it read is unchanged (txn.go):
+// the node record, the node counter, the tenant record and the generation key
+// have the revisions it read, and nothing under the node's reservations or
+// the tenant's active leases was written since.
 //
 //   - Two leases of one node: both rewrite the node record, so the second
 //     one's compare fails; on its retry it reads LeasedBy and refuses.
@@ -201,11 +203,11 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 		}
 		n.LeasedBy, n.LeaseID = l.Tenant, l.ID
 		gen.Gen++
-		r, err := s.client.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(nk), "=", nrev),
-			clientv3.Compare(clientv3.ModRevision(uk), "=", urev),
-			clientv3.Compare(clientv3.ModRevision(tk), "=", trev),
-			clientv3.Compare(clientv3.ModRevision(gk), "=", grev),
+		// Every one of the six reads is compared: the four keys, and the node's
+		// reservations and the tenant's active leases as prefixes.
+		r, err := s.client.Txn(ctx).If(unchanged(resp.Header.Revision,
+			[]readKey{{nk, nrev}, {uk, urev}, {tk, trev}, {gk, grev}},
+			s.resNodePrefix(req.Node), s.leaseTenantPrefix(req.Tenant))...,
 		).Then(
 			clientv3.OpPut(s.leaseKey(l.ID), mustJSON(l)),
 			clientv3.OpPut(s.leaseTenantPrefix(l.Tenant)+l.ID, l.ID),

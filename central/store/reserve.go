@@ -197,20 +197,27 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 			MacOS: req.MacOS, CreatedAt: time.Now().UTC(), Lease: int64(sess.Lease()), Replaces: req.Replaces,
 		}
 		lease := clientv3.WithLease(sess.Lease())
-		cmps := []clientv3.Cmp{
-			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(req.Node)), "=", snap.nodeUsageRev),
-			clientv3.Compare(clientv3.ModRevision(s.nodeKey(req.Node)), "=", snap.nodeRev),
+		// Everything read is compared (txn.go); the counters alone would do (see the
+		// comment at the top), the rest keeps the rule "a write compares what it read".
+		keys := []readKey{{s.usageNodeKey(req.Node), snap.nodeUsageRev}, {s.nodeKey(req.Node), snap.nodeRev}}
+		prefixes := []string{s.resNodePrefix(req.Node)}
+		if req.Tenant != "" {
+			keys = append(keys, readKey{s.usageTenantKey(req.Tenant), snap.tenantUsageRev})
+			prefixes = append(prefixes, s.resTenantPrefix(req.Tenant))
+			if readTenant {
+				keys = append(keys, readKey{s.tenantKey(req.Tenant), snap.tenantRev})
+			}
+			if req.Replaces != "" {
+				keys = append(keys, readKey{s.runningTenantPrefix(req.Tenant) + req.Replaces, snap.replacedRev})
+			}
 		}
+		cmps := unchanged(resp.Header.Revision, keys, prefixes...)
 		snap.nodeUsage.Gen++
 		ops := []clientv3.Op{
 			clientv3.OpPut(s.resNodePrefix(req.Node)+res.ID, mustJSON(res), lease),
 			clientv3.OpPut(s.usageNodeKey(req.Node), mustJSON(snap.nodeUsage)),
 		}
 		if req.Tenant != "" {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(req.Tenant)), "=", snap.tenantUsageRev))
-			if readTenant {
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.tenantKey(req.Tenant)), "=", snap.tenantRev))
-			}
 			snap.tenantUsage.Gen++
 			ops = append(ops,
 				clientv3.OpPut(s.resTenantPrefix(req.Tenant)+res.ID, mustJSON(res), lease),
@@ -305,20 +312,23 @@ type reserveSnapshot struct {
 	tenant                       *Tenant
 	tenantRev                    int64
 	// replaced is the running entry a replacement discounts (nil: none,
-	// ended, or already discounted by another live reservation).
-	replaced *LedgerEntry
+	// ended, or already discounted by another live reservation), and
+	// replacedRev the ModRevision its running-index key had (0: absent).
+	replaced    *LedgerEntry
+	replacedRev int64
 }
 
 // readReplaced fills snap.replaced from the last read of a replacement's
 // reserve (the running entry it replaces), unless another live reservation
 // of the tenant already replaces that entry.
 func (snap *reserveSnapshot) readReplaced(rs []*pb.ResponseOp, req ReserveRequest) error {
-	snap.replaced = nil
+	snap.replaced, snap.replacedRev = nil, 0
 	if req.Tenant == "" || req.Replaces == "" {
 		return nil
 	}
 	var e LedgerEntry
 	rev, err := decodeOne(rs[len(rs)-1].GetResponseRange().Kvs, &e)
+	snap.replacedRev = rev
 	if err != nil || rev == 0 || !e.Running() {
 		return err
 	}
