@@ -168,7 +168,7 @@ func lead(ctx context.Context, st *store.Store, srv *api.Server, opts Options, l
 		}
 		log.Info("leading: running the reconciler and node checks", "id", st.ID())
 		srv.SetLeader(true)
-		runLoops(cctx, l.Done(), srv, opts, log)
+		runLoops(cctx, l, srv, opts, log)
 		srv.SetLeader(false)
 		cancel()
 		rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -256,7 +256,11 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 // runLoops runs the leader-only work until ctx ends or leadership is lost.
-func runLoops(ctx context.Context, lost <-chan struct{}, srv *api.Server, opts Options, log hclog.Logger) {
+// Its store writes are fenced (store.Fenced): once l is lost, none of them
+// lands, even one a loop sends before it notices.
+func runLoops(ctx context.Context, l *store.Leader, srv *api.Server, opts Options, log hclog.Logger) {
+	lost := l.Done()
+	ctx = store.Fenced(ctx, l)
 	// Node checks run several times per heartbeat interval so that a node is
 	// marked down close to three intervals after its last heartbeat.
 	check := time.NewTicker(max(opts.HeartbeatInterval/4, 100*time.Millisecond))

@@ -108,7 +108,7 @@ func RunScheduler(ctx context.Context, opts SchedulerOptions) error {
 		if opts.Leading != nil {
 			opts.Leading(true)
 		}
-		runLoops(ctx, l.Done(), srv, loopOpts, log)
+		runLoops(ctx, l, srv, loopOpts, log)
 		srv.SetLeader(false)
 		if opts.Leading != nil {
 			opts.Leading(false)

@@ -81,7 +81,7 @@ func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time) (
 				ops = append(ops, clientv3.OpPut(first, mustJSON(&billing.PriceVersion{EffectiveFrom: time.Unix(0, 0).UTC(), Prices: billing.DefaultPrices()})))
 			}
 		}
-		r, err := s.client.Txn(ctx).If(cmp).Then(ops...).Commit()
+		r, err := s.kv(ctx).Txn(ctx).If(cmp).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("set prices: %w", err)
 		}
@@ -107,7 +107,7 @@ func (s *Store) Emit(ctx context.Context, e notify.Event, once string) (bool, er
 	e.At = e.At.UTC()
 	e.ID = fmt.Sprintf("%020d-%s", e.At.UnixNano(), newID("ev-"))
 	key := s.eventsPrefix() + e.ID
-	txn := s.client.Txn(ctx)
+	txn := s.kv(ctx).Txn(ctx)
 	if once != "" {
 		ok := s.eventOnceKey(once)
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(ok), "=", 0)).

@@ -151,7 +151,7 @@ func (s *Store) PutNode(ctx context.Context, n *Node) error {
 	if err := n.Validate(); err != nil {
 		return err
 	}
-	if _, err := s.client.Put(ctx, s.nodeKey(n.Name), mustJSON(n)); err != nil {
+	if _, err := s.kv(ctx).Put(ctx, s.nodeKey(n.Name), mustJSON(n)); err != nil {
 		return fmt.Errorf("put node %s: %w", n.Name, err)
 	}
 	return nil
@@ -199,7 +199,7 @@ func (s *Store) UpdateNode(ctx context.Context, name string, create bool, fn fun
 		if err := n.Validate(); err != nil {
 			return false, err
 		}
-		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		resp, err := s.kv(ctx).Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, mustJSON(n))).Commit()
 		if err != nil {
 			return false, fmt.Errorf("update node %s: %w", name, err)
@@ -213,7 +213,7 @@ func (s *Store) UpdateNode(ctx context.Context, name string, create bool, fn fun
 // DeleteNode removes a node record. Its usage counter stays (it is zero once its ledger
 // entries have ended) so a node that comes back keeps exact counts.
 func (s *Store) DeleteNode(ctx context.Context, name string) error {
-	resp, err := s.client.Delete(ctx, s.nodeKey(name))
+	resp, err := s.kv(ctx).Delete(ctx, s.nodeKey(name))
 	if err != nil {
 		return fmt.Errorf("delete node %s: %w", name, err)
 	}
@@ -241,7 +241,7 @@ func (s *Store) CreateTenant(ctx context.Context, t *Tenant) error {
 		return err
 	}
 	k, nk, tk := s.tenantKey(t.ID), s.tenantNameKey(t.Name), s.tenantTokenKey(t.TokenSHA256)
-	resp, err := s.client.Txn(ctx).If(
+	resp, err := s.kv(ctx).Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(nk), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(tk), "=", 0),
@@ -349,7 +349,7 @@ func (s *Store) UpdateTenant(ctx context.Context, id string, fn func(*Tenant) er
 			ops = append(ops, clientv3.OpDelete(s.tenantTokenKey(old.TokenSHA256)), clientv3.OpPut(tk, id))
 			taken = append(taken, "token")
 		}
-		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).
+		resp, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).
 			Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return false, fmt.Errorf("update tenant %s: %w", id, err)
@@ -394,7 +394,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	key, uk, rp := s.tenantKey(id), s.usageTenantKey(id), s.resTenantPrefix(id)
 	what := "delete tenant " + id
 	return s.casLoop(ctx, what, func(bool) (bool, error) {
-		r, err := s.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(uk), clientv3.OpGet(rp, clientv3.WithPrefix())).Commit()
+		r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(uk), clientv3.OpGet(rp, clientv3.WithPrefix())).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -418,7 +418,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		if c.VMs > 0 || reserved.VMs > 0 {
 			return false, fmt.Errorf("%s: %w: %d VMs running and %d being created", what, ErrConflict, c.VMs, reserved.VMs)
 		}
-		resp, err := s.client.Txn(ctx).If(
+		resp, err := s.kv(ctx).Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(key), "=", rev),
 			clientv3.Compare(clientv3.ModRevision(uk), "=", urev), // 0: no counter yet, none may appear
 		).Then(
@@ -450,7 +450,7 @@ func (s *Store) PutPolicy(ctx context.Context, p Policy) (Policy, error) {
 	if err := p.Validate(); err != nil {
 		return Policy{}, err
 	}
-	if _, err := s.client.Put(ctx, s.policyKey(), mustJSON(p)); err != nil {
+	if _, err := s.kv(ctx).Put(ctx, s.policyKey(), mustJSON(p)); err != nil {
 		return Policy{}, fmt.Errorf("put policy: %w", err)
 	}
 	return p, nil
@@ -463,7 +463,7 @@ func (s *Store) PutImage(ctx context.Context, im *Image) error {
 	if err := im.Validate(); err != nil {
 		return err
 	}
-	if _, err := s.client.Put(ctx, s.imageKey(im.Name), mustJSON(im)); err != nil {
+	if _, err := s.kv(ctx).Put(ctx, s.imageKey(im.Name), mustJSON(im)); err != nil {
 		return fmt.Errorf("put image %s: %w", im.Name, err)
 	}
 	return nil
@@ -490,7 +490,7 @@ func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
 
 // DeleteImage removes a catalog entry.
 func (s *Store) DeleteImage(ctx context.Context, name string) error {
-	resp, err := s.client.Delete(ctx, s.imageKey(name))
+	resp, err := s.kv(ctx).Delete(ctx, s.imageKey(name))
 	if err != nil {
 		return fmt.Errorf("delete image %s: %w", name, err)
 	}

@@ -60,7 +60,7 @@ func (s *Store) MarkDeleted(ctx context.Context, node, vmID, reason string, at t
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if _, err := s.client.Put(ctx, s.deletedKey(id), at.UTC().Format(time.RFC3339Nano), clientv3.WithLease(grant.ID)); err != nil {
+	if _, err := s.kv(ctx).Put(ctx, s.deletedKey(id), at.UTC().Format(time.RFC3339Nano), clientv3.WithLease(grant.ID)); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	e, err := s.EndEntry(ctx, id, reason, at)

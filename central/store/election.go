@@ -97,7 +97,7 @@ func (s *Store) AnnounceScheduler(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("announce scheduler: %w", err)
 	}
-	if _, err := s.client.Put(ctx, s.schedulerPrefix()+s.id, s.id, clientv3.WithLease(sess.Lease())); err != nil {
+	if _, err := s.kv(ctx).Put(ctx, s.schedulerPrefix()+s.id, s.id, clientv3.WithLease(sess.Lease())); err != nil {
 		return fmt.Errorf("announce scheduler: %w", err)
 	}
 	return nil

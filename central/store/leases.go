@@ -147,7 +147,7 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 	var resp *clientv3.TxnResponse
 	err := s.casLoop(ctx, what, func(afterPause bool) (bool, error) {
 		if resp == nil || afterPause {
-			r, err := s.client.Txn(ctx).Then(reads...).Commit()
+			r, err := s.kv(ctx).Txn(ctx).Then(reads...).Commit()
 			if err != nil {
 				return false, fmt.Errorf("%s: %w", what, err)
 			}
@@ -205,7 +205,7 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 		gen.Gen++
 		// Every one of the six reads is compared: the four keys, and the node's
 		// reservations and the tenant's active leases as prefixes.
-		r, err := s.client.Txn(ctx).If(unchanged(resp.Header.Revision,
+		r, err := s.kv(ctx).Txn(ctx).If(unchanged(resp.Header.Revision,
 			[]readKey{{nk, nrev}, {uk, urev}, {tk, trev}, {gk, grev}},
 			s.resNodePrefix(req.Node), s.leaseTenantPrefix(req.Tenant))...,
 		).Then(
@@ -292,7 +292,7 @@ func (s *Store) EndLease(ctx context.Context, id, reason string, at time.Time) (
 			n.LeasedBy, n.LeaseID, n.ScrubPending = "", "", true
 			ops = append(ops, clientv3.OpPut(nk, mustJSON(n)))
 		}
-		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -317,7 +317,7 @@ func (s *Store) MarkLeaseVMsRemoved(ctx context.Context, id string) error {
 			return true, nil
 		}
 		l.VMsRemoved = true
-		r, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).
+		r, err := s.kv(ctx).Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).
 			Then(clientv3.OpPut(lk, mustJSON(l))).Commit()
 		if err != nil {
 			return false, fmt.Errorf("mark lease %s cleaned: %w", id, err)
@@ -413,7 +413,7 @@ func (s *Store) PutDrain(ctx context.Context, d *Drain) error {
 	if d.VMs == nil {
 		d.VMs = []DrainVM{}
 	}
-	if _, err := s.client.Put(ctx, s.drainKey(d.Node), mustJSON(d)); err != nil {
+	if _, err := s.kv(ctx).Put(ctx, s.drainKey(d.Node), mustJSON(d)); err != nil {
 		return fmt.Errorf("put drain of node %s: %w", d.Node, err)
 	}
 	return nil

@@ -130,7 +130,7 @@ func (s *Store) DropEndedBefore(ctx context.Context, t time.Time) (int, error) {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 		}
-		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return dropped, fmt.Errorf("drop ended ledger entries: %w", err)
 		}
@@ -223,7 +223,7 @@ func (s *Store) Recount(ctx context.Context) (*RecountReport, error) {
 		// loses its compare makes the whole recount go again; chunks already written are right.
 		for len(ops) > 0 {
 			n := min(len(ops), 100)
-			r, err := s.client.Txn(ctx).If(cmps[:n]...).Then(ops[:n]...).Commit()
+			r, err := s.kv(ctx).Txn(ctx).If(cmps[:n]...).Then(ops[:n]...).Commit()
 			if err != nil {
 				return false, fmt.Errorf("recount usage: %w", err)
 			}

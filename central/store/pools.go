@@ -147,7 +147,7 @@ func (s *Store) CreatePool(ctx context.Context, p *Pool) error {
 		return err
 	}
 	k := s.poolKey(p.Tenant, p.Name)
-	r, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+	r, err := s.kv(ctx).Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, mustJSON(p))).Commit()
 	if err != nil {
 		return fmt.Errorf("create pool %s: %w", p.Name, err)
@@ -195,7 +195,7 @@ func (s *Store) UpdatePool(ctx context.Context, tenant, name string, fn func(*Po
 		if err := p.Validate(); err != nil {
 			return false, err
 		}
-		r, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+		r, err := s.kv(ctx).Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
 			Then(clientv3.OpPut(k, mustJSON(p))).Commit()
 		if err != nil {
 			return false, fmt.Errorf("update pool %s: %w", name, err)
@@ -209,7 +209,7 @@ func (s *Store) UpdatePool(ctx context.Context, tenant, name string, fn func(*Po
 // RemovePool deletes a pool's record and its member records. The caller has deleted the
 // members' VMs (see Pool.Deleting).
 func (s *Store) RemovePool(ctx context.Context, tenant, name string) error {
-	_, err := s.client.Txn(ctx).Then(clientv3.OpDelete(s.poolKey(tenant, name)),
+	_, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpDelete(s.poolKey(tenant, name)),
 		clientv3.OpDelete(s.memberPrefix(tenant, name), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return fmt.Errorf("remove pool %s: %w", name, err)
@@ -232,7 +232,7 @@ func (s *Store) CreateMember(ctx context.Context, m *PoolMember) error {
 		return err
 	}
 	k := s.memberPrefix(m.Tenant, m.Pool) + m.ID
-	r, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+	r, err := s.kv(ctx).Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 		Then(clientv3.OpPut(k, mustJSON(m))).Commit()
 	if err != nil {
 		return fmt.Errorf("create pool member %s: %w", m.ID, err)
@@ -257,7 +257,7 @@ func (s *Store) UpdateMember(ctx context.Context, tenant, pool, id string, from 
 			return false, fmt.Errorf("update pool member %s: it is %s: %w", id, m.State, ErrConflict)
 		}
 		fn(m)
-		r, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+		r, err := s.kv(ctx).Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
 			Then(clientv3.OpPut(k, mustJSON(m))).Commit()
 		if err != nil {
 			return false, fmt.Errorf("update pool member %s: %w", id, err)
@@ -270,7 +270,7 @@ func (s *Store) UpdateMember(ctx context.Context, tenant, pool, id string, from 
 
 // DeleteMember deletes a member record.
 func (s *Store) DeleteMember(ctx context.Context, tenant, pool, id string) error {
-	if _, err := s.client.Delete(ctx, s.memberPrefix(tenant, pool)+id); err != nil {
+	if _, err := s.kv(ctx).Delete(ctx, s.memberPrefix(tenant, pool)+id); err != nil {
 		return fmt.Errorf("delete pool member %s: %w", id, err)
 	}
 	return nil
@@ -315,7 +315,7 @@ func (s *Store) ClaimMember(ctx context.Context, req ClaimRequest) (*Claim, erro
 	mp := s.memberPrefix(req.PoolTenant, req.Pool)
 	var out *Claim
 	err := s.casLoop(ctx, what, func(bool) (bool, error) { // reads afresh every time
-		r, err := s.client.Txn(ctx).Then(clientv3.OpGet(pk), clientv3.OpGet(mp, clientv3.WithPrefix())).Commit()
+		r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(pk), clientv3.OpGet(mp, clientv3.WithPrefix())).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -360,7 +360,7 @@ func (s *Store) ClaimMember(ctx context.Context, req ClaimRequest) (*Claim, erro
 		if !entry.Running() {
 			// The VM went (deleted on its node, reconciled): not warm any more.
 			m.State = MemberRetiring
-			_, _ = s.client.Txn(ctx).If(cmps[0]).Then(clientv3.OpPut(mk, mustJSON(&m))).Commit()
+			_, _ = s.kv(ctx).Txn(ctx).If(cmps[0]).Then(clientv3.OpPut(mk, mustJSON(&m))).Commit()
 			return false, nil
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.ledgerKey(entry.ID)), "=", lrev))
@@ -377,7 +377,7 @@ func (s *Store) ClaimMember(ctx context.Context, req ClaimRequest) (*Claim, erro
 			m.EntryID = moved.ID
 		}
 		ops = append(ops, clientv3.OpPut(mk, mustJSON(&m)))
-		tr, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		tr, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -394,7 +394,7 @@ func (s *Store) ClaimMember(ctx context.Context, req ClaimRequest) (*Claim, erro
 // entry ends, a tenant's entry for the same VM starts now, and the tenant's counter grows,
 // on condition that the tenant's counter and record are unchanged and the quota allows it.
 func (s *Store) moveToTenant(ctx context.Context, e *LedgerEntry, tenant string, now time.Time) ([]clientv3.Cmp, []clientv3.Op, LedgerEntry, error) {
-	r, err := s.client.Txn(ctx).Then(
+	r, err := s.kv(ctx).Txn(ctx).Then(
 		clientv3.OpGet(s.usageTenantKey(tenant)),
 		clientv3.OpGet(s.resTenantPrefix(tenant), clientv3.WithPrefix()),
 		clientv3.OpGet(s.tenantKey(tenant))).Commit()

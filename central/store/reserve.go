@@ -158,7 +158,7 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 		if serializable {
 			ops = localReads
 		}
-		r, err := s.client.Txn(ctx).Then(ops...).Commit()
+		r, err := s.kv(ctx).Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -223,7 +223,7 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 				clientv3.OpPut(s.resTenantPrefix(req.Tenant)+res.ID, mustJSON(res), lease),
 				clientv3.OpPut(s.usageTenantKey(req.Tenant), mustJSON(snap.tenantUsage)))
 		}
-		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// Our lease expired (etcd unreachable past the TTL); take a new session and go again.
 			s.dropSession(sess)
@@ -475,6 +475,9 @@ func (s *Store) Release(ctx context.Context, res *Reservation) error {
 	if res.Tenant != "" {
 		ops = append(ops, clientv3.OpDelete(s.resTenantPrefix(res.Tenant)+res.ID))
 	}
+	// Not fenced (fence.go): giving room back is right whoever does it, and a
+	// deposed leader that could not release would hold the room for as long
+	// as its central lives.
 	if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("release reservation %s: %w", res.ID, err)
 	}
@@ -582,7 +585,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 	warned := false
 	err = s.casLoop(ctx, what, func(afterPause bool) (bool, error) {
 		if resp == nil || afterPause {
-			r, err := s.client.Txn(ctx).Then(reads...).Commit()
+			r, err := s.kv(ctx).Txn(ctx).Then(reads...).Commit()
 			if err != nil {
 				return false, fmt.Errorf("%s: %w", what, err)
 			}
@@ -638,7 +641,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 				ops = append(ops, clientv3.OpDelete(s.resTenantPrefix(res.Tenant)+res.ID))
 			}
 		}
-		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -679,7 +682,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 		if e.Tenant != "" {
 			reads = append(reads, clientv3.OpGet(s.usageTenantKey(e.Tenant)))
 		}
-		rr, err := s.client.Txn(ctx).Then(reads...).Commit()
+		rr, err := s.kv(ctx).Txn(ctx).Then(reads...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -713,7 +716,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 				clientv3.OpDelete(s.runningTenantPrefix(e.Tenant)+id),
 				clientv3.OpPut(s.usageTenantKey(e.Tenant), mustJSON(tc)))
 		}
-		r, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -744,7 +747,7 @@ func (s *Store) NodeUsage(ctx context.Context, node string) (UsageView, error) {
 }
 
 func (s *Store) usageView(ctx context.Context, counterKey, resPrefix string) (UsageView, error) {
-	r, err := s.client.Txn(ctx).Then(clientv3.OpGet(counterKey), clientv3.OpGet(resPrefix, clientv3.WithPrefix())).Commit()
+	r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(counterKey), clientv3.OpGet(resPrefix, clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return UsageView{}, fmt.Errorf("read usage %s: %w", counterKey, err)
 	}
@@ -783,7 +786,7 @@ func (s *Store) PutSpec(ctx context.Context, entryID string, spec []byte) error 
 	if !e.Running() {
 		return fmt.Errorf("keep the spec of entry %s: it ended: %w", entryID, ErrNotFound)
 	}
-	r, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).
+	r, err := s.kv(ctx).Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(lk), "=", rev)).
 		Then(clientv3.OpPut(s.specKey(entryID), string(spec))).Commit()
 	if err != nil {
 		return fmt.Errorf("keep the spec of entry %s: %w", entryID, err)
