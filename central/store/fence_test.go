@@ -53,8 +53,11 @@ func TestADeposedLeaderWritesNothing(t *testing.T) {
 			return a.CreateMember(fenced, &PoolMember{ID: "pool-p-2", Pool: "p", Tenant: acme.ID, Node: "n1", State: MemberCreating, CreatedAt: time.Now()})
 		},
 		"delete a pool member": func() error { return a.DeleteMember(fenced, acme.ID, "p", "pool-p-1") },
-		"reserve":              func() error { _, err := a.Reserve(fenced, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64}); return err },
-		"put a drain":          func() error { return a.PutDrain(fenced, &Drain{Node: "n1", Mode: "cordon"}) },
+		"reserve": func() error {
+			_, err := a.Reserve(fenced, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64})
+			return err
+		},
+		"put a drain": func() error { return a.PutDrain(fenced, &Drain{Node: "n1", Mode: "cordon"}) },
 		"update a node": func() error {
 			_, err := a.UpdateNode(fenced, "n1", false, func(n *Node) error { n.Cordoned = true; return nil })
 			return err
