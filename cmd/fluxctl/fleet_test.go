@@ -177,6 +177,8 @@ func TestFleetRefusalsSayWhatToDo(t *testing.T) {
 	_, token := f.Tenant(t, "small", map[string]int64{"max_vms": 1})
 	tenant := fleetCLI(f, token)
 	tenant.run(t, "fleet", "launch", "web-1", "--image", "debian-minimal").ok(t, "launch")
+	// Names are per tenant: the operator's own VM is what its next launch collides with.
+	fleetCLI(f, f.OperatorToken).run(t, "fleet", "launch", "op-1", "--image", "debian-minimal").ok(t, "launch")
 
 	for _, c := range []struct {
 		what      string
@@ -194,7 +196,7 @@ func TestFleetRefusalsSayWhatToDo(t *testing.T) {
 			`no vm "nope"`, "fluxctl fleet vms lists your VMs"},
 		{"404 an unknown node", fleetCLI(f, f.OperatorToken), []string{"fleet", "node", "nope"},
 			"no node nope", "fluxctl fleet nodes"},
-		{"409 a name in use", fleetCLI(f, f.OperatorToken), []string{"fleet", "launch", "web-1", "--image", "debian-minimal"},
+		{"409 a name in use", fleetCLI(f, f.OperatorToken), []string{"fleet", "launch", "op-1", "--image", "debian-minimal"},
 			"already exists", "pick another name"},
 		{"409 no node fits", fleetCLI(f, f.OperatorToken), []string{"fleet", "launch", "--image", "debian-minimal", "--vcpus", "64"},
 			"", "fluxctl fleet capacity"},
