@@ -28,6 +28,7 @@ func TestBoundsAnswersOnlyForValuesOutOfRange(t *testing.T) {
 		{"lease hours past float64", "POST", "/fleet/leases", "", `{"hours": 1e999}`, `field "hours" must be from 0 to 26280`},
 		{"a key in another case", "POST", "/fleet/leases", "", `{"HoUrS": ` + max63 + `}`, `field "hours" must be from 0 to 26280`},
 		{"a key given twice", "POST", "/fleet/leases", "", `{"hours": ` + max63 + `, "hours": 48}`, `field "hours" must be from 0 to 26280`},
+		{"a key spelt with a long s", "POST", "/fleet/leases", "", "{\"hour\u017f\": " + max63 + "}", `field "hours" must be from 0 to 26280`},
 		{"policy retention", "PUT", "/fleet/policy", "", `{"ledger_retention_days": ` + max63 + `}`, `field "ledger_retention_days" must be from 0 to 3650`},
 		{"policy min lease", "PUT", "/fleet/policy", "", `{"min_lease_hours": ` + max63 + `}`, `field "min_lease_hours" must be from 0 to 8760`},
 		{"nested", "PUT", "/fleet/policy", "", `{"tunnels": {"max_per_tenant": 0}}`, `field "tunnels.max_per_tenant" must be from 1 to 1000`},
