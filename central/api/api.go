@@ -162,9 +162,11 @@ func New(opts Options) *Server {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
-// guard authenticates the caller, applies the access table and records the
-// change in the activity log.
+// guard authenticates the caller, applies the access table, holds the
+// request to the ranges of the API's description and records the change in
+// the activity log.
 func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
+	next = inBounds(rt, next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rt.Access == Public {
 			next(w, r)

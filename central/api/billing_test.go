@@ -95,7 +95,7 @@ func TestBillingThroughCentral(t *testing.T) {
 	}
 	// Bad price lists: refused with the field named, and nothing changes.
 	for _, bad := range []struct{ body, want string }{
-		{`{"currency": "USD", "vm_per_hour": -1}`, "negative"},
+		{`{"currency": "USD", "vm_per_hour": -1}`, `field \"vm_per_hour\" must be from 0`},
 		{`{"currency": "USD", "vm_per_hour": 0.0000001}`, "6 decimals"},
 		{`{"currency": "usd"}`, "currency"},
 		{`{"currency": "USD", "mac_classes": [{"name": "A", "per_hour": 1}, {"name": "A", "per_hour": 2}]}`, "twice"},

@@ -215,7 +215,7 @@ func TestBadBodiesAre400WithHintsAndLeaveNothingBehind(t *testing.T) {
 		{"unknown field", hbURL, `{"url":"http://127.0.0.1:1","cpu":4}`, "capacity"},
 		{"bad url", hbURL, with(func(h *sdk.Heartbeat) { h.URL = "ftp://x" }), "advertise"},
 		{"no url", hbURL, with(func(h *sdk.Heartbeat) { h.URL = "" }), "advertise"},
-		{"negative capacity", hbURL, with(func(h *sdk.Heartbeat) { h.Capacity.Total.VCPUs = -1 }), "negative"},
+		{"negative capacity", hbURL, with(func(h *sdk.Heartbeat) { h.Capacity.Total.VCPUs = -1 }), `field "capacity.total.vcpus" must be from 0`},
 		{"nameless driver", hbURL, with(func(h *sdk.Heartbeat) { h.Drivers[0].Name = "" }), "driver"},
 		{"vm without id", hbURL, with(func(h *sdk.Heartbeat) { h.VMs = []sdk.HeartbeatVM{{Name: "x"}} }), "id"},
 		{"bad node name", c.url + "/fleet/nodes/-bad/heartbeat", good, "name"},

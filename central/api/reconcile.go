@@ -126,8 +126,8 @@ func (s *Server) Reconcile(ctx context.Context) (*ReconcileReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pol.LedgerRetentionDays > 0 {
-		cut := s.opts.Now().Add(-time.Duration(pol.LedgerRetentionDays) * 24 * time.Hour)
+	if keep := pol.LedgerRetention(); keep > 0 {
+		cut := s.opts.Now().Add(-keep)
 		if rep.Dropped, err = s.opts.Store.DropEndedBefore(ctx, cut); err != nil {
 			return nil, err
 		}

@@ -96,6 +96,7 @@ func getJSON[T any](ctx context.Context, s *Store, key string) (*T, int64, error
 	if err := json.Unmarshal(resp.Kvs[0].Value, v); err != nil {
 		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
 	}
+	clampStored(v)
 	return v, resp.Kvs[0].ModRevision, nil
 }
 
@@ -111,6 +112,7 @@ func listJSON[T any](ctx context.Context, s *Store, prefix string, opts ...clien
 		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
 		}
+		clampStored(&v)
 		out = append(out, v)
 	}
 	return out, nil

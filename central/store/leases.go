@@ -94,8 +94,8 @@ type CreateLeaseRequest struct {
 	Tenant string
 	Node   string
 	// Start is the lease's start (now); MinHours the policy's min_lease_hours
-	// (raised to MinLeaseHoursFloor); Hours, when positive, sets EndsAt and
-	// must be at least MinHours.
+	// (held to MinLeaseHoursFloor..MaxMinLeaseHours); Hours, when positive,
+	// sets EndsAt and must be from MinHours to MaxLeaseHours.
 	Start    time.Time
 	MinHours int
 	Hours    int
@@ -128,10 +128,14 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 	if err := checkName("tenant id", req.Tenant); err != nil {
 		return nil, err
 	}
-	minHours := max(req.MinHours, MinLeaseHoursFloor)
+	minHours := clamp(req.MinHours, MinLeaseHoursFloor, MaxMinLeaseHours)
 	if req.Hours < 0 || (req.Hours > 0 && req.Hours < minHours) {
 		return nil, fmt.Errorf("%w: hours %d: a lease lasts at least %d hours (min_lease_hours); leave hours out for an open-ended lease",
 			ErrInvalid, req.Hours, minHours)
+	}
+	if req.Hours > MaxLeaseHours {
+		return nil, fmt.Errorf("%w: hours %d: a lease with an end lasts at most %d hours; leave hours out for an open-ended lease",
+			ErrInvalid, req.Hours, MaxLeaseHours)
 	}
 	if req.Start.IsZero() {
 		req.Start = time.Now()

@@ -391,6 +391,7 @@ func decodeOne(kvs []*mvccpb.KeyValue, v any) (int64, error) {
 	if err := json.Unmarshal(kvs[0].Value, v); err != nil {
 		return 0, fmt.Errorf("decode %s: %w", kvs[0].Key, err)
 	}
+	clampStored(v)
 	return kvs[0].ModRevision, nil
 }
 

@@ -1,0 +1,50 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/schemas"
+)
+
+// limitsHint points a caller whose number is out of range at the table of
+// every range.
+const limitsHint = `docs/tenancy.md, "Limits", lists every field's range and what 0 means`
+
+// inBounds checks every request against the ranges schemas/fleet-openapi.yaml
+// gives its numbers, strings and lists (schemas.Spec.Bounds) before the
+// handler runs, and answers 400 naming the field and its range. This is the
+// one place ranges are enforced; anything else wrong with a request (not
+// JSON, a wrong type, an unknown or missing field, a body over 1 MiB) is the
+// handler's to answer. The answer never repeats the value: an exec's body
+// carries commands and secrets.
+func inBounds(rt Route, next http.HandlerFunc) http.HandlerFunc {
+	spec, err := schemas.FleetSpec() // parsed once per process
+	if err != nil {
+		panic("central's fleet API description does not load: " + err.Error()) // it is embedded and tested: a broken build
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body []byte
+		if r.Body != nil && r.Body != http.NoBody {
+			data, err := io.ReadAll(io.LimitReader(r.Body, jsonapi.MaxBodyBytes+1))
+			// The handler reads the body again from the start, and what is
+			// left of a body too large, to answer 413 as it always has.
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(data), r.Body), r.Body}
+			if err != nil || len(data) > jsonapi.MaxBodyBytes {
+				next(w, r)
+				return
+			}
+			body = data
+		}
+		if e := spec.Bounds(rt.Method, rt.Path, r.URL.Query(), body); e != nil {
+			jsonapi.WriteError(w, http.StatusBadRequest, e.Error(), limitsHint)
+			return
+		}
+		next(w, r)
+	}
+}
