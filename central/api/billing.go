@@ -34,11 +34,17 @@ func (s *Server) getPrices(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	version, err := s.opts.Store.PricesVersion(r.Context())
+	if err != nil {
+		s.storeError(w, "read the prices", err)
+		return
+	}
 	vs, err := s.opts.Store.PriceHistory(r.Context())
 	if err != nil {
 		s.storeError(w, "read the prices", err)
 		return
 	}
+	setETag(w, version)
 	if history {
 		if PrincipalOf(r.Context()).Tenant != nil {
 			jsonapi.WriteError(w, http.StatusForbidden, "the price history is for the operator", "leave history out for the prices in effect now")
@@ -51,8 +57,13 @@ func (s *Server) getPrices(w http.ResponseWriter, r *http.Request) {
 }
 
 // putPrices is PUT /fleet/prices: a new price list, in effect from now. A
-// running lease keeps the price it started with.
+// running lease keeps the price it started with. With If-Match it publishes
+// only on the version read (412 otherwise).
 func (s *Server) putPrices(w http.ResponseWriter, r *http.Request) {
+	version, ok := ifMatch(w, r)
+	if !ok {
+		return
+	}
 	var p billing.Prices
 	if e := jsonapi.ReadBody(w, r, &p, true, "see docs/billing.md for the price list's fields"); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
@@ -61,10 +72,16 @@ func (s *Server) putPrices(w http.ResponseWriter, r *http.Request) {
 	if p.MacClasses == nil {
 		p.MacClasses = []billing.MacClass{}
 	}
-	v, err := s.opts.Store.PutPrices(r.Context(), p, s.opts.Now())
+	v, err := s.opts.Store.PutPrices(r.Context(), p, s.opts.Now(), version...)
+	if stale(w, err, "price list") {
+		return
+	}
 	if err != nil {
 		s.storeError(w, "set the prices", err)
 		return
+	}
+	if now, err := s.opts.Store.PricesVersion(r.Context()); err == nil {
+		setETag(w, now)
 	}
 	jsonapi.Write(w, http.StatusOK, v)
 }

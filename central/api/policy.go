@@ -10,11 +10,12 @@ import (
 )
 
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
-	p, err := s.opts.Store.GetPolicy(r.Context())
+	p, version, err := s.opts.Store.PolicyVersion(r.Context())
 	if err != nil {
 		s.storeError(w, "read the policy", err)
 		return
 	}
+	setETag(w, version)
 	jsonapi.Write(w, http.StatusOK, p)
 }
 
@@ -22,15 +23,23 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
 // takes its default (GET /fleet/policy, edit, PUT back is the way to change
 // one field). Unknown fields are refused, values are checked, and a
 // min_lease_hours below 24 is raised to 24 (Apple's minimum) and said so in a
-// Warning header. The answer is the policy as stored.
+// Warning header. With If-Match it replaces only the version read (412
+// otherwise). The answer is the policy as stored, with its new ETag.
 func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request) {
+	version, ok := ifMatch(w, r)
+	if !ok {
+		return
+	}
 	p := store.DefaultPolicy()
 	if e := jsonapi.ReadBody(w, r, &p, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
 	asked := p.MinLeaseHours
-	stored, err := s.opts.Store.PutPolicy(r.Context(), p)
+	stored, err := s.opts.Store.PutPolicy(r.Context(), p, version...)
+	if stale(w, err, "policy") {
+		return
+	}
 	if errors.Is(err, store.ErrInvalid) {
 		invalid(w, err, "GET /fleet/policy shows every field with its current value; "+specHint)
 		return
@@ -44,5 +53,8 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request) {
 			asked, stored.MinLeaseHours))
 	}
 	s.log.Info("policy replaced")
+	if _, v, err := s.opts.Store.PolicyVersion(r.Context()); err == nil {
+		setETag(w, v)
+	}
 	jsonapi.Write(w, http.StatusOK, stored)
 }

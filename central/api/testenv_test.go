@@ -121,6 +121,7 @@ type req struct {
 	token        string // "" for none
 	body         string // "" for none
 	ctype        string // application/json when there is a body, unless set
+	header       http.Header
 }
 
 // resp is an answer, already checked against the spec.
@@ -165,6 +166,9 @@ func (e *env) call(r req) resp {
 		}
 		if r.token != "" {
 			hr.Header.Set("Authorization", "Bearer "+r.token)
+		}
+		for k, vs := range r.header {
+			hr.Header[k] = vs
 		}
 		if r.body != "" {
 			ct := r.ctype

@@ -45,15 +45,20 @@ func (s *Store) CurrentPrices(ctx context.Context) (*billing.PriceVersion, error
 
 // PutPrices validates p and adds it as the version in effect from at (now).
 // A version may not take effect before the newest one (ErrConflict): the past
-// is never re-priced.
-func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time) (*billing.PriceVersion, error) {
+// is never re-priced. Given a version (PricesVersion), it adds p only while
+// the price list is still at that version, else ErrStale.
+func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time, ifVersion ...int64) (*billing.PriceVersion, error) {
 	if err := p.Validate(); err != nil {
 		return nil, invalid{err} // billing's message names every field
+	}
+	version, given, err := onlyVersion("set prices", ifVersion)
+	if err != nil {
+		return nil, err
 	}
 	v := &billing.PriceVersion{EffectiveFrom: at.UTC().Truncate(time.Second), Prices: p}
 	// Keys sort by time: fixed-width Unix seconds.
 	key := fmt.Sprintf("%s%020d", s.pricesPrefix(), v.EffectiveFrom.Unix())
-	err := s.casLoop(ctx, "set prices", func(bool) (bool, error) {
+	err = s.casLoop(ctx, "set prices", func(bool) (bool, error) {
 		last, err := s.client.Get(ctx, s.pricesPrefix(), clientv3.WithLastKey()...)
 		if err != nil {
 			return false, fmt.Errorf("set prices: %w", err)
@@ -81,9 +86,18 @@ func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time) (
 				ops = append(ops, clientv3.OpPut(first, mustJSON(&billing.PriceVersion{EffectiveFrom: time.Unix(0, 0).UTC(), Prices: billing.DefaultPrices()})))
 			}
 		}
-		r, err := s.kv(ctx).Txn(ctx).If(cmp).Then(ops...).Commit()
+		cmps := []clientv3.Cmp{cmp}
+		if given {
+			cmps = append(cmps, sameVersion(s.pricesPrefix(), true, version))
+		}
+		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("set prices: %w", err)
+		}
+		if !r.Succeeded && given {
+			if now, err := s.PricesVersion(ctx); err == nil && now != version {
+				return false, fmt.Errorf("set prices: %w", ErrStale)
+			}
 		}
 		return r.Succeeded, nil
 	})

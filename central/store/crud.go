@@ -447,13 +447,26 @@ func (s *Store) GetPolicy(ctx context.Context) (Policy, error) {
 	return *p, nil
 }
 
-// PutPolicy validates (normalising min_lease_hours) and stores the policy.
-func (s *Store) PutPolicy(ctx context.Context, p Policy) (Policy, error) {
+// PutPolicy validates (normalising min_lease_hours) and stores the policy. Given a version
+// (PolicyVersion), it stores only while the policy is still at that version, else ErrStale.
+func (s *Store) PutPolicy(ctx context.Context, p Policy, ifVersion ...int64) (Policy, error) {
 	if err := p.Validate(); err != nil {
 		return Policy{}, err
 	}
-	if _, err := s.kv(ctx).Put(ctx, s.policyKey(), mustJSON(p)); err != nil {
+	v, given, err := onlyVersion("put policy", ifVersion)
+	if err != nil {
+		return Policy{}, err
+	}
+	txn := s.kv(ctx).Txn(ctx)
+	if given {
+		txn = txn.If(sameVersion(s.policyKey(), false, v))
+	}
+	r, err := txn.Then(clientv3.OpPut(s.policyKey(), mustJSON(p))).Commit()
+	if err != nil {
 		return Policy{}, fmt.Errorf("put policy: %w", err)
+	}
+	if !r.Succeeded {
+		return Policy{}, fmt.Errorf("put policy: %w", ErrStale)
 	}
 	return p, nil
 }
