@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,30 +48,5 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 				t.Errorf("Launch took %v to fail", d)
 			}
 		})
-	}
-}
-
-// TestErrorKindsCrossTheWire checks that every sentinel survives the trip
-// through a gRPC status and back, message intact.
-func TestErrorKindsCrossTheWire(t *testing.T) {
-	for _, kc := range kindCodes {
-		sent := Errorf(kc.kind, "vm x: something about %s", kc.kind)
-		got := fromStatus(toStatus(sent))
-		if !errors.Is(got, kc.kind) {
-			t.Errorf("%v came back as %v", kc.kind, got)
-		}
-		if got.Error() != sent.Error() {
-			t.Errorf("message %q came back as %q", sent, got)
-		}
-	}
-	wrapped := errors.Join(errors.New("context"), Errorf(ErrNotFound, "no vm"))
-	if got := fromStatus(toStatus(wrapped)); !errors.Is(got, ErrNotFound) {
-		t.Errorf("a wrapped ErrNotFound came back as %v", got)
-	}
-	if got := fromStatus(toStatus(context.DeadlineExceeded)); !errors.Is(got, ErrTimeout) {
-		t.Errorf("a deadline came back as %v, want ErrTimeout", got)
-	}
-	if got := fromStatus(toStatus(errors.New("plain"))); got.Error() != "plain" {
-		t.Errorf("a plain error came back as %q", got)
 	}
 }
