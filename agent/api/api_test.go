@@ -22,9 +22,9 @@ import (
 	"github.com/fluxvm/fluxvm/agent/store"
 	"github.com/fluxvm/fluxvm/agent/vmm"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
-	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/fluxvm/fluxvm/schemas"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
@@ -108,7 +108,7 @@ func newEnv(t *testing.T, extra func(s *server)) *env {
 	err = host.Start(ctx, []pluginhost.Plugin{{
 		Name:    "sim",
 		Command: func() *exec.Cmd { return exec.Command(bin, "plugin", "sim") },
-		Config:  func(*pb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
+		Config:  func(*basepb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
 	}})
 	if err != nil {
 		cancel()

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
@@ -27,7 +28,7 @@ type Plugin struct {
 	Command func() *exec.Cmd
 	// Config turns the plugin's schema into its configuration JSON (the
 	// agent decodes the HCL block against it).
-	Config func(schema *pb.ConfigSchemaResponse) ([]byte, error)
+	Config func(schema *basepb.ConfigSchemaResponse) ([]byte, error)
 }
 
 // Options configure a Host.
@@ -49,7 +50,7 @@ type Options struct {
 type Status struct {
 	Name         string
 	Up           bool
-	Info         *pb.PluginInfoResponse
+	Info         *basepb.PluginInfoResponse
 	Capabilities *pb.CapabilitiesResponse
 	Fingerprint  *pb.FingerprintResponse
 	Restarts     int
@@ -139,8 +140,8 @@ func (h *Host) launch(ctx context.Context, s *supervised) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(err)
 	}
-	if err := p.SetConfig(ctx, &pb.SetConfigRequest{ConfigJson: cfg, Agent: &pb.AgentContext{
-		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: "debug",
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: cfg, Agent: &basepb.AgentContext{
+		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: basepb.LogLevel_LOG_LEVEL_DEBUG,
 	}}); err != nil {
 		return fail(fmt.Errorf("set config: %w", err))
 	}

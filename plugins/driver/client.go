@@ -11,27 +11,14 @@ import (
 )
 
 // grpcClient is the agent's side: a Driver that forwards every call to a
-// plugin process.
+// plugin process, the base RPCs to its base service and the rest to its
+// Driver service.
 type grpcClient struct {
+	base.Plugin
 	c pb.DriverClient
 }
 
 var _ Driver = (*grpcClient)(nil)
-
-func (c *grpcClient) PluginInfo(ctx context.Context) (*pb.PluginInfoResponse, error) {
-	r, err := c.c.PluginInfo(ctx, &pb.PluginInfoRequest{})
-	return r, base.FromStatus(err)
-}
-
-func (c *grpcClient) ConfigSchema(ctx context.Context) (*pb.ConfigSchemaResponse, error) {
-	r, err := c.c.ConfigSchema(ctx, &pb.ConfigSchemaRequest{})
-	return r, base.FromStatus(err)
-}
-
-func (c *grpcClient) SetConfig(ctx context.Context, req *pb.SetConfigRequest) error {
-	_, err := c.c.SetConfig(ctx, req)
-	return base.FromStatus(err)
-}
 
 func (c *grpcClient) Capabilities(ctx context.Context) (*pb.CapabilitiesResponse, error) {
 	r, err := c.c.Capabilities(ctx, &pb.CapabilitiesRequest{})
@@ -171,18 +158,21 @@ func (c *grpcClient) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stde
 		if err != nil {
 			return 0, base.FromStatus(err)
 		}
-		if len(m.Stdout) > 0 && stdout != nil {
-			if _, err := stdout.Write(m.Stdout); err != nil {
-				return 0, fmt.Errorf("exec in vm %s: write stdout: %w", req.Id, err)
+		switch out := m.Output.(type) {
+		case *pb.ExecResponse_Stdout:
+			if stdout != nil {
+				if _, err := stdout.Write(out.Stdout); err != nil {
+					return 0, fmt.Errorf("exec in vm %s: write stdout: %w", req.Id, err)
+				}
 			}
-		}
-		if len(m.Stderr) > 0 && stderr != nil {
-			if _, err := stderr.Write(m.Stderr); err != nil {
-				return 0, fmt.Errorf("exec in vm %s: write stderr: %w", req.Id, err)
+		case *pb.ExecResponse_Stderr:
+			if stderr != nil {
+				if _, err := stderr.Write(out.Stderr); err != nil {
+					return 0, fmt.Errorf("exec in vm %s: write stderr: %w", req.Id, err)
+				}
 			}
-		}
-		if m.Exited {
-			return int(m.ExitCode), nil
+		case *pb.ExecResponse_ExitCode:
+			return int(out.ExitCode), nil
 		}
 	}
 }

@@ -32,6 +32,8 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 		{"wrong protocol version", exec.Command(script("oldproto", "echo '1|99|unix|/tmp/x.sock|grpc|'; sleep 30")), "handshake"},
 		{"never answers", exec.Command(script("silent", "sleep 30")), "handshake"},
 		{"missing binary", exec.Command(filepath.Join(dir, "does-not-exist")), "handshake"},
+		// A plugin of this contract that does not say it is a driver.
+		{"plugin of no type", exec.Command(buildTestPlugin(t, "typeless")), "not a driver"},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -41,6 +43,7 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 				p.Kill()
 				t.Fatal("Launch succeeded, want an error")
 			}
+			t.Log(err)
 			if !strings.Contains(err.Error(), c.wantMsg) {
 				t.Errorf("error %q does not mention %q", err, c.wantMsg)
 			}
@@ -49,4 +52,15 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildTestPlugin compiles testdata/NAME. (drivertest.Build does the same
+// for other packages, but drivertest imports this one.)
+func buildTestPlugin(t *testing.T, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/"+name).CombinedOutput(); err != nil {
+		t.Fatalf("go build ./testdata/%s: %v\n%s", name, err, out)
+	}
+	return bin
 }

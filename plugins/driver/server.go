@@ -9,24 +9,11 @@ import (
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
-// grpcServer runs in the plugin process and serves a Driver over gRPC.
+// grpcServer runs in the plugin process and serves the Driver service of a
+// Driver over gRPC (base.RegisterServer serves its base service).
 type grpcServer struct {
 	pb.UnimplementedDriverServer
 	impl Driver
-}
-
-func (s *grpcServer) PluginInfo(ctx context.Context, _ *pb.PluginInfoRequest) (*pb.PluginInfoResponse, error) {
-	r, err := s.impl.PluginInfo(ctx)
-	return r, base.ToStatus(err)
-}
-
-func (s *grpcServer) ConfigSchema(ctx context.Context, _ *pb.ConfigSchemaRequest) (*pb.ConfigSchemaResponse, error) {
-	r, err := s.impl.ConfigSchema(ctx)
-	return r, base.ToStatus(err)
-}
-
-func (s *grpcServer) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.SetConfigResponse, error) {
-	return &pb.SetConfigResponse{}, base.ToStatus(s.impl.SetConfig(ctx, req))
 }
 
 func (s *grpcServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesRequest) (*pb.CapabilitiesResponse, error) {
@@ -137,19 +124,22 @@ func (s *grpcServer) SendInput(ctx context.Context, req *pb.SendInputRequest) (*
 }
 
 func (s *grpcServer) Exec(req *pb.ExecRequest, stream pb.Driver_ExecServer) error {
+	if req.GetCommand() == nil {
+		return base.ToStatus(Errorf(ErrInvalid, "exec in vm %s: the request has no command (argv or shell)", req.GetId()))
+	}
 	var mu sync.Mutex
 	send := func(m *pb.ExecResponse) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return stream.Send(m)
 	}
-	stdout := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Stdout: p}) })
-	stderr := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Stderr: p}) })
+	stdout := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Output: &pb.ExecResponse_Stdout{Stdout: p}}) })
+	stderr := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Output: &pb.ExecResponse_Stderr{Stderr: p}}) })
 	code, err := s.impl.Exec(stream.Context(), req, stdout, stderr)
 	if err != nil {
 		return base.ToStatus(err)
 	}
-	return send(&pb.ExecResponse{Exited: true, ExitCode: int32(code)})
+	return send(&pb.ExecResponse{Output: &pb.ExecResponse_ExitCode{ExitCode: int32(code)}})
 }
 
 // writerFunc sends each Write as one message; it copies p, which the caller
