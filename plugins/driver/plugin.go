@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -30,9 +32,9 @@ const pluginName = "driver"
 
 // versionedPlugins lists, per contract version, what the plugin serves and
 // the agent speaks: version 2 only. Version 1 is not wire-compatible, so
-// both sides leave it out and the handshake refuses a version 1 plugin
-// instead of letting it fail RPC by RPC. A later version that the agent must
-// speak next to this one adds an entry here.
+// both sides leave it out and the handshake refuses a version 1 plugin (the
+// agent says so, see Launch) instead of letting it fail RPC by RPC. A later
+// version that the agent must speak next to this one adds an entry here.
 func versionedPlugins(impl Driver) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
 		APIVersion: {pluginName: &grpcPlugin{impl: impl}},
@@ -91,6 +93,10 @@ type Plugin struct {
 	Info *basepb.PluginInfoResponse
 }
 
+// otherVersion finds go-plugin's complaint that the plugin negotiated a
+// protocol version the agent does not speak, and the plugin's version in it.
+var otherVersion = regexp.MustCompile(`(?i)incompatible API version with plugin\. Plugin version: (\d+)`)
+
 // Launch starts a plugin process, checks its handshake and contract version,
 // and returns a Driver that talks to it.
 func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
@@ -125,6 +131,14 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	rpc, err := client.Client()
 	if err != nil {
 		p.Kill()
+		if m := otherVersion.FindStringSubmatch(err.Error()); m != nil {
+			fix := "rebuild the plugin against plugins/driver of this FluxVM release"
+			if v, _ := strconv.Atoi(m[1]); v > APIVersion {
+				fix = fmt.Sprintf("upgrade this agent, or use a build of the plugin for contract version %d", APIVersion)
+			}
+			return nil, fmt.Errorf("launch driver plugin %s: it failed the FluxVM plugin handshake: it speaks driver contract version %s, "+
+				"and this agent speaks version %d only; %s (%w)", name, m[1], APIVersion, fix, err)
+		}
 		return nil, fmt.Errorf("launch driver plugin %s: it did not complete the FluxVM plugin handshake (is it a FluxVM driver plugin of contract version %d?): %w", name, APIVersion, err)
 	}
 	raw, err := rpc.Dispense(pluginName)

@@ -30,8 +30,11 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 		{"exits at once", exec.Command(script("exit", "exit 1")), "handshake"},
 		{"prints garbage", exec.Command(script("garbage", "echo 'hello, I am not a plugin'; sleep 30")), "handshake"},
 		{"wrong protocol version", exec.Command(script("oldproto", "echo '1|99|unix|/tmp/x.sock|grpc|'; sleep 30")), "handshake"},
+		{"newer protocol version", exec.Command(script("newproto", "echo '1|3|unix|/tmp/x.sock|grpc|'; sleep 30")), "upgrade this agent"},
 		{"never answers", exec.Command(script("silent", "sleep 30")), "handshake"},
 		{"missing binary", exec.Command(filepath.Join(dir, "does-not-exist")), "handshake"},
+		// A real go-plugin process that speaks contract version 1 only.
+		{"contract version 1 plugin", exec.Command(buildTestPlugin(t, "v1plugin")), "it speaks driver contract version 1, and this agent speaks version 2 only"},
 		// A plugin of this contract that does not say it is a driver.
 		{"plugin of no type", exec.Command(buildTestPlugin(t, "typeless")), "not a driver"},
 	}
