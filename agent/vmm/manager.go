@@ -36,6 +36,8 @@ import (
 // Drivers is what the manager needs of the plugin host.
 type Drivers interface {
 	// Driver returns a running plugin's driver (ErrUnavailable while down).
+	// Its optional RPCs refuse with ErrUnsupported, without calling the
+	// plugin, when the plugin lacks their capability.
 	Driver(name string) (driver.Driver, error)
 	// Status reports every plugin.
 	Status() []pluginhost.Status
