@@ -12,7 +12,7 @@ help:
 	@echo "make test         install what is missing, build the guest image, run every test"
 	@echo "make bench        boot and plugin benchmarks, with ratios (docs/benchmarks.md)"
 	@echo "make guest-image  build the minimal Linux guest image (cached)"
-	@echo "make proto        regenerate the driver contract's Go code"
+	@echo "make proto        regenerate the plugin contracts' Go code (base, driver)"
 	@echo "make lint         gofmt, go vet, staticcheck"
 	@echo "make docs         regenerate docs/cli.md from fluxctl's commands"
 
@@ -53,8 +53,10 @@ bench: deps guest-image
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	@command -v protoc-gen-go-grpc >/dev/null || $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
-	cd plugins/driver/proto && protoc --go_out=. --go_opt=paths=source_relative \
-		--go-grpc_out=. --go-grpc_opt=paths=source_relative driver.proto
+	for dir in plugins/base/proto plugins/driver/proto; do \
+		(cd $$dir && protoc --go_out=. --go_opt=paths=source_relative \
+			--go-grpc_out=. --go-grpc_opt=paths=source_relative *.proto) || exit 1; \
+	done
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

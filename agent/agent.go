@@ -21,8 +21,9 @@ import (
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/agent/store"
 	"github.com/fluxvm/fluxvm/agent/vmm"
+	"github.com/fluxvm/fluxvm/plugins/base"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
-	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver/reaper"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
@@ -135,8 +136,8 @@ func startLink(ctx context.Context, c *config.Central, node string, addr net.Add
 		}
 		guestOS := map[string][]string{}
 		for _, s := range host.Status() {
-			if s.Capabilities != nil {
-				guestOS[s.Name] = s.Capabilities.GuestOs
+			for _, os := range s.Capabilities.GetGuestOs() {
+				guestOS[s.Name] = append(guestOS[s.Name], base.EnumName(os))
 			}
 		}
 		return link.Snapshot(advertise, mgr.Health(), guestOS, false, vms), nil
@@ -191,7 +192,7 @@ func Plugins(cfg *config.Config, opts Options) ([]pluginhost.Plugin, []string, e
 		}
 		out = append(out, pluginhost.Plugin{
 			Name: name, Command: command,
-			Config: func(schema *pb.ConfigSchemaResponse) ([]byte, error) {
+			Config: func(schema *basepb.ConfigSchemaResponse) ([]byte, error) {
 				js, diags := cfg.DecodePluginConfig(name, schema)
 				if diags.HasErrors() {
 					return nil, config.DiagnosticsError(diags)

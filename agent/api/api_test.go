@@ -22,9 +22,9 @@ import (
 	"github.com/fluxvm/fluxvm/agent/store"
 	"github.com/fluxvm/fluxvm/agent/vmm"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
-	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/fluxvm/fluxvm/schemas"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
@@ -76,11 +76,27 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// newEnv builds the stack; extra, if set, adds routes before the server is
-// wrapped (to test the middleware with a handler that panics).
+// newEnv builds the stack with the sim driver; extra, if set, adds routes
+// before the server is wrapped (to test the middleware with a handler that
+// panics).
 func newEnv(t *testing.T, extra func(s *server)) *env {
 	t.Helper()
 	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
+	return newEnvWith(t, extra, []pluginhost.Plugin{{
+		Name:    "sim",
+		Command: func() *exec.Cmd { return exec.Command(bin, "plugin", "sim") },
+		Config:  func(*basepb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
+	}})
+}
+
+// newEnvWith builds the stack with the given driver plugins, the first one
+// the default.
+func newEnvWith(t *testing.T, extra func(s *server), plugins []pluginhost.Plugin) *env {
+	t.Helper()
+	var order []string
+	for _, p := range plugins {
+		order = append(order, p.Name)
+	}
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, store.FileName))
 	if err != nil {
@@ -101,15 +117,11 @@ func newEnv(t *testing.T, extra func(s *server)) *env {
 		Ready: func(ctx context.Context, name string, d driver.Driver) { mgr.Recover(ctx, name, d) },
 	})
 	mgr = vmm.New(vmm.Options{
-		Store: st, Drivers: host, DriverOrder: []string{"sim"}, AllowedImageDirs: []string{imageDir},
+		Store: st, Drivers: host, DriverOrder: order, AllowedImageDirs: []string{imageDir},
 		NodeName: "node-test", Version: "test", Logger: logger.Named("vmm"), Now: clk.Now,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	err = host.Start(ctx, []pluginhost.Plugin{{
-		Name:    "sim",
-		Command: func() *exec.Cmd { return exec.Command(bin, "plugin", "sim") },
-		Config:  func(*pb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
-	}})
+	err = host.Start(ctx, plugins)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

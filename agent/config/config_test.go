@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
-	driverpb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 )
 
 const (
@@ -211,23 +211,23 @@ func TestExamplesLoad(t *testing.T) {
 }
 
 // qemuSchema mirrors what the qemu driver reports (drivers/qemu/config.go).
-var qemuSchema = &driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{
-	{Name: "qemu_binary", Type: "string", DefaultJson: `"qemu-system-x86_64"`},
-	{Name: "qemu_img", Type: "string", DefaultJson: `"qemu-img"`},
-	{Name: "accel", Type: "string", DefaultJson: `"auto"`},
-	{Name: "machine", Type: "string", DefaultJson: `"microvm"`},
-	{Name: "image_dirs", Type: "list(string)"},
+var qemuSchema = &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
+	{Name: "qemu_binary", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"qemu-system-x86_64"`},
+	{Name: "qemu_img", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"qemu-img"`},
+	{Name: "accel", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"auto"`},
+	{Name: "machine", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"microvm"`},
+	{Name: "image_dirs", Type: basepb.AttributeType_ATTRIBUTE_TYPE_LIST_STRING},
 }}
 
 // vzSchema is what a vz driver would report; the example needs macos_slots.
-var vzSchema = &driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{
-	{Name: "macos_slots", Type: "number", DefaultJson: `2`},
+var vzSchema = &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
+	{Name: "macos_slots", Type: basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER, DefaultJson: `2`},
 }}
 
 func TestExamplePluginBlocksDecode(t *testing.T) {
 	cases := []struct {
 		file, plugin string
-		schema       *driverpb.ConfigSchemaResponse
+		schema       *basepb.ConfigSchemaResponse
 		want         string
 	}{
 		{"agent-linux.hcl", "qemu", qemuSchema,
@@ -251,20 +251,20 @@ func TestExamplePluginBlocksDecode(t *testing.T) {
 	}
 }
 
-var fullSchema = &driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{
-	{Name: "accel", Type: "string", DefaultJson: `"auto"`},
-	{Name: "vcpus", Type: "number", DefaultJson: `4`},
-	{Name: "debug", Type: "bool", DefaultJson: `false`},
-	{Name: "dirs", Type: "list(string)", DefaultJson: `["/a"]`},
-	{Name: "env", Type: "map(string)"},
-	{Name: "socket", Type: "string"},
+var fullSchema = &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
+	{Name: "accel", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"auto"`},
+	{Name: "vcpus", Type: basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER, DefaultJson: `4`},
+	{Name: "debug", Type: basepb.AttributeType_ATTRIBUTE_TYPE_BOOL, DefaultJson: `false`},
+	{Name: "dirs", Type: basepb.AttributeType_ATTRIBUTE_TYPE_LIST_STRING, DefaultJson: `["/a"]`},
+	{Name: "env", Type: basepb.AttributeType_ATTRIBUTE_TYPE_MAP_STRING},
+	{Name: "socket", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING},
 }}
 
 func TestDecodePluginConfig(t *testing.T) {
 	cases := []struct {
 		name   string
 		block  string // the plugin "p" block, starting on line 5
-		schema *driverpb.ConfigSchemaResponse
+		schema *basepb.ConfigSchemaResponse
 		want   string // JSON, or "error:" + substrings separated by "|"
 	}{
 		{"all set", `plugin "p" {
@@ -291,7 +291,7 @@ func TestDecodePluginConfig(t *testing.T) {
 		{"plugin not in file gives defaults", ``, fullSchema, `{"accel":"auto","debug":false,"dirs":["/a"],"vcpus":4}`},
 		{"empty schema, empty block", `plugin "p" {
   config {}
-}`, &driverpb.ConfigSchemaResponse{}, `{}`},
+}`, &basepb.ConfigSchemaResponse{}, `{}`},
 		{"unknown attribute", `plugin "p" {
   config {
     acel = "kvm"
@@ -320,22 +320,25 @@ func TestDecodePluginConfig(t *testing.T) {
 		{"required attribute missing in block", `plugin "p" {
   config {
   }
-}`, &driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{{Name: "socket", Type: "string", Required: true}}},
+}`, &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{{Name: "socket", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, Required: true}}},
 			`error:agent.hcl:6,10-10: Missing required argument|"socket"`},
 		{"required attribute, no config block", `plugin "p" {}`,
-			&driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{{Name: "socket", Type: "string", Required: true}}},
+			&basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{{Name: "socket", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, Required: true}}},
 			`error:agent.hcl:5,1-11: Missing required argument`},
 		{"schema with an unknown type", `plugin "p" {}`,
-			&driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{{Name: "x", Type: "set(number)"}}},
-			`error:Invalid plugin config schema|"set(number)"|bug in the plugin`},
+			&basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{{Name: "x", Type: 99}}},
+			`error:Invalid plugin config schema|type 99|bug in the plugin`},
+		{"schema without a type", `plugin "p" {}`,
+			&basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{{Name: "x"}}},
+			`error:Invalid plugin config schema|ATTRIBUTE_TYPE_UNSPECIFIED|bug in the plugin`},
 		{"schema default of the wrong type", `plugin "p" {}`,
-			&driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{{Name: "x", Type: "number", DefaultJson: `"four"`}}},
+			&basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{{Name: "x", Type: basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER, DefaultJson: `"four"`}}},
 			`error:Invalid plugin config schema|default_json of "x"`},
 		{"schema with a bad attribute name", `plugin "p" {}`,
-			&driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{{Name: "a b", Type: "string"}}},
+			&basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{{Name: "a b", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING}}},
 			`error:Invalid plugin config schema|not a valid HCL identifier`},
 		{"schema with a repeated attribute", `plugin "p" {}`,
-			&driverpb.ConfigSchemaResponse{Attributes: []*driverpb.ConfigAttribute{{Name: "a", Type: "string"}, {Name: "a", Type: "bool"}}},
+			&basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{{Name: "a", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING}, {Name: "a", Type: basepb.AttributeType_ATTRIBUTE_TYPE_BOOL}}},
 			`error:Invalid plugin config schema|listed twice`},
 	}
 	for _, tc := range cases {

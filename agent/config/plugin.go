@@ -10,7 +10,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
-	driverpb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 )
 
 // Plugin returns the block of the named plugin, or false if the file has none.
@@ -33,7 +33,7 @@ func (c *Config) Plugin(name string) (Plugin, bool) {
 // type and missing required attributes are diagnostics pointing into the file.
 // Values convert the way HCL always converts (1 is accepted for a string);
 // the plugin still validates what it receives.
-func (c *Config) DecodePluginConfig(name string, schema *driverpb.ConfigSchemaResponse) ([]byte, hcl.Diagnostics) {
+func (c *Config) DecodePluginConfig(name string, schema *basepb.ConfigSchemaResponse) ([]byte, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
 	pluginBug := func(format string, args ...any) {
 		diags = append(diags, &hcl.Diagnostic{
@@ -63,14 +63,14 @@ func (c *Config) DecodePluginConfig(name string, schema *driverpb.ConfigSchemaRe
 		}
 		ty, ok := schemaType(a.GetType())
 		if !ok {
-			pluginBug("attribute %q has type %q; the contract allows string, number, bool, list(string), map(string)", n, a.GetType())
+			pluginBug("attribute %q has type %v; the contract allows string, number, bool, list(string), map(string)", n, a.GetType())
 			continue
 		}
 		info := attrInfo{ty: ty, required: a.GetRequired()}
 		if dj := a.GetDefaultJson(); dj != "" {
 			v, err := ctyjson.Unmarshal([]byte(dj), ty)
 			if err != nil {
-				pluginBug("default_json of %q is not a %s: %v", n, a.GetType(), err)
+				pluginBug("default_json of %q is not a %s: %v", n, ty.FriendlyName(), err)
 				continue
 			}
 			if !v.IsNull() {
@@ -147,18 +147,18 @@ func (c *Config) DecodePluginConfig(name string, schema *driverpb.ConfigSchemaRe
 	return js, diags
 }
 
-// schemaType maps the driver contract's type names to cty types.
-func schemaType(s string) (cty.Type, bool) {
-	switch s {
-	case "string":
+// schemaType maps the plugin contract's attribute types to cty types.
+func schemaType(t basepb.AttributeType) (cty.Type, bool) {
+	switch t {
+	case basepb.AttributeType_ATTRIBUTE_TYPE_STRING:
 		return cty.String, true
-	case "number":
+	case basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER:
 		return cty.Number, true
-	case "bool":
+	case basepb.AttributeType_ATTRIBUTE_TYPE_BOOL:
 		return cty.Bool, true
-	case "list(string)":
+	case basepb.AttributeType_ATTRIBUTE_TYPE_LIST_STRING:
 		return cty.List(cty.String), true
-	case "map(string)":
+	case basepb.AttributeType_ATTRIBUTE_TYPE_MAP_STRING:
 		return cty.Map(cty.String), true
 	}
 	return cty.NilType, false

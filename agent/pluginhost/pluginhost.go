@@ -1,7 +1,8 @@
 // Package pluginhost starts the node's driver plugins and keeps them running:
 // it configures each one, follows its fingerprint, and when a plugin process
 // dies it starts a new one (with backoff) and tells the agent, which then
-// recovers that driver's VMs.
+// recovers that driver's VMs. The drivers it hands out call an optional RPC
+// only when the plugin claims its capability (see gate).
 package pluginhost
 
 import (
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
@@ -27,7 +29,7 @@ type Plugin struct {
 	Command func() *exec.Cmd
 	// Config turns the plugin's schema into its configuration JSON (the
 	// agent decodes the HCL block against it).
-	Config func(schema *pb.ConfigSchemaResponse) ([]byte, error)
+	Config func(schema *basepb.ConfigSchemaResponse) ([]byte, error)
 }
 
 // Options configure a Host.
@@ -39,6 +41,7 @@ type Options struct {
 	Logger   hclog.Logger
 	// Ready is called (from the plugin's supervisor goroutine) each time a
 	// plugin process is up and configured: at start and after each restart.
+	// d is the same capability-gated driver that Driver returns.
 	Ready func(ctx context.Context, name string, d driver.Driver)
 	// MinBackoff and MaxBackoff bound the wait before restarting a plugin
 	// (defaults 250ms and 30s).
@@ -49,7 +52,7 @@ type Options struct {
 type Status struct {
 	Name         string
 	Up           bool
-	Info         *pb.PluginInfoResponse
+	Info         *basepb.PluginInfoResponse
 	Capabilities *pb.CapabilitiesResponse
 	Fingerprint  *pb.FingerprintResponse
 	Restarts     int
@@ -70,6 +73,8 @@ type supervised struct {
 	logger hclog.Logger
 	status Status
 	proc   *driver.Plugin
+	// driver is proc behind the gate of the capabilities proc claimed.
+	driver driver.Driver
 }
 
 // New makes a Host; Start launches the plugins.
@@ -139,15 +144,18 @@ func (h *Host) launch(ctx context.Context, s *supervised) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(err)
 	}
-	if err := p.SetConfig(ctx, &pb.SetConfigRequest{ConfigJson: cfg, Agent: &pb.AgentContext{
-		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: "debug",
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: cfg, Agent: &basepb.AgentContext{
+		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: basepb.LogLevel_LOG_LEVEL_DEBUG,
 	}}); err != nil {
 		return fail(fmt.Errorf("set config: %w", err))
 	}
+	// The contract says capabilities do not change while a plugin process
+	// runs: asked once here, they gate every optional call to this process.
 	caps, err := p.Capabilities(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("capabilities: %w", err))
 	}
+	gated := &gate{Driver: p, name: name, caps: caps}
 	fctx, cancel := context.WithCancel(ctx)
 	fps, err := p.Fingerprint(fctx)
 	if err != nil {
@@ -162,7 +170,7 @@ func (h *Host) launch(ctx context.Context, s *supervised) error {
 	case <-time.After(30 * time.Second):
 	}
 	h.mu.Lock()
-	s.proc = p
+	s.proc, s.driver = p, gated
 	s.status.Up = true
 	s.status.Info = p.Info
 	s.status.Capabilities = caps
@@ -182,7 +190,7 @@ func (h *Host) launch(ctx context.Context, s *supervised) error {
 		}
 	}()
 	if h.opts.Ready != nil {
-		h.opts.Ready(ctx, name, p)
+		h.opts.Ready(ctx, name, gated)
 	}
 	return nil
 }
@@ -208,7 +216,7 @@ func (h *Host) supervise(ctx context.Context, s *supervised) {
 				backoff = h.opts.MinBackoff
 			}
 			h.mu.Lock()
-			s.proc = nil
+			s.proc, s.driver = nil, nil
 			s.status.Up = false
 			s.status.Pid = 0
 			s.status.LastError = "plugin process exited"
@@ -254,8 +262,9 @@ func (h *Host) pluginLogger(name string) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{Name: "plugin." + name, Level: hclog.Debug, Output: out}), nil
 }
 
-// Driver returns the named plugin's driver, or ErrDown (wrapped with
-// driver.ErrUnavailable) while it is being restarted.
+// Driver returns the named plugin's driver, behind the gate of its
+// capabilities, or a driver.ErrUnavailable error while it is being
+// restarted.
 func (h *Host) Driver(name string) (driver.Driver, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -263,10 +272,10 @@ func (h *Host) Driver(name string) (driver.Driver, error) {
 	if !ok {
 		return nil, driver.Errorf(driver.ErrInvalid, "no driver plugin %q on this node", name)
 	}
-	if s.proc == nil {
+	if s.driver == nil {
 		return nil, &driver.Error{Kind: driver.ErrUnavailable, Msg: fmt.Sprintf("driver plugin %s is down (restarting)", name)}
 	}
-	return s.proc, nil
+	return s.driver, nil
 }
 
 // Status reports every plugin, sorted by name.
@@ -288,7 +297,7 @@ func (h *Host) Close() {
 	for _, s := range h.plugins {
 		if s.proc != nil {
 			procs = append(procs, s.proc)
-			s.proc = nil
+			s.proc, s.driver = nil, nil
 			s.status.Up = false
 		}
 	}

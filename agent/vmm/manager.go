@@ -24,6 +24,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/agent/store"
+	"github.com/fluxvm/fluxvm/plugins/base"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -35,6 +36,8 @@ import (
 // Drivers is what the manager needs of the plugin host.
 type Drivers interface {
 	// Driver returns a running plugin's driver (ErrUnavailable while down).
+	// Its optional RPCs refuse with ErrUnsupported, without calling the
+	// plugin, when the plugin lacks their capability.
 	Driver(name string) (driver.Driver, error)
 	// Status reports every plugin.
 	Status() []pluginhost.Status
@@ -273,13 +276,14 @@ func (m *Manager) checkImage(img string) error {
 
 // pickDriver chooses the driver for a VM.
 func (m *Manager) pickDriver(want, guestOS string) (string, error) {
+	os, _ := base.ParseEnum[pb.GuestOS](guestOS) // validate checked it
 	status := m.opts.Drivers.Status()
 	byName := map[string]pluginhost.Status{}
 	for _, s := range status {
 		byName[s.Name] = s
 	}
 	runs := func(s pluginhost.Status) bool {
-		return s.Up && s.Capabilities != nil && slices.Contains(s.Capabilities.GuestOs, guestOS) &&
+		return s.Up && s.Capabilities != nil && slices.Contains(s.Capabilities.GuestOs, os) &&
 			s.Fingerprint.GetHealth() == pb.Health_HEALTH_HEALTHY
 	}
 	if want != "" {
@@ -565,7 +569,7 @@ func (m *Manager) Stop(ctx context.Context, id string, timeout time.Duration) (*
 		if err := m.opts.Store.PutVM(rec); err != nil {
 			return err
 		}
-		m.event(rec.ID, "stopped", exit.GetReason())
+		m.event(rec.ID, "stopped", base.EnumName(exit.GetReason()))
 		return nil
 	})
 }
@@ -669,10 +673,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req sdk.ExecRequest) (*sd
 	}
 	stdout, stderr := &capped{max: maxExecOutput}, &capped{max: maxExecOutput}
 	start := time.Now()
-	code, err := d.Exec(ctx, &pb.ExecRequest{
-		Id: rec.ID, Argv: req.Command.Argv, Shell: req.Command.Shell, Env: req.Env,
-		Stdin: []byte(req.Stdin), TimeoutMs: req.TimeoutSeconds * 1000,
-	}, stdout, stderr)
+	preq := &pb.ExecRequest{Id: rec.ID, Env: req.Env, Stdin: []byte(req.Stdin), TimeoutMs: req.TimeoutSeconds * 1000}
+	if len(req.Command.Argv) > 0 {
+		preq.Command = &pb.ExecRequest_Argv{Argv: &pb.Argv{Args: req.Command.Argv}}
+	} else {
+		preq.Command = &pb.ExecRequest_Shell{Shell: req.Command.Shell}
+	}
+	code, err := d.Exec(ctx, preq, stdout, stderr)
 	if err != nil {
 		return nil, driverErr(err, "exec in vm %s", rec.Name)
 	}
@@ -784,6 +791,10 @@ func (m *Manager) Input(ctx context.Context, id string, actions []sdk.InputActio
 	if len(actions) == 0 || len(actions) > 1000 {
 		return fail(driver.ErrInvalid, `{"actions": [{"kind": "text", "text": "hello"}, {"kind": "key", "keys": ["enter"]}]}`, "send 1 to 1000 actions, not %d", len(actions))
 	}
+	pa, err := inputActions(actions)
+	if err != nil {
+		return err
+	}
 	rec, err := m.get(id)
 	if err != nil {
 		return err
@@ -792,11 +803,40 @@ func (m *Manager) Input(ctx context.Context, id string, actions []sdk.InputActio
 	if err != nil {
 		return driverErr(err, "input to vm %s", rec.Name)
 	}
-	pa := make([]*pb.InputAction, len(actions))
-	for i, a := range actions {
-		pa[i] = &pb.InputAction{Kind: a.Kind, Keys: a.Keys, Text: a.Text, X: a.X, Y: a.Y, Button: a.Button, Dy: a.DY}
-	}
 	return driverErr(d.SendInput(ctx, rec.ID, pa), "input to vm %s", rec.Name)
+}
+
+// inputActions turns the node API's actions into the contract's, refusing
+// a kind or button the contract does not have.
+func inputActions(actions []sdk.InputAction) ([]*pb.InputAction, error) {
+	const hint = "kind is key, text, move, click or scroll; button is left, right or middle"
+	out := make([]*pb.InputAction, len(actions))
+	for i, a := range actions {
+		at := &pb.Point{X: a.X, Y: a.Y}
+		switch a.Kind {
+		case "key":
+			out[i] = &pb.InputAction{Action: &pb.InputAction_Key{Key: &pb.KeyChord{Keys: a.Keys}}}
+		case "text":
+			out[i] = &pb.InputAction{Action: &pb.InputAction_Text{Text: a.Text}}
+		case "move":
+			out[i] = &pb.InputAction{Action: &pb.InputAction_Move{Move: at}}
+		case "click":
+			var button pb.MouseButton // unspecified: left
+			if a.Button != "" {
+				b, ok := base.ParseEnum[pb.MouseButton](a.Button)
+				if !ok {
+					return nil, fail(driver.ErrInvalid, hint, "action %d: button %q is not known", i, a.Button)
+				}
+				button = b
+			}
+			out[i] = &pb.InputAction{Action: &pb.InputAction_Click{Click: &pb.Click{Button: button, At: at}}}
+		case "scroll":
+			out[i] = &pb.InputAction{Action: &pb.InputAction_Scroll{Scroll: &pb.Scroll{Dy: a.DY}}}
+		default:
+			return nil, fail(driver.ErrInvalid, hint, "action %d: kind %q is not known", i, a.Kind)
+		}
+	}
+	return out, nil
 }
 
 // Health reports the node, its drivers and its capacity.
@@ -813,13 +853,10 @@ func (m *Manager) Health() *sdk.NodeHealth {
 			dh.Description = s.Fingerprint.Description
 			dh.Attributes = s.Fingerprint.Attributes
 		}
-		if c := s.Capabilities; c != nil {
-			for name, on := range map[string]bool{"pause": c.Pause, "screenshot": c.Screenshot, "input": c.Input, "exec": c.Exec, "memory_snapshots": c.MemorySnapshots} {
-				if on {
-					dh.Capabilities = append(dh.Capabilities, name)
-				}
+		for _, c := range driver.Capabilities() {
+			if c.ClaimedBy(s.Capabilities) {
+				dh.Capabilities = append(dh.Capabilities, string(c))
 			}
-			slices.Sort(dh.Capabilities)
 		}
 		h.Drivers = append(h.Drivers, dh)
 	}
@@ -828,10 +865,13 @@ func (m *Manager) Health() *sdk.NodeHealth {
 	return h
 }
 
+// toSpec turns a validated request into the driver's spec.
 func toSpec(id string, req sdk.CreateVMRequest) *pb.VMSpec {
+	os, _ := base.ParseEnum[pb.GuestOS](req.GuestOS)
+	mode, _ := base.ParseEnum[pb.NetworkMode](req.Network)
 	return &pb.VMSpec{
-		Id: id, Name: req.Name, GuestOs: req.GuestOS, Image: req.Image, Vcpus: req.VCPUs,
-		MemoryMib: req.MemoryMiB, Display: req.Display, Network: &pb.Network{Mode: req.Network},
+		Id: id, Name: req.Name, GuestOs: os, Image: req.Image, Vcpus: req.VCPUs,
+		MemoryMib: req.MemoryMiB, Display: req.Display, Network: &pb.Network{Mode: mode},
 		Labels: req.Labels, DriverConfigJson: req.DriverConfig,
 	}
 }

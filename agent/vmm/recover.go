@@ -126,11 +126,11 @@ func (m *Manager) follow(ctx context.Context, d driver.Driver) {
 	for ev := range events {
 		var state string
 		switch ev.Type {
-		case "stopped", "crashed":
+		case pb.EventType_EVENT_TYPE_STOPPED, pb.EventType_EVENT_TYPE_CRASHED:
 			state = sdk.StateStopped
-		case "paused":
+		case pb.EventType_EVENT_TYPE_PAUSED:
 			state = sdk.StatePaused
-		case "resumed":
+		case pb.EventType_EVENT_TYPE_RESUMED:
 			state = sdk.StateRunning
 		default:
 			continue

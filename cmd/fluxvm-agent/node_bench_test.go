@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/image"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -30,7 +31,7 @@ func BenchmarkNodeCreateToReady(b *testing.B) {
 	bin := drivertest.Build(b, "../..", "./cmd/fluxvm-agent")
 	p := drivertest.LaunchCommand(bin, "plugin", "qemu")(b)
 	ctx := context.Background()
-	if err := p.SetConfig(ctx, &pb.SetConfigRequest{ConfigJson: []byte(`{}`), Agent: &pb.AgentContext{StateDir: b.TempDir()}}); err != nil {
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: []byte(`{}`), Agent: &basepb.AgentContext{StateDir: b.TempDir()}}); err != nil {
 		b.Fatal(err)
 	}
 	// Warm up both paths once (the QEMU driver probes its accelerator on
@@ -59,7 +60,7 @@ func BenchmarkNodeCreateToReady(b *testing.B) {
 		// The driver alone: the same spec through a plugin process.
 		driverRun := func() {
 			id := fmt.Sprintf("drv-%d", i+1)
-			if _, err := p.CreateVM(ctx, &pb.VMSpec{Id: id, GuestOs: "linux", Image: image.DefaultDir(), Vcpus: 1, MemoryMib: 256, Network: &pb.Network{Mode: "none"}}); err != nil {
+			if _, err := p.CreateVM(ctx, &pb.VMSpec{Id: id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: image.DefaultDir(), Vcpus: 1, MemoryMib: 256, Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}}); err != nil {
 				b.Fatal(err)
 			}
 			start := time.Now()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/guest/image"
 	"github.com/fluxvm/fluxvm/guest/protocol"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
@@ -41,9 +42,9 @@ func BenchmarkBoot(b *testing.B) {
 	stateDir := b.TempDir()
 	p := drivertest.LaunchCommand(bin, "plugin", "qemu")(b)
 	ctx := context.Background()
-	if err := p.SetConfig(ctx, &pb.SetConfigRequest{
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{
 		ConfigJson: []byte(`{"machine": "microvm"}`),
-		Agent:      &pb.AgentContext{StateDir: stateDir, NodeName: "bench"},
+		Agent:      &basepb.AgentContext{StateDir: stateDir, NodeName: "bench"},
 	}); err != nil {
 		b.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func BenchmarkBoot(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		id := fmt.Sprintf("bench-%d", i)
 		driverRun := func() {
-			spec := &pb.VMSpec{Id: id, GuestOs: "linux", Image: m.Dir(), Vcpus: 1, MemoryMib: 256, Network: &pb.Network{Mode: "none"}}
+			spec := &pb.VMSpec{Id: id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: m.Dir(), Vcpus: 1, MemoryMib: 256, Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}}
 			if _, err := p.CreateVM(ctx, spec); err != nil {
 				b.Fatal(err)
 			}

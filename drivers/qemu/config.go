@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
-	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
 // Config is the driver's configuration block (`plugin "qemu" { config { ... } }`).
@@ -40,17 +40,18 @@ func defaultConfig() Config {
 }
 
 // configSchema describes Config for the agent's HCL decoder.
-func configSchema() *pb.ConfigSchemaResponse {
-	return &pb.ConfigSchemaResponse{Attributes: []*pb.ConfigAttribute{
-		{Name: "qemu_binary", Type: "string", DefaultJson: `"qemu-system-x86_64"`,
+func configSchema() *basepb.ConfigSchemaResponse {
+	const str, list = basepb.AttributeType_ATTRIBUTE_TYPE_STRING, basepb.AttributeType_ATTRIBUTE_TYPE_LIST_STRING
+	return &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
+		{Name: "qemu_binary", Type: str, DefaultJson: `"qemu-system-x86_64"`,
 			Description: "QEMU system emulator: a path, or a name looked up in PATH"},
-		{Name: "qemu_img", Type: "string", DefaultJson: `"qemu-img"`,
+		{Name: "qemu_img", Type: str, DefaultJson: `"qemu-img"`,
 			Description: "qemu-img, used to make each VM's copy-on-write overlay disk"},
-		{Name: "accel", Type: "string", DefaultJson: `"auto"`,
+		{Name: "accel", Type: str, DefaultJson: `"auto"`,
 			Description: `"auto" probes KVM with a real guest and falls back to TCG; "kvm" or "tcg" force one`},
-		{Name: "machine", Type: "string", DefaultJson: `"microvm"`,
+		{Name: "machine", Type: str, DefaultJson: `"microvm"`,
 			Description: `machine type for image bundles: "microvm" (fastest boot) or "pc"; plain disk images always use "pc"`},
-		{Name: "image_dirs", Type: "list(string)",
+		{Name: "image_dirs", Type: list,
 			Description: "absolute directories VM images must live in; any absolute path when empty"},
 	}}
 }

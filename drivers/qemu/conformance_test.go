@@ -53,12 +53,12 @@ func TestConformance(t *testing.T) {
 			return &pb.VMSpec{
 				Id:        id,
 				Name:      "conformance " + id,
-				GuestOs:   "linux",
+				GuestOs:   pb.GuestOS_GUEST_OS_LINUX,
 				Image:     img,
 				Vcpus:     1,
 				MemoryMib: 256,
 				Display:   true,
-				Network:   &pb.Network{Mode: "user"},
+				Network:   &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER},
 			}
 		},
 	})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/image"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
@@ -22,7 +23,7 @@ import (
 func newTestDriver(t *testing.T, stateDir, config string) *Driver {
 	t.Helper()
 	d := New(nil).(*Driver)
-	if err := d.SetConfig(context.Background(), &pb.SetConfigRequest{ConfigJson: []byte(config), Agent: &pb.AgentContext{StateDir: stateDir}}); err != nil {
+	if err := d.SetConfig(context.Background(), &basepb.SetConfigRequest{ConfigJson: []byte(config), Agent: &basepb.AgentContext{StateDir: stateDir}}); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -33,7 +34,7 @@ func TestStartVMReportsWhyQEMUFailed(t *testing.T) {
 	bundle, _ := testImages(t, t.TempDir()) // its kernel is not a kernel
 	d := newTestDriver(t, t.TempDir(), `{"accel": "tcg"}`)
 	ctx := context.Background()
-	if _, err := d.CreateVM(ctx, &pb.VMSpec{Id: "bad-kernel", Image: bundle, Vcpus: 1, MemoryMib: 128}); err != nil {
+	if _, err := d.CreateVM(ctx, &pb.VMSpec{Id: "bad-kernel", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: bundle, Vcpus: 1, MemoryMib: 128}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := d.StartVM(ctx, "bad-kernel")
@@ -47,7 +48,7 @@ func TestStartVMReportsWhyQEMUFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != pb.VMState_VM_STATE_STOPPED || st.Exit.GetReason() != "crashed" {
+	if st.State != pb.VMState_VM_STATE_STOPPED || st.Exit.GetReason() != pb.ExitReason_EXIT_REASON_CRASHED {
 		t.Errorf("after a failed start: state %s, exit %v; want STOPPED, crashed", st.State, st.Exit)
 	}
 	if err := d.DestroyVM(ctx, "bad-kernel", false); err != nil {
@@ -86,7 +87,7 @@ func TestRealVMDetails(t *testing.T) {
 		t.Error("the verdict was not cached in accel.json")
 	}
 
-	spec := &pb.VMSpec{Id: "details", Image: img, Vcpus: 1, MemoryMib: 256, Display: true, Network: &pb.Network{Mode: "user"}}
+	spec := &pb.VMSpec{Id: "details", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256, Display: true, Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}}
 	if _, err := d.CreateVM(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestRealVMDetails(t *testing.T) {
 	}
 	// User-mode networking: the driver configured the NIC through the agent.
 	var netOut bytes.Buffer
-	if code, err := d.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Shell: "ip -4 addr show; ip route"}, &netOut, &netOut); err != nil || code != 0 ||
+	if code, err := d.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Command: shell("ip -4 addr show; ip route")}, &netOut, &netOut); err != nil || code != 0 ||
 		!strings.Contains(netOut.String(), "10.0.2.15/24") || !strings.Contains(netOut.String(), "default via 10.0.2.2") {
 		t.Errorf("guest network after ready = %d, %v:\n%s", code, err, netOut.String())
 	}
@@ -124,20 +125,23 @@ func TestRealVMDetails(t *testing.T) {
 	if img, err := png.Decode(bytes.NewReader(shot.Png)); err != nil || img.Bounds().Dx() != int(shot.Width) || shot.Width == 0 {
 		t.Errorf("screenshot %dx%d: %v", shot.Width, shot.Height, err)
 	}
-	if err := d.SendInput(ctx, spec.Id, []*pb.InputAction{{Kind: "text", Text: "Hi"}, {Kind: "click", X: 1, Y: 1}}); err != nil {
+	if err := d.SendInput(ctx, spec.Id, []*pb.InputAction{
+		{Action: &pb.InputAction_Text{Text: "Hi"}},
+		{Action: &pb.InputAction_Click{Click: &pb.Click{At: &pb.Point{X: 1, Y: 1}}}},
+	}); err != nil {
 		t.Errorf("SendInput: %v", err)
 	}
 
 	// Cancelling an exec returns at once and kills the command in the guest.
 	ectx, ecancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	start := time.Now()
-	_, err = d.Exec(ectx, &pb.ExecRequest{Id: spec.Id, Shell: "touch /tmp/started; sleep 30; touch /tmp/survived"}, nil, nil)
+	_, err = d.Exec(ectx, &pb.ExecRequest{Id: spec.Id, Command: shell("touch /tmp/started; sleep 30; touch /tmp/survived")}, nil, nil)
 	ecancel()
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 		t.Errorf("cancelled exec = %v after %v", err, time.Since(start))
 	}
 	var out bytes.Buffer
-	if code, err := d.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Shell: "test -e /tmp/started || exit 9; sleep 1; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'sleep 3[0]' || true"}, &out, nil); err != nil || code != 0 || strings.TrimSpace(out.String()) != "0" {
+	if code, err := d.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Command: shell("test -e /tmp/started || exit 9; sleep 1; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'sleep 3[0]' || true")}, &out, nil); err != nil || code != 0 || strings.TrimSpace(out.String()) != "0" {
 		t.Errorf("after cancel the guest still runs the command: %d, %v, %q", code, err, out.String())
 	}
 
@@ -154,12 +158,12 @@ func TestRealVMDetails(t *testing.T) {
 		waited <- exit
 	}()
 	exit, err := d.StopVM(ctx, spec.Id, 0)
-	if err != nil || exit.GetReason() != "stopped" {
+	if err != nil || exit.GetReason() != pb.ExitReason_EXIT_REASON_STOPPED {
 		t.Fatalf("StopVM(0) = %v, %v; want reason stopped", exit, err)
 	}
 	select {
 	case w := <-waited:
-		if w.GetReason() != "stopped" {
+		if w.GetReason() != pb.ExitReason_EXIT_REASON_STOPPED {
 			t.Errorf("WaitVM = %v", w)
 		}
 	case <-time.After(5 * time.Second):
@@ -171,7 +175,10 @@ func TestRealVMDetails(t *testing.T) {
 	if err := d.PauseVM(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
 		t.Errorf("PauseVM of a stopped vm = %v, want ErrState", err)
 	}
-	if _, err := d.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Argv: []string{"true"}}, nil, nil); !errors.Is(err, driver.ErrState) {
+	if _, err := d.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Command: &pb.ExecRequest_Argv{Argv: &pb.Argv{Args: []string{"true"}}}}, nil, nil); !errors.Is(err, driver.ErrState) {
 		t.Errorf("Exec in a stopped vm = %v, want ErrState", err)
 	}
 }
+
+// shell is an exec command run by /bin/sh -c.
+func shell(line string) *pb.ExecRequest_Shell { return &pb.ExecRequest_Shell{Shell: line} }

@@ -118,7 +118,7 @@ func (d *Driver) WaitReady(ctx context.Context, id string) (map[string]string, e
 			}
 			if first {
 				d.setUpNetwork(rctx, v, c, guest)
-				d.emit(id, "guest-ready", info.AgentVersion)
+				d.emit(id, pb.EventType_EVENT_TYPE_GUEST_READY, info.AgentVersion)
 			}
 			return guest, nil
 		}
@@ -144,8 +144,8 @@ func (d *Driver) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr i
 		return -1, err
 	}
 	preq := &protocol.ExecRequest{
-		Argv:      req.Argv,
-		Shell:     req.Shell,
+		Argv:      req.GetArgv().GetArgs(),
+		Shell:     req.GetShell(),
 		Env:       req.Env,
 		Stdin:     req.Stdin,
 		TimeoutMS: req.TimeoutMs,
@@ -200,7 +200,7 @@ const (
 // answers. A failure does not fail readiness (commands still run); it is
 // reported in the guest map and as an event.
 func (d *Driver) setUpNetwork(ctx context.Context, v *vm, c *protocol.Client, guest map[string]string) {
-	if v.spec.GetNetwork().GetMode() != "user" {
+	if v.spec.GetNetwork().GetMode() != pb.NetworkMode_NETWORK_MODE_USER {
 		return
 	}
 	err := c.ConfigureNetwork(ctx, &protocol.NetworkConfig{
@@ -209,7 +209,7 @@ func (d *Driver) setUpNetwork(ctx context.Context, v *vm, c *protocol.Client, gu
 	})
 	if err != nil {
 		guest["network"] = "error: " + err.Error()
-		d.emit(v.id, "network-failed", err.Error())
+		d.emit(v.id, pb.EventType_EVENT_TYPE_NETWORK_FAILED, err.Error())
 		d.logger.Warn("guest network set-up failed", "vm", v.id, "error", err)
 		return
 	}

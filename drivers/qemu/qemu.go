@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
@@ -65,25 +66,25 @@ func New(logger hclog.Logger) driver.Driver {
 }
 
 // PluginInfo names the driver.
-func (d *Driver) PluginInfo(context.Context) (*pb.PluginInfoResponse, error) {
-	return &pb.PluginInfoResponse{
-		Name:          driverName,
-		Version:       Version,
-		ApiVersions:   []uint32{driver.APIVersion},
-		HandleVersion: handleVersion,
-		Description:   "QEMU via QMP (microvm or pc, KVM when it works, else TCG)",
+func (d *Driver) PluginInfo(context.Context) (*basepb.PluginInfoResponse, error) {
+	return &basepb.PluginInfoResponse{
+		Name:        driverName,
+		Type:        basepb.PluginType_PLUGIN_TYPE_DRIVER,
+		Version:     Version,
+		ApiVersions: []uint32{driver.APIVersion},
+		Description: "QEMU via QMP (microvm or pc, KVM when it works, else TCG)",
 	}, nil
 }
 
 // ConfigSchema describes Config.
-func (d *Driver) ConfigSchema(context.Context) (*pb.ConfigSchemaResponse, error) {
+func (d *Driver) ConfigSchema(context.Context) (*basepb.ConfigSchemaResponse, error) {
 	return configSchema(), nil
 }
 
 // SetConfig validates and applies the configuration and makes the VM
 // directory. It starts the acceleration probe in the background so the first
 // StartVM does not pay for it.
-func (d *Driver) SetConfig(_ context.Context, req *pb.SetConfigRequest) error {
+func (d *Driver) SetConfig(_ context.Context, req *basepb.SetConfigRequest) error {
 	cfg, err := parseConfig(req.GetConfigJson())
 	if err != nil {
 		return err
@@ -119,13 +120,12 @@ func (d *Driver) config() (Config, string) {
 // Capabilities lists what the driver supports.
 func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error) {
 	return &pb.CapabilitiesResponse{
-		Pause:           true,
-		Screenshot:      true,
-		Input:           true,
-		Exec:            true,
-		MemorySnapshots: false,
-		GuestOs:         []string{"linux"},
-		Headless:        true,
+		Pause:      true,
+		Screenshot: true,
+		Input:      true,
+		Exec:       true,
+		GuestOs:    []pb.GuestOS{pb.GuestOS_GUEST_OS_LINUX},
+		Headless:   true,
 	}, nil
 }
 
@@ -372,7 +372,7 @@ func (d *Driver) Events(ctx context.Context) (<-chan *pb.Event, error) {
 
 // emit sends an event to every subscriber; a subscriber too slow to keep 256
 // events buffered loses the newest.
-func (d *Driver) emit(id, typ, msg string) {
+func (d *Driver) emit(id string, typ pb.EventType, msg string) {
 	ev := &pb.Event{VmId: id, Type: typ, Message: msg, TimeUnixNano: time.Now().UnixNano()}
 	d.logger.Debug("vm event", "vm", id, "type", typ, "message", msg)
 	d.subMu.Lock()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
@@ -108,18 +109,20 @@ type inputBatch struct {
 }
 
 // inputEvents turns actions into QMP event batches; pointer says whether any
-// batch moves the pointer. An unknown key, button or kind is an error naming it.
+// batch moves the pointer. An unknown key or button, or an action with none
+// set, is an error naming it.
 func inputEvents(actions []*pb.InputAction) ([]inputBatch, bool, error) {
 	var out []inputBatch
 	pointer := false
 	for i, a := range actions {
-		switch a.GetKind() {
-		case "key":
-			if len(a.Keys) == 0 {
+		switch act := a.GetAction().(type) {
+		case *pb.InputAction_Key:
+			keys := act.Key.GetKeys()
+			if len(keys) == 0 {
 				return nil, false, fmt.Errorf("action %d: a key action needs keys", i)
 			}
-			codes := make([]string, len(a.Keys))
-			for j, k := range a.Keys {
+			codes := make([]string, len(keys))
+			for j, k := range keys {
 				c, ok := qcode(k)
 				if !ok {
 					return nil, false, fmt.Errorf("action %d: unknown key %q", i, k)
@@ -127,8 +130,8 @@ func inputEvents(actions []*pb.InputAction) ([]inputBatch, bool, error) {
 				codes[j] = c
 			}
 			out = append(out, inputBatch{events: chord(codes)})
-		case "text":
-			for _, r := range a.Text {
+		case *pb.InputAction_Text:
+			for _, r := range act.Text {
 				c, shift, ok := charKey(r)
 				if !ok {
 					return nil, false, fmt.Errorf("action %d: cannot type %q on a US keyboard", i, r)
@@ -139,23 +142,26 @@ func inputEvents(actions []*pb.InputAction) ([]inputBatch, bool, error) {
 				}
 				out = append(out, inputBatch{events: chord(codes)})
 			}
-		case "move":
+		case *pb.InputAction_Move:
 			pointer = true
-			out = append(out, inputBatch{move: &[2]int{int(a.X), int(a.Y)}})
-		case "click":
-			button := a.Button
+			out = append(out, inputBatch{move: &[2]int{int(act.Move.GetX()), int(act.Move.GetY())}})
+		case *pb.InputAction_Click:
+			// QEMU's button names are the contract's: left, right, middle.
+			b := act.Click.GetButton()
+			if b == pb.MouseButton_MOUSE_BUTTON_UNSPECIFIED {
+				b = pb.MouseButton_MOUSE_BUTTON_LEFT
+			}
+			button := base.EnumName(b)
 			if button == "" {
-				button = "left"
+				return nil, false, fmt.Errorf("action %d: unknown button %v (left, right, middle)", i, b)
 			}
-			if button != "left" && button != "right" && button != "middle" {
-				return nil, false, fmt.Errorf("action %d: unknown button %q (left, right, middle)", i, a.Button)
-			}
+			at := act.Click.GetAt()
 			pointer = true
 			out = append(out,
-				inputBatch{move: &[2]int{int(a.X), int(a.Y)}, events: []map[string]any{btnEvent(button, true)}},
+				inputBatch{move: &[2]int{int(at.GetX()), int(at.GetY())}, events: []map[string]any{btnEvent(button, true)}},
 				inputBatch{events: []map[string]any{btnEvent(button, false)}})
-		case "scroll":
-			button, n := "wheel-down", int(a.Dy)
+		case *pb.InputAction_Scroll:
+			button, n := "wheel-down", int(act.Scroll.GetDy())
 			if n < 0 {
 				button, n = "wheel-up", -n
 			}
@@ -165,7 +171,7 @@ func inputEvents(actions []*pb.InputAction) ([]inputBatch, bool, error) {
 					inputBatch{events: []map[string]any{btnEvent(button, false)}})
 			}
 		default:
-			return nil, false, fmt.Errorf("action %d: unknown kind %q (key, text, move, click, scroll)", i, a.GetKind())
+			return nil, false, fmt.Errorf("action %d: no action set (key, text, move, click or scroll)", i)
 		}
 	}
 	return out, pointer, nil

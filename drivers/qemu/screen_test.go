@@ -30,7 +30,7 @@ func TestQcodeMapsNamedKeys(t *testing.T) {
 }
 
 func TestTextTypesCapitalsAndSymbolsWithShift(t *testing.T) {
-	batches, pointer, err := inputEvents([]*pb.InputAction{{Kind: "text", Text: "Hi!"}})
+	batches, pointer, err := inputEvents([]*pb.InputAction{{Action: &pb.InputAction_Text{Text: "Hi!"}}})
 	if err != nil || pointer {
 		t.Fatalf("inputEvents = %v, pointer %v", err, pointer)
 	}
@@ -76,11 +76,11 @@ func TestInputEventsRefuseUnknownNamesNamingThem(t *testing.T) {
 		action  *pb.InputAction
 		mention string
 	}{
-		{&pb.InputAction{Kind: "key", Keys: []string{"ctrl", "no-such-key"}}, `"no-such-key"`},
-		{&pb.InputAction{Kind: "key"}, "needs keys"},
-		{&pb.InputAction{Kind: "click", Button: "fourth"}, `"fourth"`},
-		{&pb.InputAction{Kind: "text", Text: "naïve"}, `'ï'`},
-		{&pb.InputAction{Kind: "wiggle"}, `"wiggle"`},
+		{&pb.InputAction{Action: &pb.InputAction_Key{Key: &pb.KeyChord{Keys: []string{"ctrl", "no-such-key"}}}}, `"no-such-key"`},
+		{&pb.InputAction{Action: &pb.InputAction_Key{Key: &pb.KeyChord{}}}, "needs keys"},
+		{&pb.InputAction{Action: &pb.InputAction_Click{Click: &pb.Click{Button: 4}}}, "4"},
+		{&pb.InputAction{Action: &pb.InputAction_Text{Text: "naïve"}}, `'ï'`},
+		{&pb.InputAction{}, "no action"},
 	}
 	for _, c := range cases {
 		_, _, err := inputEvents([]*pb.InputAction{c.action})
@@ -92,8 +92,8 @@ func TestInputEventsRefuseUnknownNamesNamingThem(t *testing.T) {
 
 func TestPointerActionsScaleToTheAbsoluteAxis(t *testing.T) {
 	batches, pointer, err := inputEvents([]*pb.InputAction{
-		{Kind: "click", Button: "right", X: 5, Y: 6},
-		{Kind: "scroll", Dy: -2},
+		{Action: &pb.InputAction_Click{Click: &pb.Click{Button: pb.MouseButton_MOUSE_BUTTON_RIGHT, At: &pb.Point{X: 5, Y: 6}}}},
+		{Action: &pb.InputAction_Scroll{Scroll: &pb.Scroll{Dy: -2}}},
 	})
 	if err != nil || !pointer {
 		t.Fatalf("inputEvents = %v, pointer %v", err, pointer)

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/image"
+	"github.com/fluxvm/fluxvm/plugins/base"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // vmConfig is the spec's driver_config_json: the driver-specific fields.
@@ -35,7 +35,7 @@ type vmConfig struct {
 // vmRecord is spec.json: the spec and everything CreateVM derived from it, so
 // any later plugin process can start, recover or destroy the VM.
 type vmRecord struct {
-	Spec      json.RawMessage `json:"spec"` // protojson of pb.VMSpec
+	Spec      json.RawMessage `json:"spec"` // pb.VMSpec (driver.MarshalSpecJSON)
 	UUID      string          `json:"uuid"`
 	Machine   string          `json:"machine"`
 	Kernel    string          `json:"kernel,omitempty"`
@@ -58,10 +58,8 @@ func validateSpec(ctx context.Context, cfg Config, spec *pb.VMSpec) (*vmRecord, 
 	if !idPattern.MatchString(spec.Id) {
 		return nil, "", driver.Errorf(driver.ErrInvalid, "vm id %q does not match [a-z0-9][a-z0-9-]{0,62}", spec.Id)
 	}
-	switch spec.GuestOs {
-	case "", "linux":
-	default:
-		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: guest_os %q is not supported by the qemu driver (linux only)", spec.Id, spec.GuestOs)
+	if spec.GuestOs != pb.GuestOS_GUEST_OS_LINUX {
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: guest_os %v is not supported by the qemu driver (GUEST_OS_LINUX only)", spec.Id, spec.GuestOs)
 	}
 	if spec.Vcpus < 1 {
 		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: vcpus %d must be at least 1", spec.Id, spec.Vcpus)
@@ -77,18 +75,18 @@ func validateSpec(ctx context.Context, cfg Config, spec *pb.VMSpec) (*vmRecord, 
 	}
 	rec := &vmRecord{Machine: cfg.Machine, AgentPort: "org.fluxvm.agent", CreatedAt: time.Now().UnixNano()}
 	switch spec.GetNetwork().GetMode() {
-	case "", "none":
-	case "user":
+	case pb.NetworkMode_NETWORK_MODE_UNSPECIFIED, pb.NetworkMode_NETWORK_MODE_NONE:
+	case pb.NetworkMode_NETWORK_MODE_USER:
 		rec.MAC = spec.GetNetwork().GetMac()
 		if rec.MAC == "" {
 			rec.MAC = macFor(spec.Id)
 		} else if hw, err := net.ParseMAC(rec.MAC); err != nil || len(hw) != 6 {
 			return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network.mac %q is not a MAC address", spec.Id, rec.MAC)
 		}
-	case "tap":
-		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode \"tap\" is not supported yet by the qemu driver", spec.Id)
+	case pb.NetworkMode_NETWORK_MODE_TAP:
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode TAP is not supported yet by the qemu driver", spec.Id)
 	default:
-		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode %q is not one of none, user, tap", spec.Id, spec.GetNetwork().GetMode())
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode %v is not one of NONE, USER, TAP", spec.Id, spec.GetNetwork().GetMode())
 	}
 	var vc vmConfig
 	if len(bytes.TrimSpace(spec.DriverConfigJson)) > 0 {
@@ -180,8 +178,8 @@ func resolveImage(cfg Config, spec *pb.VMSpec, rec *vmRecord, vc vmConfig) (stri
 	if err != nil {
 		return "", driver.Errorf(driver.ErrInvalid, "vm %s: %v", spec.Id, err)
 	}
-	if spec.GuestOs != "" && m.GuestOS != spec.GuestOs {
-		return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s holds a %s guest, the spec asks for %s", spec.Id, path, m.GuestOS, spec.GuestOs)
+	if want := base.EnumName(spec.GuestOs); m.GuestOS != want {
+		return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s holds a %s guest, the spec asks for %s", spec.Id, path, m.GuestOS, want)
 	}
 	rec.Kernel, rec.Initrd, rec.Cmdline, rec.AgentPort = m.Path("kernel"), m.Path("initrd"), m.Cmdline, m.AgentPort()
 	return m.Path("disk"), nil
@@ -237,19 +235,6 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// marshalSpec and unmarshalSpec store the spec in spec.json.
-func marshalSpec(spec *pb.VMSpec) (json.RawMessage, error) {
-	return protojson.Marshal(spec)
-}
-
-func unmarshalSpec(raw json.RawMessage) (*pb.VMSpec, error) {
-	spec := &pb.VMSpec{}
-	if err := protojson.Unmarshal(raw, spec); err != nil {
-		return nil, err
-	}
-	return spec, nil
 }
 
 // writeFileAtomic writes data to path through a temporary file, mode 0600.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
@@ -51,7 +52,7 @@ func testImages(t *testing.T, dir string) (bundle, raw string) {
 func TestValidateSpecResolvesBundlesAndDiskImages(t *testing.T) {
 	bundle, raw := testImages(t, t.TempDir())
 	cfg := defaultConfig()
-	rec, format, err := validateSpec(context.Background(), cfg, &pb.VMSpec{Id: "b", Image: bundle, Vcpus: 1, MemoryMib: 128})
+	rec, format, err := validateSpec(context.Background(), cfg, &pb.VMSpec{Id: "b", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: bundle, Vcpus: 1, MemoryMib: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestValidateSpecResolvesBundlesAndDiskImages(t *testing.T) {
 		t.Errorf("bundle record = %+v, format %q", rec, format)
 	}
 	rec, format, err = validateSpec(context.Background(), cfg, &pb.VMSpec{
-		Id: "r", Image: raw, Vcpus: 1, MemoryMib: 128, Network: &pb.Network{Mode: "user"},
+		Id: "r", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: raw, Vcpus: 1, MemoryMib: 128, Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER},
 		DriverConfigJson: []byte(`{"extra_cmdline": "quiet"}`),
 	})
 	if err != nil {
@@ -75,7 +76,9 @@ func TestValidateSpecRefusesBadSpecsWithTheRightKind(t *testing.T) {
 	dir := t.TempDir()
 	bundle, raw := testImages(t, dir)
 	other := t.TempDir()
-	ok := func() *pb.VMSpec { return &pb.VMSpec{Id: "vm-1", Image: bundle, Vcpus: 1, MemoryMib: 128} }
+	ok := func() *pb.VMSpec {
+		return &pb.VMSpec{Id: "vm-1", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: bundle, Vcpus: 1, MemoryMib: 128}
+	}
 	cases := []struct {
 		name    string
 		cfg     func(*Config)
@@ -85,14 +88,15 @@ func TestValidateSpecRefusesBadSpecsWithTheRightKind(t *testing.T) {
 	}{
 		{"uppercase id", nil, func(s *pb.VMSpec) { s.Id = "VM" }, driver.ErrInvalid, "vm id"},
 		{"long id", nil, func(s *pb.VMSpec) { s.Id = strings.Repeat("a", 64) }, driver.ErrInvalid, "vm id"},
-		{"macos", nil, func(s *pb.VMSpec) { s.GuestOs = "macos" }, driver.ErrInvalid, "macos"},
+		{"macos", nil, func(s *pb.VMSpec) { s.GuestOs = pb.GuestOS_GUEST_OS_MACOS }, driver.ErrInvalid, "MACOS"},
+		{"no guest os", nil, func(s *pb.VMSpec) { s.GuestOs = pb.GuestOS_GUEST_OS_UNSPECIFIED }, driver.ErrInvalid, "guest_os"},
 		{"no vcpus", nil, func(s *pb.VMSpec) { s.Vcpus = 0 }, driver.ErrInvalid, "vcpus"},
 		{"too many vcpus", nil, func(s *pb.VMSpec) { s.Vcpus = 100000 }, driver.ErrNoCapacity, "vcpus"},
 		{"too little memory", nil, func(s *pb.VMSpec) { s.MemoryMib = 63 }, driver.ErrInvalid, "memory_mib"},
 		{"too much memory", nil, func(s *pb.VMSpec) { s.MemoryMib = 1 << 40 }, driver.ErrNoCapacity, "memory_mib"},
-		{"tap network", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: "tap", Tap: "tap0"} }, driver.ErrInvalid, "not supported yet"},
-		{"unknown network", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: "bridge"} }, driver.ErrInvalid, "bridge"},
-		{"bad mac", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: "user", Mac: "52:54"} }, driver.ErrInvalid, "mac"},
+		{"tap network", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_TAP, Tap: "tap0"} }, driver.ErrInvalid, "not supported yet"},
+		{"unknown network", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: 99} }, driver.ErrInvalid, "99"},
+		{"bad mac", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER, Mac: "52:54"} }, driver.ErrInvalid, "mac"},
 		{"unknown driver field", nil, func(s *pb.VMSpec) { s.DriverConfigJson = []byte(`{"cpu": "max"}`) }, driver.ErrInvalid, `"cpu"`},
 		{"bad machine", nil, func(s *pb.VMSpec) { s.DriverConfigJson = []byte(`{"machine": "q35"}`) }, driver.ErrInvalid, "q35"},
 		{"multi-line cmdline", nil, func(s *pb.VMSpec) { s.DriverConfigJson = []byte(`{"extra_cmdline": "a\nb"}`) }, driver.ErrInvalid, "one line"},
@@ -140,13 +144,13 @@ func TestCreateVMLeavesNothingWhenTheOverlayFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := New(nil).(*Driver)
-	if err := d.SetConfig(context.Background(), &pb.SetConfigRequest{
+	if err := d.SetConfig(context.Background(), &basepb.SetConfigRequest{
 		ConfigJson: []byte(`{"accel": "tcg", "qemu_img": "` + shim + `"}`),
-		Agent:      &pb.AgentContext{StateDir: state},
+		Agent:      &basepb.AgentContext{StateDir: state},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := d.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", Image: bundle, Vcpus: 1, MemoryMib: 128})
+	_, err := d.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: bundle, Vcpus: 1, MemoryMib: 128})
 	if err == nil || !strings.Contains(err.Error(), "overlay") {
 		t.Fatalf("CreateVM with a failing overlay = %v, want an overlay error", err)
 	}
@@ -162,10 +166,10 @@ func TestCreateVMWritesAPrivateWorkspaceWithAnOverlay(t *testing.T) {
 	bundle, _ := testImages(t, t.TempDir())
 	state := t.TempDir()
 	d := New(nil).(*Driver)
-	if err := d.SetConfig(context.Background(), &pb.SetConfigRequest{ConfigJson: []byte(`{"accel": "tcg"}`), Agent: &pb.AgentContext{StateDir: state}}); err != nil {
+	if err := d.SetConfig(context.Background(), &basepb.SetConfigRequest{ConfigJson: []byte(`{"accel": "tcg"}`), Agent: &basepb.AgentContext{StateDir: state}}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := d.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", Image: bundle, Vcpus: 1, MemoryMib: 128})
+	st, err := d.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: bundle, Vcpus: 1, MemoryMib: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,13 +187,13 @@ func TestCreateVMWritesAPrivateWorkspaceWithAnOverlay(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), filepath.Join(bundle, "disk.qcow2")) {
 		t.Errorf("overlay does not back onto the image disk: %v\n%s", err, out)
 	}
-	if _, err := d.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", Image: bundle, Vcpus: 1, MemoryMib: 128}); !errors.Is(err, driver.ErrExists) {
+	if _, err := d.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: bundle, Vcpus: 1, MemoryMib: 128}); !errors.Is(err, driver.ErrExists) {
 		t.Errorf("reusing the id = %v, want ErrExists", err)
 	}
 	// A new plugin process (a fresh Driver) sees the workspace and refuses the id too.
 	d2 := New(nil).(*Driver)
-	_ = d2.SetConfig(context.Background(), &pb.SetConfigRequest{ConfigJson: []byte(`{"accel": "tcg"}`), Agent: &pb.AgentContext{StateDir: state}})
-	if _, err := d2.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", Image: bundle, Vcpus: 1, MemoryMib: 128}); !errors.Is(err, driver.ErrExists) {
+	_ = d2.SetConfig(context.Background(), &basepb.SetConfigRequest{ConfigJson: []byte(`{"accel": "tcg"}`), Agent: &basepb.AgentContext{StateDir: state}})
+	if _, err := d2.CreateVM(context.Background(), &pb.VMSpec{Id: "vm-1", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: bundle, Vcpus: 1, MemoryMib: 128}); !errors.Is(err, driver.ErrExists) {
 		t.Errorf("reusing the id after a restart = %v, want ErrExists", err)
 	}
 	if err := d2.DestroyVM(context.Background(), "vm-1", false); err != nil {

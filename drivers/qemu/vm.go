@@ -18,6 +18,7 @@ import (
 
 	"github.com/digitalocean/go-qemu/qmp"
 	"github.com/fluxvm/fluxvm/guest/protocol"
+	"github.com/fluxvm/fluxvm/plugins/base"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
@@ -43,9 +44,9 @@ type vm struct {
 	stoppedAt  time.Time
 	exit       *pb.ExitResult
 	agentReady bool
-	stopReason string // "stopped" or "killed" while StopVM or DestroyVM ends the VM
-	shutdown   string // reason of QEMU's SHUTDOWN event, if one came
-	panicked   bool   // a GUEST_PANICKED event came
+	stopReason pb.ExitReason // STOPPED or KILLED while StopVM or DestroyVM ends the VM
+	shutdown   string        // reason of QEMU's SHUTDOWN event, if one came
+	panicked   bool          // a GUEST_PANICKED event came
 	mon        *monitor
 	destroyed  bool
 
@@ -104,12 +105,12 @@ func (d *Driver) loadVM(id, ws string) (*vm, error) {
 	if err := json.Unmarshal(data, &v.rec); err != nil {
 		return nil, fmt.Errorf("read vm %s: %s: %w", id, specFile, err)
 	}
-	if v.spec, err = unmarshalSpec(v.rec.Spec); err != nil {
+	if v.spec, err = driver.UnmarshalSpecJSON(v.rec.Spec); err != nil {
 		return nil, fmt.Errorf("read vm %s: %s: spec: %w", id, specFile, err)
 	}
 	if _, err := os.Stat(filepath.Join(ws, runFile)); err == nil {
 		v.state = pb.VMState_VM_STATE_STOPPED
-		v.exit = &pb.ExitResult{Reason: "unknown", Message: "the vm stopped while no plugin process watched it"}
+		v.exit = &pb.ExitResult{Message: "the vm stopped while no plugin process watched it"}
 	}
 	return v, nil
 }
@@ -167,7 +168,7 @@ func (d *Driver) CreateVM(ctx context.Context, spec *pb.VMSpec) (*pb.VMStatus, e
 			return nil, fmt.Errorf("create vm %s: %w", spec.Id, err)
 		}
 	}
-	if rec.Spec, err = marshalSpec(spec); err != nil {
+	if rec.Spec, err = driver.MarshalSpecJSON(spec); err != nil {
 		return nil, fmt.Errorf("create vm %s: %w", spec.Id, err)
 	}
 	data, err := json.MarshalIndent(rec, "", "  ")
@@ -182,7 +183,7 @@ func (d *Driver) CreateVM(ctx context.Context, spec *pb.VMSpec) (*pb.VMStatus, e
 		return nil, driver.Errorf(driver.ErrExists, "vm %s already exists", spec.Id)
 	}
 	ok = true
-	d.emit(v.id, "created", "")
+	d.emit(v.id, pb.EventType_EVENT_TYPE_CREATED, "")
 	return v.status(), nil
 }
 
@@ -237,7 +238,7 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	v.mu.Lock()
 	v.state, v.proc, v.done = pb.VMState_VM_STATE_RUNNING, proc, done
 	v.accel, v.binary, v.startedAt = accel.Accel, cfg.QEMUBinary, started
-	v.stoppedAt, v.exit, v.agentReady, v.stopReason, v.shutdown, v.panicked = time.Time{}, nil, false, "", "", false
+	v.stoppedAt, v.exit, v.agentReady, v.stopReason, v.shutdown, v.panicked = time.Time{}, nil, false, pb.ExitReason_EXIT_REASON_UNSPECIFIED, "", false
 	v.mu.Unlock()
 	go v.watch(proc, done)
 
@@ -253,7 +254,7 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 		case <-done: // QEMU gave up by itself: its log says why
 		default:
 			v.mu.Lock()
-			v.stopReason = "killed"
+			v.stopReason = pb.ExitReason_EXIT_REASON_KILLED
 			v.mu.Unlock()
 			_ = proc.signal(syscall.SIGKILL)
 			<-done
@@ -278,7 +279,7 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	if err != nil {
 		d.logger.Warn("cannot record the running vm in its workspace", "vm", id, "error", err)
 	}
-	d.emit(id, "started", fmt.Sprintf("pid %d, %s, %s", proc.pid, l.Machine, l.Accel))
+	d.emit(id, pb.EventType_EVENT_TYPE_STARTED, fmt.Sprintf("pid %d, %s, %s", proc.pid, l.Machine, l.Accel))
 	return h, v.status(), nil
 }
 
@@ -300,7 +301,7 @@ func (v *vm) launch(accel string) launch {
 		Network:   "none",
 		MAC:       v.rec.MAC,
 	}
-	if v.spec.GetNetwork().GetMode() == "user" {
+	if v.spec.GetNetwork().GetMode() == pb.NetworkMode_NETWORK_MODE_USER {
 		l.Network = "user"
 	}
 	if l.Kernel != "" {
@@ -358,7 +359,7 @@ func (v *vm) monitor(ctx context.Context) (*monitor, error) {
 // once: both the RPC that caused the change and QEMU's own event for it call
 // this, in either order, and only the first one finds the old state. A STOP
 // that is part of a shutdown is not a pause.
-func (v *vm) transition(from, to pb.VMState, event string) {
+func (v *vm) transition(from, to pb.VMState, event pb.EventType) {
 	v.mu.Lock()
 	changed := v.state == from && v.shutdown == ""
 	if changed {
@@ -374,9 +375,9 @@ func (v *vm) transition(from, to pb.VMState, event string) {
 func (v *vm) onQMPEvent(ev qmp.Event) {
 	switch ev.Event {
 	case "STOP":
-		v.transition(pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, "paused")
+		v.transition(pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, pb.EventType_EVENT_TYPE_PAUSED)
 	case "RESUME":
-		v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, "resumed")
+		v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, pb.EventType_EVENT_TYPE_RESUMED)
 	case "SHUTDOWN":
 		reason, _ := ev.Data["reason"].(string)
 		guest, _ := ev.Data["guest"].(bool)
@@ -384,13 +385,13 @@ func (v *vm) onQMPEvent(ev qmp.Event) {
 		v.shutdown = reason
 		v.mu.Unlock()
 		if guest {
-			v.d.emit(v.id, "guest-shutdown", reason)
+			v.d.emit(v.id, pb.EventType_EVENT_TYPE_GUEST_SHUTDOWN, reason)
 		}
 	case "GUEST_PANICKED":
 		v.mu.Lock()
 		v.panicked = true
 		v.mu.Unlock()
-		v.d.emit(v.id, "crashed", "the guest kernel panicked")
+		v.d.emit(v.id, pb.EventType_EVENT_TYPE_CRASHED, "the guest kernel panicked")
 	}
 }
 
@@ -409,16 +410,20 @@ func (v *vm) watch(p *process, done chan struct{}) {
 	}
 	v.closeAgent()
 	close(done)
-	typ := "stopped"
-	if exit.Reason == "crashed" {
-		typ = "crashed"
+	typ := pb.EventType_EVENT_TYPE_STOPPED
+	if exit.Reason == pb.ExitReason_EXIT_REASON_CRASHED {
+		typ = pb.EventType_EVENT_TYPE_CRASHED
 	}
-	v.d.emit(v.id, typ, exit.Reason+": "+exit.Message)
+	how := base.EnumName(exit.Reason)
+	if how == "" {
+		how = "unknown"
+	}
+	v.d.emit(v.id, typ, how+": "+exit.Message)
 }
 
 // exitResult says how the VM ended; v.mu is held.
 func (v *vm) exitResult(st exitStatus) *pb.ExitResult {
-	r := &pb.ExitResult{Reason: "unknown"}
+	r := &pb.ExitResult{}
 	if st.known {
 		r.ExitCode = int32(st.code)
 		if st.signal != 0 {
@@ -426,28 +431,28 @@ func (v *vm) exitResult(st exitStatus) *pb.ExitResult {
 		}
 	}
 	switch {
-	case v.stopReason != "":
+	case v.stopReason != pb.ExitReason_EXIT_REASON_UNSPECIFIED:
 		r.Reason = v.stopReason
 		r.Message = "ended by the driver"
 		if v.shutdown != "" {
 			r.Message += " (" + v.shutdown + ")"
 		}
 	case v.panicked:
-		r.Reason, r.Message = "crashed", "the guest kernel panicked"
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_CRASHED, "the guest kernel panicked"
 	case v.shutdown == "guest-shutdown":
-		r.Reason, r.Message = "shutdown", "the guest powered off"
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_SHUTDOWN, "the guest powered off"
 	case v.shutdown == "guest-reset":
-		r.Reason, r.Message = "shutdown", "the guest reset (reboot or kernel panic); vms run with -no-reboot"
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_SHUTDOWN, "the guest reset (reboot or kernel panic); vms run with -no-reboot"
 	case v.shutdown == "host-signal":
-		r.Reason, r.Message = "killed", "qemu was told to quit by a signal"
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_KILLED, "qemu was told to quit by a signal"
 	case v.shutdown != "":
-		r.Reason, r.Message = "stopped", "qemu shut down: "+v.shutdown
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_STOPPED, "qemu shut down: "+v.shutdown
 	case st.known && st.signal != 0:
-		r.Reason, r.Message = "crashed", fmt.Sprintf("qemu was killed by signal %d (%s)", int(st.signal), st.signal)
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_CRASHED, fmt.Sprintf("qemu was killed by signal %d (%s)", int(st.signal), st.signal)
 	case st.known && st.code != 0:
-		r.Reason, r.Message = "crashed", fmt.Sprintf("qemu exited with status %d: %s", st.code, v.qemuLogTail())
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_CRASHED, fmt.Sprintf("qemu exited with status %d: %s", st.code, v.qemuLogTail())
 	case st.known:
-		r.Reason, r.Message = "shutdown", "qemu exited"
+		r.Reason, r.Message = pb.ExitReason_EXIT_REASON_SHUTDOWN, "qemu exited"
 	default:
 		r.Message = "qemu ended while this plugin was not its parent; its exit status is unknown"
 	}
@@ -602,7 +607,7 @@ func (d *Driver) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus, err
 	}
 	v.mu.Unlock()
 	go v.watch(p, done)
-	d.emit(id, "recovered", fmt.Sprintf("pid %d, %s", p.pid, status))
+	d.emit(id, pb.EventType_EVENT_TYPE_RECOVERED, fmt.Sprintf("pid %d, %s", p.pid, status))
 	return v.status(), nil
 }
 
@@ -641,8 +646,8 @@ func (v *vm) markStopped() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.state = pb.VMState_VM_STATE_STOPPED
-	if v.exit == nil || v.exit.Reason == "unknown" {
-		v.exit = &pb.ExitResult{Reason: "unknown", Message: "the vm's qemu ended while no plugin process watched it"}
+	if v.exit == nil || v.exit.Reason == pb.ExitReason_EXIT_REASON_UNSPECIFIED {
+		v.exit = &pb.ExitResult{Message: "the vm's qemu ended while no plugin process watched it"}
 	}
 }
 
@@ -657,7 +662,7 @@ func (d *Driver) WaitVM(ctx context.Context, id string) (*pb.ExitResult, error) 
 	v.mu.Unlock()
 	if state != pb.VMState_VM_STATE_RUNNING && state != pb.VMState_VM_STATE_PAUSED {
 		if exit == nil {
-			exit = &pb.ExitResult{Reason: "unknown", Message: "the vm has not run"}
+			exit = &pb.ExitResult{Message: "the vm has not run"}
 		}
 		return exit, nil
 	}
@@ -686,11 +691,11 @@ func (d *Driver) StopVM(ctx context.Context, id string, timeout time.Duration) (
 		exit := v.exit
 		v.mu.Unlock()
 		if exit == nil {
-			exit = &pb.ExitResult{Reason: "stopped", Message: "the vm was not running"}
+			exit = &pb.ExitResult{Reason: pb.ExitReason_EXIT_REASON_STOPPED, Message: "the vm was not running"}
 		}
 		return exit, nil
 	}
-	v.stopReason = "stopped"
+	v.stopReason = pb.ExitReason_EXIT_REASON_STOPPED
 	v.mu.Unlock()
 
 	start := time.Now()
@@ -745,7 +750,7 @@ func (d *Driver) StopVM(ctx context.Context, id string, timeout time.Duration) (
 	// 4. Force.
 	v.mu.Lock()
 	if timeout > 0 {
-		v.stopReason = "killed"
+		v.stopReason = pb.ExitReason_EXIT_REASON_KILLED
 	}
 	v.mu.Unlock()
 	_ = proc.signal(syscall.SIGKILL)
@@ -815,7 +820,7 @@ func (d *Driver) DestroyVM(ctx context.Context, id string, force bool) error {
 			return driver.Errorf(driver.ErrState, "vm %s is running; stop it first or destroy with force", id)
 		}
 		v.mu.Lock()
-		v.stopReason = "killed"
+		v.stopReason = pb.ExitReason_EXIT_REASON_KILLED
 		v.mu.Unlock()
 		_ = proc.signal(syscall.SIGKILL)
 		select {
@@ -836,7 +841,7 @@ func (d *Driver) DestroyVM(ctx context.Context, id string, force bool) error {
 		delete(d.vms, id)
 	}
 	d.mu.Unlock()
-	d.emit(id, "destroyed", "")
+	d.emit(id, pb.EventType_EVENT_TYPE_DESTROYED, "")
 	return nil
 }
 
@@ -908,17 +913,17 @@ func (d *Driver) ConsoleLog(_ context.Context, id string, maxBytes int64) ([]byt
 
 // PauseVM freezes the VM's vCPUs.
 func (d *Driver) PauseVM(ctx context.Context, id string) error {
-	return d.freeze(ctx, id, pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, "stop", "paused")
+	return d.freeze(ctx, id, pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, "stop", pb.EventType_EVENT_TYPE_PAUSED)
 }
 
 // ResumeVM unfreezes a paused VM.
 func (d *Driver) ResumeVM(ctx context.Context, id string) error {
-	return d.freeze(ctx, id, pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, "cont", "resumed")
+	return d.freeze(ctx, id, pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, "cont", pb.EventType_EVENT_TYPE_RESUMED)
 }
 
 // freeze moves a VM between running and paused with the QMP command that
 // does it ("stop" or "cont"), refusing a VM that is not in the from state.
-func (d *Driver) freeze(ctx context.Context, id string, from, to pb.VMState, command, event string) error {
+func (d *Driver) freeze(ctx context.Context, id string, from, to pb.VMState, command string, event pb.EventType) error {
 	v, err := d.lookup(id)
 	if err != nil {
 		return err

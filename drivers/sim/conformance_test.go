@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
@@ -28,7 +29,7 @@ func pluginHarness(t testing.TB) drivertest.Harness {
 		Config:   []byte(`{"vcpus": 64, "memory_mib": 65536, "macos_slots": 2, "boot_delay_ms": 50, "guest_os": ["linux", "macos"]}`),
 		StateDir: t.TempDir(),
 		Spec: func(id string) *pb.VMSpec {
-			return &pb.VMSpec{Id: id, Name: "conformance " + id, GuestOs: "linux", Image: image, Vcpus: 1, MemoryMib: 256, Display: true}
+			return &pb.VMSpec{Id: id, Name: "conformance " + id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: image, Vcpus: 1, MemoryMib: 256, Display: true}
 		},
 		ReadyTimeout: 10 * time.Second,
 	}
@@ -42,7 +43,7 @@ func TestSimPassesConformanceSuite(t *testing.T) {
 func launch(t *testing.T, h drivertest.Harness, config string) *driver.Plugin {
 	t.Helper()
 	p := h.Launch(t)
-	if err := p.SetConfig(t.Context(), &pb.SetConfigRequest{ConfigJson: []byte(config), Agent: &pb.AgentContext{StateDir: h.StateDir}}); err != nil {
+	if err := p.SetConfig(t.Context(), &basepb.SetConfigRequest{ConfigJson: []byte(config), Agent: &basepb.AgentContext{StateDir: h.StateDir}}); err != nil {
 		t.Fatalf("SetConfig: %v", err)
 	}
 	return p
@@ -86,7 +87,7 @@ func TestSimVMsSurvivePluginKill(t *testing.T) {
 	if _, err := p.StopVM(ctx, "vm-07", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SendInput(ctx, "vm-01", []*pb.InputAction{{Kind: "text", Text: "still here"}}); err != nil {
+	if err := p.SendInput(ctx, "vm-01", []*pb.InputAction{text("still here")}); err != nil {
 		t.Fatal(err)
 	}
 	shot, err := p.Screenshot(ctx, "vm-01")
@@ -167,7 +168,7 @@ func BenchmarkPluginRoundTrip(b *testing.B) {
 	}
 	b.Cleanup(p.Kill)
 	ctx := context.Background()
-	if err := p.SetConfig(ctx, &pb.SetConfigRequest{ConfigJson: []byte(`{}`), Agent: &pb.AgentContext{StateDir: h.StateDir}}); err != nil {
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: []byte(`{}`), Agent: &basepb.AgentContext{StateDir: h.StateDir}}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := p.CreateVM(ctx, h.Spec("bench")); err != nil {

@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"strings"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"golang.org/x/image/font"
@@ -68,42 +69,60 @@ func (s *screen) typeText(text string) {
 // validateActions checks every action before any is played, so a bad one
 // plays none.
 func validateActions(id string, actions []*pb.InputAction) error {
+	onScreen := func(i int, p *pb.Point) error {
+		if x, y := p.GetX(), p.GetY(); x < 0 || y < 0 || x >= screenWidth || y >= screenHeight {
+			return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: (%d, %d) is outside the %dx%d screen", id, i, x, y, screenWidth, screenHeight)
+		}
+		return nil
+	}
 	for i, a := range actions {
-		switch a.GetKind() {
-		case "key":
-			if len(a.Keys) == 0 {
+		switch act := a.GetAction().(type) {
+		case *pb.InputAction_Key:
+			if len(act.Key.GetKeys()) == 0 {
 				return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: key needs at least one key name", id, i)
 			}
-			for _, k := range a.Keys {
+			for _, k := range act.Key.GetKeys() {
 				if !keyNames[strings.ToLower(k)] {
 					return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: unknown key name %q", id, i, k)
 				}
 			}
-		case "text":
-		case "move", "click":
-			if a.X < 0 || a.Y < 0 || a.X >= screenWidth || a.Y >= screenHeight {
-				return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: (%d, %d) is outside the %dx%d screen", id, i, a.X, a.Y, screenWidth, screenHeight)
+		case *pb.InputAction_Text, *pb.InputAction_Scroll:
+		case *pb.InputAction_Move:
+			if err := onScreen(i, act.Move); err != nil {
+				return err
 			}
-			if a.Kind == "click" && a.Button != "left" && a.Button != "right" && a.Button != "middle" {
-				return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: click button %q is not left, right or middle", id, i, a.Button)
+		case *pb.InputAction_Click:
+			if buttonName(act.Click.GetButton()) == "" {
+				return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: click button %v is not left, right or middle", id, i, act.Click.GetButton())
 			}
-		case "scroll":
+			if err := onScreen(i, act.Click.GetAt()); err != nil {
+				return err
+			}
 		default:
-			return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: kind %q is not one of key, text, move, click, scroll", id, i, a.GetKind())
+			return driver.Errorf(driver.ErrInvalid, "sim: vm %s: input action %d: no action set (key, text, move, click or scroll)", id, i)
 		}
 	}
 	return nil
 }
 
+// buttonName is a mouse button for people; "" for one the contract does not
+// define. A click that names no button is a left click.
+func buttonName(b pb.MouseButton) string {
+	if b == pb.MouseButton_MOUSE_BUTTON_UNSPECIFIED {
+		b = pb.MouseButton_MOUSE_BUTTON_LEFT
+	}
+	return base.EnumName(b)
+}
+
 // play applies valid actions to the screen.
 func (s *screen) play(actions []*pb.InputAction) {
 	for _, a := range actions {
-		switch a.Kind {
-		case "key":
-			keys := make([]string, len(a.Keys))
+		switch act := a.GetAction().(type) {
+		case *pb.InputAction_Key:
+			keys := make([]string, len(act.Key.GetKeys()))
 			shift, chord := false, false
 			var typed string
-			for i, k := range a.Keys {
+			for i, k := range act.Key.GetKeys() {
 				k = strings.ToLower(k)
 				keys[i] = k
 				switch {
@@ -132,17 +151,17 @@ func (s *screen) play(actions []*pb.InputAction) {
 				}
 			}
 			s.typeText(typed)
-		case "text":
-			s.typeText(a.Text)
-			s.LastInput = fmt.Sprintf("text (%d characters)", len([]rune(a.Text)))
-		case "move":
-			s.PointerX, s.PointerY = a.X, a.Y
-			s.LastInput = fmt.Sprintf("move to (%d, %d)", a.X, a.Y)
-		case "click":
-			s.PointerX, s.PointerY = a.X, a.Y
-			s.LastInput = fmt.Sprintf("click %s at (%d, %d)", a.Button, a.X, a.Y)
-		case "scroll":
-			s.LastInput = fmt.Sprintf("scroll %d", a.Dy)
+		case *pb.InputAction_Text:
+			s.typeText(act.Text)
+			s.LastInput = fmt.Sprintf("text (%d characters)", len([]rune(act.Text)))
+		case *pb.InputAction_Move:
+			s.PointerX, s.PointerY = act.Move.GetX(), act.Move.GetY()
+			s.LastInput = fmt.Sprintf("move to (%d, %d)", s.PointerX, s.PointerY)
+		case *pb.InputAction_Click:
+			s.PointerX, s.PointerY = act.Click.GetAt().GetX(), act.Click.GetAt().GetY()
+			s.LastInput = fmt.Sprintf("click %s at (%d, %d)", buttonName(act.Click.GetButton()), s.PointerX, s.PointerY)
+		case *pb.InputAction_Scroll:
+			s.LastInput = fmt.Sprintf("scroll %d", act.Scroll.GetDy())
 		}
 	}
 }
@@ -228,7 +247,7 @@ func render(spec *pb.VMSpec, state string, s screen) *image.RGBA {
 	y := 48
 	for _, l := range []string{
 		fmt.Sprintf("VM %s (id %s)", name, spec.Id),
-		fmt.Sprintf("state: %s   guest_os: %s   %d vCPUs   %d MiB", state, spec.GuestOs, spec.Vcpus, spec.MemoryMib),
+		fmt.Sprintf("state: %s   guest_os: %s   %d vCPUs   %d MiB", state, base.EnumName(spec.GuestOs), spec.Vcpus, spec.MemoryMib),
 		"last input: " + s.LastInput,
 		"typed:",
 	} {

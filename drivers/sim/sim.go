@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
@@ -70,7 +72,7 @@ func parseConfig(data []byte) (config, error) {
 	}
 	seen := map[string]bool{}
 	for _, os := range c.GuestOS {
-		if os != "linux" && os != "macos" {
+		if _, ok := base.ParseEnum[pb.GuestOS](os); !ok {
 			return config{}, driver.Errorf(driver.ErrInvalid, "sim config: guest_os %q is not one of \"linux\", \"macos\"", os)
 		}
 		if seen[os] {
@@ -79,6 +81,11 @@ func parseConfig(data []byte) (config, error) {
 		seen[os] = true
 	}
 	return c, nil
+}
+
+// runs reports whether the configuration lets the simulator run os.
+func (c config) runs(os pb.GuestOS) bool {
+	return slices.Contains(c.GuestOS, base.EnumName(os))
 }
 
 // Driver is the simulated hypervisor. All its state lives in VM workspaces
@@ -127,33 +134,34 @@ func newDriver(logger hclog.Logger, now func() time.Time) *Driver {
 }
 
 // PluginInfo names the driver and says that it is a simulator.
-func (d *Driver) PluginInfo(context.Context) (*pb.PluginInfoResponse, error) {
-	return &pb.PluginInfoResponse{
-		Name:          driverName,
-		Version:       version,
-		ApiVersions:   []uint32{driver.APIVersion},
-		HandleVersion: handleVersion,
-		Description:   description,
-		Simulated:     true,
+func (d *Driver) PluginInfo(context.Context) (*basepb.PluginInfoResponse, error) {
+	return &basepb.PluginInfoResponse{
+		Name:        driverName,
+		Type:        basepb.PluginType_PLUGIN_TYPE_DRIVER,
+		Version:     version,
+		ApiVersions: []uint32{driver.APIVersion},
+		Description: description,
+		Simulated:   true,
 	}, nil
 }
 
 // ConfigSchema describes the sim's configuration block.
-func (d *Driver) ConfigSchema(context.Context) (*pb.ConfigSchemaResponse, error) {
+func (d *Driver) ConfigSchema(context.Context) (*basepb.ConfigSchemaResponse, error) {
 	def := defaultConfig()
 	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
-	return &pb.ConfigSchemaResponse{Attributes: []*pb.ConfigAttribute{
-		{Name: "vcpus", Type: "number", DefaultJson: js(def.VCPUs), Description: "vCPUs the simulated host offers to VMs"},
-		{Name: "memory_mib", Type: "number", DefaultJson: js(def.MemoryMiB), Description: "memory (MiB) the simulated host offers to VMs"},
-		{Name: "macos_slots", Type: "number", DefaultJson: js(def.MacOSSlots), Description: "macOS VMs that may run at once"},
-		{Name: "boot_delay_ms", Type: "number", DefaultJson: js(def.BootDelayMS), Description: "how long a simulated boot takes until the guest agent is ready"},
-		{Name: "guest_os", Type: "list(string)", DefaultJson: js(def.GuestOS), Description: "guest systems the simulator accepts: linux, macos"},
+	const number, list = basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER, basepb.AttributeType_ATTRIBUTE_TYPE_LIST_STRING
+	return &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
+		{Name: "vcpus", Type: number, DefaultJson: js(def.VCPUs), Description: "vCPUs the simulated host offers to VMs"},
+		{Name: "memory_mib", Type: number, DefaultJson: js(def.MemoryMiB), Description: "memory (MiB) the simulated host offers to VMs"},
+		{Name: "macos_slots", Type: number, DefaultJson: js(def.MacOSSlots), Description: "macOS VMs that may run at once"},
+		{Name: "boot_delay_ms", Type: number, DefaultJson: js(def.BootDelayMS), Description: "how long a simulated boot takes until the guest agent is ready"},
+		{Name: "guest_os", Type: list, DefaultJson: js(def.GuestOS), Description: "guest systems the simulator accepts: linux, macos"},
 	}}, nil
 }
 
 // SetConfig takes the configuration and reads the VMs already on disk, so
 // that resources held by VMs of an earlier plugin process stay accounted for.
-func (d *Driver) SetConfig(_ context.Context, req *pb.SetConfigRequest) error {
+func (d *Driver) SetConfig(_ context.Context, req *basepb.SetConfigRequest) error {
 	c, err := parseConfig(req.GetConfigJson())
 	if err != nil {
 		return err
@@ -203,13 +211,18 @@ func (d *Driver) SetConfig(_ context.Context, req *pb.SetConfigRequest) error {
 func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	guestOS := make([]pb.GuestOS, 0, len(d.cfg.GuestOS))
+	for _, name := range d.cfg.GuestOS {
+		os, _ := base.ParseEnum[pb.GuestOS](name) // parseConfig checked it
+		guestOS = append(guestOS, os)
+	}
 	return &pb.CapabilitiesResponse{
 		Pause:      true,
 		Screenshot: true,
 		Input:      true,
 		Exec:       false,
 		Headless:   true,
-		GuestOs:    slices.Clone(d.cfg.GuestOS),
+		GuestOs:    guestOS,
 	}, nil
 }
 
@@ -229,7 +242,7 @@ func (d *Driver) fingerprintLocked() *pb.FingerprintResponse {
 		}
 	}
 	slots := d.cfg.MacOSSlots
-	if !slices.Contains(d.cfg.GuestOS, "macos") {
+	if !d.cfg.runs(pb.GuestOS_GUEST_OS_MACOS) {
 		slots = 0
 	}
 	desc := "simulator: simulated hypervisor, boots no guests; resources are simulated"
@@ -319,7 +332,7 @@ type eventQueue struct {
 	n       notifier
 }
 
-func (d *Driver) publishLocked(id, typ, msg string) {
+func (d *Driver) publishLocked(id string, typ pb.EventType, msg string) {
 	ev := &pb.Event{VmId: id, Type: typ, Message: "sim: " + msg, TimeUnixNano: d.now().UnixNano()}
 	for q := range d.eventSubs {
 		q.mu.Lock()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
@@ -40,14 +42,25 @@ func newFixture(t *testing.T, cfg string) *fixture {
 func (f *fixture) restart(t *testing.T, cfg string) *Driver {
 	t.Helper()
 	d := newDriver(hclog.NewNullLogger(), time.Now)
-	if err := d.SetConfig(t.Context(), &pb.SetConfigRequest{ConfigJson: []byte(cfg), Agent: &pb.AgentContext{StateDir: f.state}}); err != nil {
+	if err := d.SetConfig(t.Context(), &basepb.SetConfigRequest{ConfigJson: []byte(cfg), Agent: &basepb.AgentContext{StateDir: f.state}}); err != nil {
 		t.Fatalf("SetConfig: %v", err)
 	}
 	return d
 }
 
 func (f *fixture) spec(id string) *pb.VMSpec {
-	return &pb.VMSpec{Id: id, Name: "vm " + id, GuestOs: "linux", Image: f.image, Vcpus: 2, MemoryMib: 512, Display: true}
+	return &pb.VMSpec{Id: id, Name: "vm " + id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: f.image, Vcpus: 2, MemoryMib: 512, Display: true}
+}
+
+// text, keys and click make input actions.
+func text(s string) *pb.InputAction { return &pb.InputAction{Action: &pb.InputAction_Text{Text: s}} }
+
+func keys(k ...string) *pb.InputAction {
+	return &pb.InputAction{Action: &pb.InputAction_Key{Key: &pb.KeyChord{Keys: k}}}
+}
+
+func click(b pb.MouseButton, x, y int32) *pb.InputAction {
+	return &pb.InputAction{Action: &pb.InputAction_Click{Click: &pb.Click{Button: b, At: &pb.Point{X: x, Y: y}}}}
 }
 
 // must returns v, or panics (failing the test) for an error.
@@ -100,7 +113,7 @@ func TestConfigRejectsUnknownAndNegativeFields(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newDriver(nil, time.Now)
-			err := d.SetConfig(t.Context(), &pb.SetConfigRequest{ConfigJson: []byte(tt.cfg), Agent: &pb.AgentContext{StateDir: t.TempDir()}})
+			err := d.SetConfig(t.Context(), &basepb.SetConfigRequest{ConfigJson: []byte(tt.cfg), Agent: &basepb.AgentContext{StateDir: t.TempDir()}})
 			wantKind(t, err, driver.ErrInvalid, tt.mention)
 		})
 	}
@@ -144,7 +157,7 @@ func TestDriverSaysItIsASimulator(t *testing.T) {
 	if st.Attributes["simulated"] != "true" {
 		t.Fatalf("vm attributes = %v", st.Attributes)
 	}
-	_, err := f.d.Exec(t.Context(), &pb.ExecRequest{Id: "a", Argv: []string{"true"}}, nil, nil)
+	_, err := f.d.Exec(t.Context(), &pb.ExecRequest{Id: "a", Command: &pb.ExecRequest_Shell{Shell: "true"}}, nil, nil)
 	wantKind(t, err, driver.ErrUnsupported, "cannot run commands")
 }
 
@@ -161,13 +174,13 @@ func TestCreateVMValidatesSpec(t *testing.T) {
 		{"id too long", func(s *pb.VMSpec) { s.Id = strings.Repeat("a", 64) }, driver.ErrInvalid, "does not match"},
 		{"zero vcpus", func(s *pb.VMSpec) { s.Vcpus = 0 }, driver.ErrInvalid, "vcpus"},
 		{"small memory", func(s *pb.VMSpec) { s.MemoryMib = 63 }, driver.ErrInvalid, "memory_mib"},
-		{"guest os not configured", func(s *pb.VMSpec) { s.GuestOs = "macos" }, driver.ErrInvalid, "macos"},
+		{"guest os not configured", func(s *pb.VMSpec) { s.GuestOs = pb.GuestOS_GUEST_OS_MACOS }, driver.ErrInvalid, "MACOS"},
 		{"relative image", func(s *pb.VMSpec) { s.Image = "disk.img" }, driver.ErrInvalid, "absolute"},
 		{"missing image", func(s *pb.VMSpec) { s.Image = "/nonexistent/disk.img" }, driver.ErrNotFound, "/nonexistent/disk.img"},
 		{"unknown driver config", func(s *pb.VMSpec) { s.DriverConfigJson = []byte(`{"turbo": true}`) }, driver.ErrInvalid, "turbo"},
 		{"negative boot delay", func(s *pb.VMSpec) { s.DriverConfigJson = []byte(`{"boot_delay_ms": -3}`) }, driver.ErrInvalid, "boot_delay_ms"},
-		{"tap without device", func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: "tap"} }, driver.ErrInvalid, "tap"},
-		{"unknown network mode", func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: "bridge"} }, driver.ErrInvalid, "bridge"},
+		{"tap without device", func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_TAP} }, driver.ErrInvalid, "tap"},
+		{"unknown network mode", func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: 99} }, driver.ErrInvalid, "99"},
 		{"more vcpus than the host", func(s *pb.VMSpec) { s.Vcpus = 9 }, driver.ErrNoCapacity, "8 vCPUs"},
 	}
 	for _, tt := range tests {
@@ -224,7 +237,7 @@ func TestStateRules(t *testing.T) {
 		{"pause", func() error { return f.d.PauseVM(ctx, "a") }, nil},
 		{"pause paused", func() error { return f.d.PauseVM(ctx, "a") }, driver.ErrState},
 		{"start paused", func() error { _, _, err := f.d.StartVM(ctx, "a"); return err }, driver.ErrState},
-		{"input paused", func() error { return f.d.SendInput(ctx, "a", []*pb.InputAction{{Kind: "text", Text: "x"}}) }, driver.ErrState},
+		{"input paused", func() error { return f.d.SendInput(ctx, "a", []*pb.InputAction{text("x")}) }, driver.ErrState},
 		{"destroy paused without force", func() error { return f.d.DestroyVM(ctx, "a", false) }, driver.ErrState},
 		{"resume", func() error { return f.d.ResumeVM(ctx, "a") }, nil},
 		{"stop", func() error { _, err := f.d.StopVM(ctx, "a", time.Second); return err }, nil},
@@ -274,7 +287,7 @@ func TestStartAccountsRunningAndPausedVMs(t *testing.T) {
 
 	// macOS slots.
 	mac := f.spec("m1")
-	mac.GuestOs, mac.Vcpus, mac.MemoryMib = "macos", 1, 64
+	mac.GuestOs, mac.Vcpus, mac.MemoryMib = pb.GuestOS_GUEST_OS_MACOS, 1, 64
 	must(d2.StopVM(ctx, "c", 0))
 	must(d2.CreateVM(ctx, mac))
 	mac.Id = "m2"
@@ -404,7 +417,7 @@ func TestWaitVMReturnsWhenStopped(t *testing.T) {
 	noErr(t, f.d.DestroyVM(ctx, "a", true))
 	select {
 	case r := <-done:
-		if r.GetReason() != "killed" {
+		if r.GetReason() != pb.ExitReason_EXIT_REASON_KILLED {
 			t.Fatalf("exit = %v", r)
 		}
 	case <-time.After(5 * time.Second):
@@ -448,16 +461,16 @@ func TestSendInputValidates(t *testing.T) {
 		action  *pb.InputAction
 		mention string
 	}{
-		{"unknown kind", &pb.InputAction{Kind: "wiggle"}, "wiggle"},
-		{"unknown key", &pb.InputAction{Kind: "key", Keys: []string{"ctrl", "hyperspace"}}, "hyperspace"},
-		{"no keys", &pb.InputAction{Kind: "key"}, "at least one"},
-		{"bad button", &pb.InputAction{Kind: "click", Button: "fourth", X: 1, Y: 1}, "fourth"},
-		{"off screen", &pb.InputAction{Kind: "move", X: 640, Y: 0}, "outside"},
+		{"no action", &pb.InputAction{}, "no action"},
+		{"unknown key", keys("ctrl", "hyperspace"), "hyperspace"},
+		{"no keys", keys(), "at least one"},
+		{"bad button", click(4, 1, 1), "4"},
+		{"off screen", &pb.InputAction{Action: &pb.InputAction_Move{Move: &pb.Point{X: 640, Y: 0}}}, "outside"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// A valid action before the bad one must not be played either.
-			err := f.d.SendInput(ctx, "a", []*pb.InputAction{{Kind: "text", Text: "SHOULD-NOT-APPEAR"}, tt.action})
+			err := f.d.SendInput(ctx, "a", []*pb.InputAction{text("SHOULD-NOT-APPEAR"), tt.action})
 			wantKind(t, err, driver.ErrInvalid, tt.mention)
 		})
 	}
@@ -480,10 +493,10 @@ func TestScreenshotShowsTypedText(t *testing.T) {
 		t.Fatalf("screenshot is %v (%dx%d)", img.Bounds(), before.Width, before.Height)
 	}
 	noErr(t, f.d.SendInput(ctx, "a", []*pb.InputAction{
-		{Kind: "text", Text: "hello"},
-		{Kind: "key", Keys: []string{"shift", "x"}},
-		{Kind: "key", Keys: []string{"ctrl", "c"}},
-		{Kind: "click", Button: "left", X: 100, Y: 200},
+		text("hello"),
+		keys("shift", "x"),
+		keys("ctrl", "c"),
+		click(pb.MouseButton_MOUSE_BUTTON_LEFT, 100, 200),
 	}))
 	if got := f.d.vms["a"].rec.Screen.Lines; len(got) != 1 || got[0] != "helloX" {
 		t.Fatalf("typed lines = %q, want [helloX]", got)
@@ -508,7 +521,7 @@ func TestHeadlessVMHasNoScreen(t *testing.T) {
 	start(t, f.d, "a")
 	_, err := f.d.Screenshot(ctx, "a")
 	wantKind(t, err, driver.ErrState, "display")
-	err = f.d.SendInput(ctx, "a", []*pb.InputAction{{Kind: "text", Text: "x"}})
+	err = f.d.SendInput(ctx, "a", []*pb.InputAction{text("x")})
 	wantKind(t, err, driver.ErrState, "display")
 }
 
@@ -544,18 +557,19 @@ func TestEventsReportStateChanges(t *testing.T) {
 	must(f.d.StopVM(ctx, "a", 0))
 	var got []string
 	timeout := time.After(5 * time.Second)
+	// Event types by their lower-case names: EVENT_TYPE_GUEST_READY is guest_ready.
 	for len(got) < 6 {
 		select {
 		case ev := <-ch:
 			if ev.VmId != "a" || !strings.HasPrefix(ev.Message, "sim: ") {
 				t.Fatalf("event = %v", ev)
 			}
-			got = append(got, ev.Type)
+			got = append(got, base.EnumName(ev.Type))
 		case <-timeout:
 			t.Fatalf("events so far: %v", got)
 		}
 	}
-	want := "created started guest-ready paused resumed stopped"
+	want := "created started guest_ready paused resumed stopped"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("events = %v, want %s", got, want)
 	}

@@ -13,14 +13,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // VM states as written to vm.json.
@@ -36,7 +36,7 @@ var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // record is a VM's vm.json: everything the simulator knows about it, so a new
 // plugin process picks up exactly where the last one stopped.
 type record struct {
-	Spec json.RawMessage `json:"spec"` // pb.VMSpec in protojson
+	Spec json.RawMessage `json:"spec"` // pb.VMSpec (driver.MarshalSpecJSON)
 	// UUID tells this VM from a later one that reuses its id.
 	UUID  string `json:"uuid"`
 	State string `json:"state"`
@@ -52,7 +52,7 @@ type record struct {
 }
 
 type exitRecord struct {
-	Reason  string `json:"reason"`
+	Reason  string `json:"reason"` // the contract's ExitReason, by name: "stopped"
 	Code    int32  `json:"code"`
 	Message string `json:"message"`
 }
@@ -77,7 +77,7 @@ type vm struct {
 func closedChan() chan struct{} { c := make(chan struct{}); close(c); return c }
 
 func usageOf(spec *pb.VMSpec) usage {
-	return usage{vcpus: spec.Vcpus, memoryMiB: spec.MemoryMib, macos: spec.GuestOs == "macos"}
+	return usage{vcpus: spec.Vcpus, memoryMiB: spec.MemoryMib, macos: spec.GuestOs == pb.GuestOS_GUEST_OS_MACOS}
 }
 
 func (d *Driver) workspace(id string) string { return filepath.Join(d.stateDir, "vms", id) }
@@ -92,8 +92,8 @@ func readRecord(dir string) (record, *pb.VMSpec, error) {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return rec, nil, fmt.Errorf("decode %s/vm.json: %w", dir, err)
 	}
-	spec := &pb.VMSpec{}
-	if err := protojson.Unmarshal(rec.Spec, spec); err != nil {
+	spec, err := driver.UnmarshalSpecJSON(rec.Spec)
+	if err != nil {
 		return rec, nil, fmt.Errorf("decode spec in %s/vm.json: %w", dir, err)
 	}
 	return rec, spec, nil
@@ -210,7 +210,7 @@ func (d *Driver) scheduleReadyLocked(v *vm, fresh bool) {
 	}
 	announce := func() {
 		d.consoleLocked(v, "vm %s: simulated guest agent ready (agent_version=sim)", v.spec.Id)
-		d.publishLocked(v.spec.Id, "guest-ready", "simulated guest agent answers")
+		d.publishLocked(v.spec.Id, pb.EventType_EVENT_TYPE_GUEST_READY, "simulated guest agent answers")
 	}
 	gen := v.rec.Generation
 	wait := v.readyAt().Sub(d.now())
@@ -263,7 +263,8 @@ func (d *Driver) statusLocked(v *vm) *pb.VMStatus {
 }
 
 func (e *exitRecord) pb() *pb.ExitResult {
-	return &pb.ExitResult{Reason: e.Reason, ExitCode: e.Code, Message: e.Message}
+	reason, _ := base.ParseEnum[pb.ExitReason](e.Reason)
+	return &pb.ExitResult{Reason: reason, ExitCode: e.Code, Message: e.Message}
 }
 
 // validateSpec checks a spec the way a real driver would.
@@ -278,17 +279,17 @@ func (d *Driver) validateSpecLocked(spec *pb.VMSpec) (vmConfig, error) {
 	if spec.MemoryMib < 64 {
 		return vc, driver.Errorf(driver.ErrInvalid, "sim: vm %s: memory_mib must be at least 64 (got %d)", spec.Id, spec.MemoryMib)
 	}
-	if !slices.Contains(d.cfg.GuestOS, spec.GuestOs) {
-		return vc, driver.Errorf(driver.ErrInvalid, "sim: vm %s: guest_os %q is not one this driver runs (%v)", spec.Id, spec.GuestOs, d.cfg.GuestOS)
+	if !d.cfg.runs(spec.GuestOs) {
+		return vc, driver.Errorf(driver.ErrInvalid, "sim: vm %s: guest_os %v is not one this driver runs (%v)", spec.Id, spec.GuestOs, d.cfg.GuestOS)
 	}
 	switch net := spec.GetNetwork(); net.GetMode() {
-	case "", "none", "user":
-	case "tap":
+	case pb.NetworkMode_NETWORK_MODE_UNSPECIFIED, pb.NetworkMode_NETWORK_MODE_NONE, pb.NetworkMode_NETWORK_MODE_USER:
+	case pb.NetworkMode_NETWORK_MODE_TAP:
 		if net.GetTap() == "" {
-			return vc, driver.Errorf(driver.ErrInvalid, "sim: vm %s: network mode \"tap\" needs a tap device name", spec.Id)
+			return vc, driver.Errorf(driver.ErrInvalid, "sim: vm %s: network mode TAP needs a tap device name", spec.Id)
 		}
 	default:
-		return vc, driver.Errorf(driver.ErrInvalid, "sim: vm %s: network mode %q is not one of none, user, tap", spec.Id, net.GetMode())
+		return vc, driver.Errorf(driver.ErrInvalid, "sim: vm %s: network mode %v is not one of NONE, USER, TAP", spec.Id, net.GetMode())
 	}
 	if len(bytes.TrimSpace(spec.DriverConfigJson)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(spec.DriverConfigJson))
@@ -310,7 +311,7 @@ func (d *Driver) validateSpecLocked(spec *pb.VMSpec) (vmConfig, error) {
 		return vc, driver.Errorf(driver.ErrNoCapacity, "sim: vm %s asks for %d vCPUs and %d MiB; the sim host has only %d vCPUs and %d MiB in all",
 			spec.Id, spec.Vcpus, spec.MemoryMib, d.cfg.VCPUs, d.cfg.MemoryMiB)
 	}
-	if spec.GuestOs == "macos" && d.cfg.MacOSSlots == 0 {
+	if spec.GuestOs == pb.GuestOS_GUEST_OS_MACOS && d.cfg.MacOSSlots == 0 {
 		return vc, driver.Errorf(driver.ErrNoCapacity, "sim: vm %s is macOS but the sim host has 0 macOS slots", spec.Id)
 	}
 	return vc, nil
@@ -337,8 +338,8 @@ func (d *Driver) CreateVM(_ context.Context, spec *pb.VMSpec) (*pb.VMStatus, err
 		}
 		return nil, fmt.Errorf("sim: create vm %s: %w", spec.Id, err)
 	}
-	spec = cloneSpec(spec)
-	specJSON, err := protojson.Marshal(spec)
+	spec = proto.Clone(spec).(*pb.VMSpec)
+	specJSON, err := driver.MarshalSpecJSON(spec)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("sim: create vm %s: encode spec: %w", spec.Id, err)
@@ -362,17 +363,10 @@ func (d *Driver) CreateVM(_ context.Context, spec *pb.VMSpec) (*pb.VMStatus, err
 	}
 	v := &vm{dir: dir, spec: spec, rec: rec, stopped: closedChan()}
 	d.vms[spec.Id] = v
-	d.consoleLocked(v, "vm %s created (%d vCPUs, %d MiB, %s); simulated: nothing will boot", spec.Id, spec.Vcpus, spec.MemoryMib, spec.GuestOs)
-	d.publishLocked(spec.Id, "created", "vm created")
+	d.consoleLocked(v, "vm %s created (%d vCPUs, %d MiB, %s); simulated: nothing will boot", spec.Id, spec.Vcpus, spec.MemoryMib, base.EnumName(spec.GuestOs))
+	d.publishLocked(spec.Id, pb.EventType_EVENT_TYPE_CREATED, "vm created")
 	d.log.Info("sim: vm created", "vm", spec.Id)
 	return d.statusLocked(v), nil
-}
-
-func cloneSpec(s *pb.VMSpec) *pb.VMSpec {
-	data, _ := protojson.Marshal(s)
-	c := &pb.VMSpec{}
-	_ = protojson.Unmarshal(data, c)
-	return c
 }
 
 // commitLocked writes rec as the VM's new record and, once it is on disk,
@@ -425,7 +419,7 @@ func (d *Driver) StartVM(_ context.Context, id string) (*pb.Handle, *pb.VMStatus
 		return nil, nil, driver.Errorf(driver.ErrNoCapacity, "sim host has %d of %d vCPUs free; vm %s needs %d", d.cfg.VCPUs-vcpus, d.cfg.VCPUs, id, v.spec.Vcpus)
 	case mem+v.spec.MemoryMib > d.cfg.MemoryMiB:
 		return nil, nil, driver.Errorf(driver.ErrNoCapacity, "sim host has %d of %d MiB memory free; vm %s needs %d", d.cfg.MemoryMiB-mem, d.cfg.MemoryMiB, id, v.spec.MemoryMib)
-	case v.spec.GuestOs == "macos" && macos+1 > d.cfg.MacOSSlots:
+	case v.spec.GuestOs == pb.GuestOS_GUEST_OS_MACOS && macos+1 > d.cfg.MacOSSlots:
 		return nil, nil, driver.Errorf(driver.ErrNoCapacity, "sim host has %d of %d macOS slots free; vm %s needs 1", max(d.cfg.MacOSSlots-macos, 0), d.cfg.MacOSSlots, id)
 	}
 	rec := v.rec
@@ -440,7 +434,7 @@ func (d *Driver) StartVM(_ context.Context, id string) (*pb.Handle, *pb.VMStatus
 	}
 	v.stopped = make(chan struct{})
 	d.consoleLocked(v, "vm %s started (generation %d); simulated: no guest runs, guest agent ready in %d ms", id, rec.Generation, rec.BootDelayMS)
-	d.publishLocked(id, "started", fmt.Sprintf("vm started (generation %d)", rec.Generation))
+	d.publishLocked(id, pb.EventType_EVENT_TYPE_STARTED, fmt.Sprintf("vm started (generation %d)", rec.Generation))
 	d.scheduleReadyLocked(v, true)
 	d.log.Info("sim: vm started", "vm", id, "generation", rec.Generation)
 	hs, _ := json.Marshal(handleState{ID: id, UUID: rec.UUID, Generation: rec.Generation})
@@ -495,7 +489,7 @@ func (d *Driver) RecoverVM(_ context.Context, h *pb.Handle) (*pb.VMStatus, error
 	if !known {
 		v = d.adoptLocked(dir, rec, spec)
 		d.consoleLocked(v, "vm %s recovered by a new sim plugin process (state %s)", hs.ID, rec.State)
-		d.publishLocked(hs.ID, "recovered", "vm recovered in state "+rec.State)
+		d.publishLocked(hs.ID, pb.EventType_EVENT_TYPE_RECOVERED, "vm recovered in state "+rec.State)
 		d.log.Info("sim: vm recovered", "vm", hs.ID, "state", rec.State)
 	}
 	return d.statusLocked(v), nil
@@ -519,7 +513,7 @@ func (d *Driver) WaitVM(ctx context.Context, id string) (*pb.ExitResult, error) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if v.rec.Exit == nil {
-		return &pb.ExitResult{Reason: "unknown", Message: "sim: vm " + id + " has not run"}, nil
+		return &pb.ExitResult{Message: "sim: vm " + id + " has not run"}, nil
 	}
 	return v.rec.Exit.pb(), nil
 }
@@ -563,7 +557,7 @@ func (d *Driver) WaitReady(ctx context.Context, id string) (map[string]string, e
 }
 
 // stopLocked ends a running or paused VM with the given exit.
-func (d *Driver) stopLocked(v *vm, exit exitRecord, event string) error {
+func (d *Driver) stopLocked(v *vm, exit exitRecord, event pb.EventType) error {
 	rec := v.rec
 	rec.State = stateStopped
 	rec.StoppedAtUnixNano = d.now().UnixNano()
@@ -595,13 +589,13 @@ func (d *Driver) StopVM(_ context.Context, id string, timeout time.Duration) (*p
 	case stateStopped:
 		return v.rec.Exit.pb(), nil
 	case stateCreated:
-		return &pb.ExitResult{Reason: "stopped", Message: "sim: vm " + id + " was never started"}, nil
+		return &pb.ExitResult{Reason: pb.ExitReason_EXIT_REASON_STOPPED, Message: "sim: vm " + id + " was never started"}, nil
 	}
 	exit := exitRecord{Reason: "stopped", Message: "simulated guest shut down when asked"}
 	if timeout <= 0 {
 		exit.Message = "simulated power-off, forced at once"
 	}
-	if err := d.stopLocked(v, exit, "stopped"); err != nil {
+	if err := d.stopLocked(v, exit, pb.EventType_EVENT_TYPE_STOPPED); err != nil {
 		return nil, err
 	}
 	return exit.pb(), nil
@@ -638,7 +632,7 @@ func (d *Driver) DestroyVM(_ context.Context, id string, force bool) error {
 		if !force {
 			return driver.Errorf(driver.ErrState, "sim: vm %s is %s; stop it first or destroy with force", id, v.rec.State)
 		}
-		if err := d.stopLocked(v, exitRecord{Reason: "killed", Code: 137, Message: "simulated VM killed by DestroyVM"}, "stopped"); err != nil {
+		if err := d.stopLocked(v, exitRecord{Reason: "killed", Code: 137, Message: "simulated VM killed by DestroyVM"}, pb.EventType_EVENT_TYPE_STOPPED); err != nil {
 			return err
 		}
 	}
@@ -651,7 +645,7 @@ func (d *Driver) DestroyVM(_ context.Context, id string, force bool) error {
 	delete(d.vms, id)
 	delete(d.active, id)
 	d.notifyFingerprintLocked()
-	d.publishLocked(id, "destroyed", "vm destroyed")
+	d.publishLocked(id, pb.EventType_EVENT_TYPE_DESTROYED, "vm destroyed")
 	d.log.Info("sim: vm destroyed", "vm", id)
 	return nil
 }
@@ -716,15 +710,15 @@ func (d *Driver) ConsoleLog(_ context.Context, id string, maxBytes int64) ([]byt
 
 // PauseVM freezes a running VM (its resources stay taken).
 func (d *Driver) PauseVM(_ context.Context, id string) error {
-	return d.transition(id, stateRunning, statePaused, "paused", "vm paused (simulated vCPUs frozen)")
+	return d.transition(id, stateRunning, statePaused, pb.EventType_EVENT_TYPE_PAUSED, "vm paused (simulated vCPUs frozen)")
 }
 
 // ResumeVM unfreezes a paused VM.
 func (d *Driver) ResumeVM(_ context.Context, id string) error {
-	return d.transition(id, statePaused, stateRunning, "resumed", "vm resumed")
+	return d.transition(id, statePaused, stateRunning, pb.EventType_EVENT_TYPE_RESUMED, "vm resumed")
 }
 
-func (d *Driver) transition(id, from, to, event, msg string) error {
+func (d *Driver) transition(id, from, to string, event pb.EventType, msg string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v, err := d.lookupLocked(id)

@@ -23,7 +23,7 @@ func TestExamplePassesConformanceSuite(t *testing.T) {
 		Launch: drivertest.LaunchCommand(bin),
 		Config: []byte(`{"vcpus": 2, "memory_mib": 1024}`),
 		Spec: func(id string) *pb.VMSpec {
-			return &pb.VMSpec{Id: id, Name: id, GuestOs: "linux", Image: image, Vcpus: 1, MemoryMib: 128}
+			return &pb.VMSpec{Id: id, Name: id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: image, Vcpus: 1, MemoryMib: 128}
 		},
 		ReadyTimeout: 10 * time.Second,
 	})

@@ -1,6 +1,7 @@
 // Command fluxvm-driver-example is a FluxVM driver plugin written the way a
 // hosting provider would write one: in its own Go module, importing nothing
-// from FluxVM but the driver contract (plugins/driver and its proto types).
+// from FluxVM but the plugin contract (plugins/driver, plugins/base and their
+// proto types).
 //
 // It is a "process" driver: each VM is a plain host process
 // (`/bin/sh -c 'echo booted; exec sleep ...'`) started in a session of its
@@ -10,8 +11,8 @@
 // destroy that works when the process is gone.
 //
 // It claims no optional capability (no pause, screen, input or exec): it
-// embeds driver.Unsupported, and the conformance suite tests only what a
-// driver claims.
+// embeds driver.Unsupported, the agent never calls those RPCs on it, and the
+// conformance suite tests only what a driver claims.
 package main
 
 import (
@@ -34,10 +35,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 const (
@@ -65,13 +67,33 @@ type config struct {
 // record is <state_dir>/vms/<id>/vm.json, the VM's state on disk. A new
 // plugin process reads it; nothing important lives only in memory.
 type record struct {
-	Spec      json.RawMessage `json:"spec"` // pb.VMSpec as protojson
+	Spec      json.RawMessage `json:"spec"` // pb.VMSpec (driver.MarshalSpecJSON)
 	State     string          `json:"state"`
 	Pid       int             `json:"pid,omitempty"`
 	StartTime uint64          `json:"start_time,omitempty"` // /proc/<pid>/stat field 22
 	StartedAt int64           `json:"started_at_unix_nano,omitempty"`
 	StoppedAt int64           `json:"stopped_at_unix_nano,omitempty"`
-	Exit      *pb.ExitResult  `json:"exit,omitempty"`
+	Exit      *exitRecord     `json:"exit,omitempty"`
+}
+
+// exitRecord is how the VM ended, with the reason by name ("crashed"), so
+// the file reads well and does not depend on enum numbers.
+type exitRecord struct {
+	Reason   string `json:"reason,omitempty"`
+	ExitCode int32  `json:"exit_code,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+func newExit(reason pb.ExitReason, code int32, msg string) *exitRecord {
+	return &exitRecord{Reason: base.EnumName(reason), ExitCode: code, Message: msg}
+}
+
+func (e *exitRecord) pb() *pb.ExitResult {
+	if e == nil {
+		return nil
+	}
+	reason, _ := base.ParseEnum[pb.ExitReason](e.Reason)
+	return &pb.ExitResult{Reason: reason, ExitCode: e.ExitCode, Message: e.Message}
 }
 
 // handleState is the opaque part of the handle: which process is the VM.
@@ -98,19 +120,20 @@ func newDriver(log hclog.Logger) *exampleDriver {
 
 // ---- Base RPCs ----
 
-func (d *exampleDriver) PluginInfo(context.Context) (*pb.PluginInfoResponse, error) {
-	return &pb.PluginInfoResponse{Name: name, Version: version, ApiVersions: []uint32{driver.APIVersion},
-		HandleVersion: handleVersion, Description: "example process driver: each VM is a host process"}, nil
+func (d *exampleDriver) PluginInfo(context.Context) (*basepb.PluginInfoResponse, error) {
+	return &basepb.PluginInfoResponse{Name: name, Type: basepb.PluginType_PLUGIN_TYPE_DRIVER, Version: version,
+		ApiVersions: []uint32{driver.APIVersion}, Description: "example process driver: each VM is a host process"}, nil
 }
 
-func (d *exampleDriver) ConfigSchema(context.Context) (*pb.ConfigSchemaResponse, error) {
-	return &pb.ConfigSchemaResponse{Attributes: []*pb.ConfigAttribute{
-		{Name: "vcpus", Type: "number", DefaultJson: strconv.Itoa(runtime.NumCPU()), Description: "vCPUs this host offers to VMs"},
-		{Name: "memory_mib", Type: "number", DefaultJson: "4096", Description: "memory (MiB) this host offers to VMs"},
+func (d *exampleDriver) ConfigSchema(context.Context) (*basepb.ConfigSchemaResponse, error) {
+	const number = basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER
+	return &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
+		{Name: "vcpus", Type: number, DefaultJson: strconv.Itoa(runtime.NumCPU()), Description: "vCPUs this host offers to VMs"},
+		{Name: "memory_mib", Type: number, DefaultJson: "4096", Description: "memory (MiB) this host offers to VMs"},
 	}}, nil
 }
 
-func (d *exampleDriver) SetConfig(_ context.Context, req *pb.SetConfigRequest) error {
+func (d *exampleDriver) SetConfig(_ context.Context, req *basepb.SetConfigRequest) error {
 	c := config{VCPUs: int64(runtime.NumCPU()), MemoryMiB: 4096}
 	dec := json.NewDecoder(bytes.NewReader(req.ConfigJson))
 	dec.DisallowUnknownFields() // names the unknown field in its message
@@ -134,7 +157,7 @@ func (d *exampleDriver) SetConfig(_ context.Context, req *pb.SetConfigRequest) e
 }
 
 func (d *exampleDriver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error) {
-	return &pb.CapabilitiesResponse{GuestOs: []string{"linux"}, Headless: true}, nil
+	return &pb.CapabilitiesResponse{GuestOs: []pb.GuestOS{pb.GuestOS_GUEST_OS_LINUX}, Headless: true}, nil
 }
 
 // Fingerprint sends one message and keeps the stream open: nothing about
@@ -173,18 +196,18 @@ func (d *exampleDriver) load(id string) (*record, *pb.VMSpec, error) {
 		return nil, nil, err
 	}
 	rec := &record{}
-	spec := &pb.VMSpec{}
 	if err := json.Unmarshal(data, rec); err != nil {
 		return nil, nil, fmt.Errorf("example: vm %s: decode vm.json: %w", id, err)
 	}
-	if err := protojson.Unmarshal(rec.Spec, spec); err != nil {
+	spec, err := driver.UnmarshalSpecJSON(rec.Spec)
+	if err != nil {
 		return nil, nil, fmt.Errorf("example: vm %s: decode spec: %w", id, err)
 	}
 	// A VM recorded as running whose process is gone (or is another process
 	// that reused the pid) has ended without us: report it, don't hide it.
 	if rec.State == "running" && !sameProcess(rec.Pid, rec.StartTime) {
 		rec.State, rec.StoppedAt = "stopped", time.Now().UnixNano()
-		rec.Exit = &pb.ExitResult{Reason: "crashed", ExitCode: -1, Message: "the VM process ended on its own"}
+		rec.Exit = newExit(pb.ExitReason_EXIT_REASON_CRASHED, -1, "the VM process ended on its own")
 		if err := d.save(id, rec); err != nil {
 			return nil, nil, err
 		}
@@ -241,12 +264,19 @@ func (d *exampleDriver) CreateVM(_ context.Context, spec *pb.VMSpec) (*pb.VMStat
 		return nil, driver.Errorf(driver.ErrInvalid, "example: vm id %q is not [a-z0-9][a-z0-9-]{0,62}", spec.Id)
 	case spec.Vcpus < 1 || spec.MemoryMib < 64:
 		return nil, driver.Errorf(driver.ErrInvalid, "example: vm %s needs vcpus ≥ 1 and memory_mib ≥ 64", spec.Id)
-	case spec.GuestOs != "linux":
-		return nil, driver.Errorf(driver.ErrInvalid, "example: guest_os %q is not supported (only linux)", spec.GuestOs)
+	case spec.GuestOs != pb.GuestOS_GUEST_OS_LINUX:
+		return nil, driver.Errorf(driver.ErrInvalid, "example: guest_os %v is not supported (only GUEST_OS_LINUX)", spec.GuestOs)
 	case !filepath.IsAbs(spec.Image):
 		return nil, driver.Errorf(driver.ErrInvalid, "example: image %q is not an absolute path", spec.Image)
 	case d.stateDir == "":
 		return nil, driver.Errorf(driver.ErrState, "example: SetConfig has not been called")
+	}
+	// A host process has the host's network whatever the mode says; a real
+	// driver sets the mode's network up here, and refuses what it cannot do.
+	switch mode := spec.GetNetwork().GetMode(); mode {
+	case pb.NetworkMode_NETWORK_MODE_UNSPECIFIED, pb.NetworkMode_NETWORK_MODE_NONE, pb.NetworkMode_NETWORK_MODE_USER:
+	default:
+		return nil, driver.Errorf(driver.ErrInvalid, "example: network mode %v is not supported (NONE or USER)", mode)
 	}
 	if _, err := os.Stat(spec.Image); err != nil {
 		return nil, driver.Errorf(driver.ErrNotFound, "example: image %s: %v", spec.Image, err)
@@ -266,7 +296,10 @@ func (d *exampleDriver) CreateVM(_ context.Context, spec *pb.VMSpec) (*pb.VMStat
 	} else if err != nil {
 		return nil, err
 	}
-	specJSON, _ := protojson.Marshal(spec)
+	specJSON, err := driver.MarshalSpecJSON(spec)
+	if err != nil {
+		return nil, fmt.Errorf("example: vm %s: encode spec: %w", spec.Id, err)
+	}
 	rec := &record{Spec: specJSON, State: "created"}
 	if err := d.save(spec.Id, rec); err != nil {
 		os.RemoveAll(d.dir(spec.Id)) // a failed create leaves nothing behind
@@ -313,7 +346,7 @@ func (d *exampleDriver) StartVM(_ context.Context, id string) (*pb.Handle, *pb.V
 	}
 	d.known[id] = true
 	d.watch(id, rec.Pid, rec.StartTime)
-	d.publish(id, "started", "pid "+strconv.Itoa(rec.Pid))
+	d.publish(id, pb.EventType_EVENT_TYPE_STARTED, "pid "+strconv.Itoa(rec.Pid))
 	hs, _ := json.Marshal(handleState{Pid: rec.Pid, StartTime: rec.StartTime})
 	return &pb.Handle{Version: handleVersion, Driver: name, VmId: id, State: hs}, d.status(spec, rec), nil
 }
@@ -359,8 +392,8 @@ func (d *exampleDriver) watch(id string, pid int, startTime uint64) {
 		if d.stopping[id] {
 			return
 		}
-		if rec, _, err := d.load(id); err == nil && rec.Exit != nil && rec.Exit.Reason == "crashed" {
-			d.publish(id, "crashed", rec.Exit.Message)
+		if rec, _, err := d.load(id); err == nil && rec.Exit.pb().GetReason() == pb.ExitReason_EXIT_REASON_CRASHED {
+			d.publish(id, pb.EventType_EVENT_TYPE_CRASHED, rec.Exit.Message)
 		}
 	}()
 }
@@ -375,7 +408,7 @@ func (d *exampleDriver) WaitVM(ctx context.Context, id string) (*pb.ExitResult, 
 			return nil, err
 		}
 		if rec.State != "running" {
-			return rec.Exit, nil
+			return rec.Exit.pb(), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -423,22 +456,22 @@ func (d *exampleDriver) StopVM(ctx context.Context, id string, timeout time.Dura
 	if rec.State != "running" { // stopping a stopped VM succeeds
 		d.mu.Unlock()
 		if rec.Exit == nil {
-			return &pb.ExitResult{Reason: "stopped", Message: "never started"}, nil
+			return &pb.ExitResult{Reason: pb.ExitReason_EXIT_REASON_STOPPED, Message: "never started"}, nil
 		}
-		return rec.Exit, nil
+		return rec.Exit.pb(), nil
 	}
 	d.stopping[id] = true
 	d.mu.Unlock()
 	defer func() { d.mu.Lock(); delete(d.stopping, id); d.mu.Unlock() }()
 
-	exit := &pb.ExitResult{Reason: "stopped", ExitCode: 143, Message: "SIGTERM"}
+	exit := newExit(pb.ExitReason_EXIT_REASON_STOPPED, 143, "SIGTERM")
 	if timeout > 0 {
 		_ = syscall.Kill(-rec.Pid, syscall.SIGTERM) // the whole session's group
 	}
 	deadline := time.Now().Add(timeout)
 	for sameProcess(rec.Pid, rec.StartTime) {
 		if !time.Now().Before(deadline) {
-			exit = &pb.ExitResult{Reason: "killed", ExitCode: 137, Message: "SIGKILL after the stop timeout"}
+			exit = newExit(pb.ExitReason_EXIT_REASON_KILLED, 137, "SIGKILL after the stop timeout")
 			_ = syscall.Kill(-rec.Pid, syscall.SIGKILL)
 			deadline = time.Now().Add(time.Hour) // kill once, then wait
 		}
@@ -450,8 +483,8 @@ func (d *exampleDriver) StopVM(ctx context.Context, id string, timeout time.Dura
 	if err := d.save(id, rec); err != nil {
 		return nil, err
 	}
-	d.publish(id, "stopped", exit.Message)
-	return exit, nil
+	d.publish(id, pb.EventType_EVENT_TYPE_STOPPED, exit.Message)
+	return exit.pb(), nil
 }
 
 // DestroyVM kills the process if it is still the VM, then removes the
@@ -476,7 +509,7 @@ func (d *exampleDriver) DestroyVM(_ context.Context, id string, force bool) erro
 		if sameProcess(rec.Pid, rec.StartTime) { // never signal a reused pid
 			_ = syscall.Kill(-rec.Pid, syscall.SIGKILL)
 		}
-		d.publish(id, "stopped", "killed by DestroyVM")
+		d.publish(id, pb.EventType_EVENT_TYPE_STOPPED, "killed by DestroyVM")
 	}
 	if err := os.RemoveAll(d.dir(id)); err != nil {
 		return fmt.Errorf("example: destroy vm %s: %w", id, err)
@@ -521,7 +554,7 @@ func (d *exampleDriver) status(spec *pb.VMSpec, rec *record) *pb.VMStatus {
 		console, _ := os.ReadFile(filepath.Join(d.dir(spec.Id), "console.log"))
 		st.AgentReady = bytes.Contains(console, []byte("booted"))
 	default:
-		st.State, st.Exit = pb.VMState_VM_STATE_STOPPED, rec.Exit
+		st.State, st.Exit = pb.VMState_VM_STATE_STOPPED, rec.Exit.pb()
 	}
 	return st
 }
@@ -530,7 +563,7 @@ func (d *exampleDriver) status(spec *pb.VMSpec, rec *record) *pb.VMStatus {
 
 // publish sends an event to every listener; a listener 64 events behind
 // misses events rather than stalling the driver.
-func (d *exampleDriver) publish(id, typ, msg string) {
+func (d *exampleDriver) publish(id string, typ pb.EventType, msg string) {
 	ev := &pb.Event{VmId: id, Type: typ, Message: msg, TimeUnixNano: time.Now().UnixNano()}
 	for ch := range d.subs {
 		select {

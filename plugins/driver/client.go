@@ -6,41 +6,29 @@ import (
 	"io"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
 // grpcClient is the agent's side: a Driver that forwards every call to a
-// plugin process.
+// plugin process, the base RPCs to its base service and the rest to its
+// Driver service.
 type grpcClient struct {
+	base.Plugin
 	c pb.DriverClient
 }
 
 var _ Driver = (*grpcClient)(nil)
 
-func (c *grpcClient) PluginInfo(ctx context.Context) (*pb.PluginInfoResponse, error) {
-	r, err := c.c.PluginInfo(ctx, &pb.PluginInfoRequest{})
-	return r, fromStatus(err)
-}
-
-func (c *grpcClient) ConfigSchema(ctx context.Context) (*pb.ConfigSchemaResponse, error) {
-	r, err := c.c.ConfigSchema(ctx, &pb.ConfigSchemaRequest{})
-	return r, fromStatus(err)
-}
-
-func (c *grpcClient) SetConfig(ctx context.Context, req *pb.SetConfigRequest) error {
-	_, err := c.c.SetConfig(ctx, req)
-	return fromStatus(err)
-}
-
 func (c *grpcClient) Capabilities(ctx context.Context) (*pb.CapabilitiesResponse, error) {
 	r, err := c.c.Capabilities(ctx, &pb.CapabilitiesRequest{})
-	return r, fromStatus(err)
+	return r, base.FromStatus(err)
 }
 
 func (c *grpcClient) Fingerprint(ctx context.Context) (<-chan *pb.FingerprintResponse, error) {
 	stream, err := c.c.Fingerprint(ctx, &pb.FingerprintRequest{})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return relay(ctx, stream.Recv), nil
 }
@@ -48,7 +36,7 @@ func (c *grpcClient) Fingerprint(ctx context.Context) (<-chan *pb.FingerprintRes
 func (c *grpcClient) CreateVM(ctx context.Context, spec *pb.VMSpec) (*pb.VMStatus, error) {
 	r, err := c.c.CreateVM(ctx, &pb.CreateVMRequest{Spec: spec})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Status, nil
 }
@@ -56,7 +44,7 @@ func (c *grpcClient) CreateVM(ctx context.Context, spec *pb.VMSpec) (*pb.VMStatu
 func (c *grpcClient) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStatus, error) {
 	r, err := c.c.StartVM(ctx, &pb.StartVMRequest{Id: id})
 	if err != nil {
-		return nil, nil, fromStatus(err)
+		return nil, nil, base.FromStatus(err)
 	}
 	return r.Handle, r.Status, nil
 }
@@ -64,7 +52,7 @@ func (c *grpcClient) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VM
 func (c *grpcClient) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus, error) {
 	r, err := c.c.RecoverVM(ctx, &pb.RecoverVMRequest{Handle: h})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Status, nil
 }
@@ -72,7 +60,7 @@ func (c *grpcClient) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus,
 func (c *grpcClient) WaitVM(ctx context.Context, id string) (*pb.ExitResult, error) {
 	r, err := c.c.WaitVM(ctx, &pb.WaitVMRequest{Id: id})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Exit, nil
 }
@@ -80,7 +68,7 @@ func (c *grpcClient) WaitVM(ctx context.Context, id string) (*pb.ExitResult, err
 func (c *grpcClient) WaitReady(ctx context.Context, id string) (map[string]string, error) {
 	r, err := c.c.WaitReady(ctx, &pb.WaitReadyRequest{Id: id})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Guest, nil
 }
@@ -88,20 +76,20 @@ func (c *grpcClient) WaitReady(ctx context.Context, id string) (map[string]strin
 func (c *grpcClient) StopVM(ctx context.Context, id string, timeout time.Duration) (*pb.ExitResult, error) {
 	r, err := c.c.StopVM(ctx, &pb.StopVMRequest{Id: id, TimeoutMs: timeout.Milliseconds()})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Exit, nil
 }
 
 func (c *grpcClient) DestroyVM(ctx context.Context, id string, force bool) error {
 	_, err := c.c.DestroyVM(ctx, &pb.DestroyVMRequest{Id: id, Force: force})
-	return fromStatus(err)
+	return base.FromStatus(err)
 }
 
 func (c *grpcClient) InspectVM(ctx context.Context, id string) (*pb.VMStatus, error) {
 	r, err := c.c.InspectVM(ctx, &pb.InspectVMRequest{Id: id})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Status, nil
 }
@@ -109,7 +97,7 @@ func (c *grpcClient) InspectVM(ctx context.Context, id string) (*pb.VMStatus, er
 func (c *grpcClient) ListVMs(ctx context.Context) ([]*pb.VMStatus, error) {
 	r, err := c.c.ListVMs(ctx, &pb.ListVMsRequest{})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Vms, nil
 }
@@ -117,12 +105,12 @@ func (c *grpcClient) ListVMs(ctx context.Context) ([]*pb.VMStatus, error) {
 func (c *grpcClient) Events(ctx context.Context) (<-chan *pb.Event, error) {
 	stream, err := c.c.Events(ctx, &pb.EventsRequest{})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	// Wait for the plugin's header: it is sent once the plugin subscribed, so
 	// no event after this call returns is lost.
 	if _, err := stream.Header(); err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return relay(ctx, stream.Recv), nil
 }
@@ -130,29 +118,29 @@ func (c *grpcClient) Events(ctx context.Context) (<-chan *pb.Event, error) {
 func (c *grpcClient) ConsoleLog(ctx context.Context, id string, maxBytes int64) ([]byte, error) {
 	r, err := c.c.ConsoleLog(ctx, &pb.ConsoleLogRequest{Id: id, MaxBytes: maxBytes})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, base.FromStatus(err)
 	}
 	return r.Data, nil
 }
 
 func (c *grpcClient) PauseVM(ctx context.Context, id string) error {
 	_, err := c.c.PauseVM(ctx, &pb.PauseVMRequest{Id: id})
-	return fromStatus(err)
+	return base.FromStatus(err)
 }
 
 func (c *grpcClient) ResumeVM(ctx context.Context, id string) error {
 	_, err := c.c.ResumeVM(ctx, &pb.ResumeVMRequest{Id: id})
-	return fromStatus(err)
+	return base.FromStatus(err)
 }
 
 func (c *grpcClient) Screenshot(ctx context.Context, id string) (*pb.ScreenshotResponse, error) {
 	r, err := c.c.Screenshot(ctx, &pb.ScreenshotRequest{Id: id})
-	return r, fromStatus(err)
+	return r, base.FromStatus(err)
 }
 
 func (c *grpcClient) SendInput(ctx context.Context, id string, actions []*pb.InputAction) error {
 	_, err := c.c.SendInput(ctx, &pb.SendInputRequest{Id: id, Actions: actions})
-	return fromStatus(err)
+	return base.FromStatus(err)
 }
 
 func (c *grpcClient) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr io.Writer) (int, error) {
@@ -160,7 +148,7 @@ func (c *grpcClient) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stde
 	defer cancel()
 	stream, err := c.c.Exec(ctx, req)
 	if err != nil {
-		return 0, fromStatus(err)
+		return 0, base.FromStatus(err)
 	}
 	for {
 		m, err := stream.Recv()
@@ -168,20 +156,23 @@ func (c *grpcClient) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stde
 			return 0, Errorf(ErrUnavailable, "exec in vm %s: the plugin ended the stream without an exit code", req.Id)
 		}
 		if err != nil {
-			return 0, fromStatus(err)
+			return 0, base.FromStatus(err)
 		}
-		if len(m.Stdout) > 0 && stdout != nil {
-			if _, err := stdout.Write(m.Stdout); err != nil {
-				return 0, fmt.Errorf("exec in vm %s: write stdout: %w", req.Id, err)
+		switch out := m.Output.(type) {
+		case *pb.ExecResponse_Stdout:
+			if stdout != nil {
+				if _, err := stdout.Write(out.Stdout); err != nil {
+					return 0, fmt.Errorf("exec in vm %s: write stdout: %w", req.Id, err)
+				}
 			}
-		}
-		if len(m.Stderr) > 0 && stderr != nil {
-			if _, err := stderr.Write(m.Stderr); err != nil {
-				return 0, fmt.Errorf("exec in vm %s: write stderr: %w", req.Id, err)
+		case *pb.ExecResponse_Stderr:
+			if stderr != nil {
+				if _, err := stderr.Write(out.Stderr); err != nil {
+					return 0, fmt.Errorf("exec in vm %s: write stderr: %w", req.Id, err)
+				}
 			}
-		}
-		if m.Exited {
-			return int(m.ExitCode), nil
+		case *pb.ExecResponse_ExitCode:
+			return int(out.ExitCode), nil
 		}
 	}
 }

@@ -2,10 +2,12 @@
 // plugins. A plugin implements Driver and calls Serve; the agent calls Launch
 // and gets a Driver back that speaks to the plugin process over gRPC.
 //
-// The contract itself, RPC by RPC, is documented in proto/driver.proto; the
-// methods below mirror those RPCs one to one and use its message types, so a
-// plugin author reads one document. Plugin authors import this package and
-// nothing else from FluxVM.
+// The contract itself, RPC by RPC, is documented in proto/driver.proto (the
+// Driver service) and ../base/proto/base.proto (the base service every FluxVM
+// plugin serves: info, config schema, set config); the methods below mirror
+// those RPCs one to one and use their message types, so a plugin author reads
+// two short documents. Plugin authors import this package, its proto package
+// and the base proto package, and nothing else from FluxVM.
 package driver
 
 import (
@@ -13,23 +15,25 @@ import (
 	"io"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
-// APIVersion is the contract version this package speaks.
-const APIVersion = 1
+// APIVersion is the driver contract version this package speaks: the
+// go-plugin protocol version of the handshake. Version 1 plugins are refused
+// at the handshake (see proto/driver.proto for what changed).
+const APIVersion = 2
 
 // Driver is a hypervisor. Each method is the RPC of the same name in
-// proto/driver.proto, which says what it must do and how it fails. Errors
-// should wrap one of the sentinel errors of this package (ErrNotFound,
-// ErrInvalid, ...) so they cross the process boundary with the right code.
+// proto/driver.proto or ../base/proto/base.proto, which say what it must do
+// and how it fails. Errors should wrap one of the sentinel errors of this
+// package (ErrNotFound, ErrInvalid, ...) so they cross the process boundary
+// with the right code.
 type Driver interface {
-	// PluginInfo names the driver and the contract versions it speaks.
-	PluginInfo(ctx context.Context) (*pb.PluginInfoResponse, error)
-	// ConfigSchema describes the driver's HCL configuration block.
-	ConfigSchema(ctx context.Context) (*pb.ConfigSchemaResponse, error)
-	// SetConfig hands the driver its configuration and state directory.
-	SetConfig(ctx context.Context, req *pb.SetConfigRequest) error
+	// PluginInfo, ConfigSchema and SetConfig: the base service. PluginInfo's
+	// type is PLUGIN_TYPE_DRIVER and its api_versions hold APIVersion.
+	base.Plugin
+
 	// Capabilities lists the optional features the driver implements.
 	Capabilities(ctx context.Context) (*pb.CapabilitiesResponse, error)
 	// Fingerprint sends the driver's health at once and then on every change,
@@ -78,25 +82,25 @@ type Unsupported struct{}
 
 // PauseVM reports that the driver cannot pause.
 func (Unsupported) PauseVM(context.Context, string) error {
-	return Errorf(ErrUnsupported, "this driver cannot pause VMs")
+	return CapPause.Unsupported("")
 }
 
 // ResumeVM reports that the driver cannot pause.
 func (Unsupported) ResumeVM(context.Context, string) error {
-	return Errorf(ErrUnsupported, "this driver cannot pause VMs")
+	return CapPause.Unsupported("")
 }
 
 // Screenshot reports that the driver has no screens.
 func (Unsupported) Screenshot(context.Context, string) (*pb.ScreenshotResponse, error) {
-	return nil, Errorf(ErrUnsupported, "this driver cannot take screenshots")
+	return nil, CapScreenshot.Unsupported("")
 }
 
 // SendInput reports that the driver takes no input.
 func (Unsupported) SendInput(context.Context, string, []*pb.InputAction) error {
-	return Errorf(ErrUnsupported, "this driver cannot send keyboard or pointer input")
+	return CapInput.Unsupported("")
 }
 
 // Exec reports that the driver has no guest agent.
 func (Unsupported) Exec(context.Context, *pb.ExecRequest, io.Writer, io.Writer) (int, error) {
-	return 0, Errorf(ErrUnsupported, "this driver cannot run commands in guests")
+	return 0, CapExec.Unsupported("")
 }

@@ -1,101 +1,26 @@
 package driver
 
-import (
-	"context"
-	"errors"
-	"fmt"
+import "github.com/fluxvm/fluxvm/plugins/base"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-)
-
-// Sentinel errors that cross the plugin boundary as gRPC codes. Drivers wrap
-// them (Errorf does); callers test them with errors.Is.
+// The error kinds of the plugin contract (package base), under the names a
+// driver uses, so that a driver needs only this package to fail with one.
+// They are the same values: errors.Is(err, ErrNotFound) and
+// errors.Is(err, base.ErrNotFound) agree.
 var (
-	ErrInvalid     = errors.New("invalid argument")    // codes.InvalidArgument
-	ErrNotFound    = errors.New("not found")           // codes.NotFound
-	ErrExists      = errors.New("already exists")      // codes.AlreadyExists
-	ErrState       = errors.New("wrong state")         // codes.FailedPrecondition
-	ErrNoCapacity  = errors.New("not enough capacity") // codes.ResourceExhausted
-	ErrUnsupported = errors.New("not supported")       // codes.Unimplemented
-	ErrUnavailable = errors.New("unavailable")         // codes.Unavailable
-	ErrTimeout     = errors.New("timed out")           // codes.DeadlineExceeded
+	ErrInvalid     = base.ErrInvalid     // INVALID_ARGUMENT
+	ErrNotFound    = base.ErrNotFound    // NOT_FOUND
+	ErrExists      = base.ErrExists      // ALREADY_EXISTS
+	ErrState       = base.ErrState       // FAILED_PRECONDITION
+	ErrNoCapacity  = base.ErrNoCapacity  // RESOURCE_EXHAUSTED
+	ErrUnsupported = base.ErrUnsupported // UNIMPLEMENTED
+	ErrUnavailable = base.ErrUnavailable // UNAVAILABLE
+	ErrTimeout     = base.ErrTimeout     // DEADLINE_EXCEEDED
 )
 
-var kindCodes = []struct {
-	kind error
-	code codes.Code
-}{
-	{ErrInvalid, codes.InvalidArgument},
-	{ErrNotFound, codes.NotFound},
-	{ErrExists, codes.AlreadyExists},
-	{ErrState, codes.FailedPrecondition},
-	{ErrNoCapacity, codes.ResourceExhausted},
-	{ErrUnsupported, codes.Unimplemented},
-	{ErrUnavailable, codes.Unavailable},
-	{ErrTimeout, codes.DeadlineExceeded},
-}
-
-// Error is an error of a known kind with a message for people. Its Error is
-// the message alone; errors.Is(err, kind) holds.
-type Error struct {
-	Kind error
-	Msg  string
-}
-
-func (e *Error) Error() string { return e.Msg }
-func (e *Error) Unwrap() error { return e.Kind }
+// Error is an error of a known kind with a message for people.
+type Error = base.Error
 
 // Errorf makes an error of the given kind (one of the sentinels above).
 func Errorf(kind error, format string, args ...any) error {
-	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
-}
-
-// toStatus turns a driver's error into a gRPC status error.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Unknown
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	default:
-		for _, kc := range kindCodes {
-			if errors.Is(err, kc.kind) {
-				code = kc.code
-				break
-			}
-		}
-	}
-	return status.Error(code, err.Error())
-}
-
-// fromStatus turns a gRPC error from the plugin back into an error of the
-// matching kind, keeping the driver's message.
-func fromStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
-	}
-	switch st.Code() {
-	case codes.Canceled:
-		return fmt.Errorf("%s: %w", st.Message(), context.Canceled)
-	case codes.Unavailable:
-		return &Error{Kind: ErrUnavailable, Msg: st.Message()}
-	}
-	for _, kc := range kindCodes {
-		if kc.code == st.Code() {
-			return &Error{Kind: kc.kind, Msg: st.Message()}
-		}
-	}
-	return errors.New(st.Message())
+	return base.Errorf(kind, format, args...)
 }

@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -16,6 +20,7 @@ import (
 
 // Handshake is what the agent and a driver plugin check before they talk. A
 // binary started without it (by a person, say) explains itself and exits.
+// The protocol version that counts is the one VersionedPlugins negotiates.
 var Handshake = plugin.HandshakeConfig{
 	ProtocolVersion:  APIVersion,
 	MagicCookieKey:   "FLUXVM_DRIVER_PLUGIN",
@@ -25,27 +30,32 @@ var Handshake = plugin.HandshakeConfig{
 // pluginName is the name under which the driver is dispensed.
 const pluginName = "driver"
 
-// versionedPlugins lists, per contract version, what the plugin serves. A new
-// contract version adds an entry; the agent keeps speaking older ones.
+// versionedPlugins lists, per contract version, what the plugin serves and
+// the agent speaks: version 2 only. Version 1 is not wire-compatible, so
+// both sides leave it out and the handshake refuses a version 1 plugin (the
+// agent says so, see Launch) instead of letting it fail RPC by RPC. A later
+// version that the agent must speak next to this one adds an entry here.
 func versionedPlugins(impl Driver) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		1: {pluginName: &grpcPlugin{impl: impl}},
+		APIVersion: {pluginName: &grpcPlugin{impl: impl}},
 	}
 }
 
-// grpcPlugin is go-plugin's glue for the Driver service.
+// grpcPlugin is go-plugin's glue: a driver plugin serves the base service
+// and the Driver service on one connection.
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	impl Driver
 }
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	base.RegisterServer(s, p.impl)
 	pb.RegisterDriverServer(s, &grpcServer{impl: p.impl})
 	return nil
 }
 
 func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &grpcClient{c: pb.NewDriverClient(c)}, nil
+	return &grpcClient{Plugin: base.NewClient(c), c: pb.NewDriverClient(c)}, nil
 }
 
 // Serve runs impl as a plugin process. It is the whole main of a driver
@@ -80,8 +90,12 @@ type Plugin struct {
 	client *plugin.Client
 	cmd    *exec.Cmd
 	// Info is what the plugin said of itself at launch.
-	Info *pb.PluginInfoResponse
+	Info *basepb.PluginInfoResponse
 }
+
+// otherVersion finds go-plugin's complaint that the plugin negotiated a
+// protocol version the agent does not speak, and the plugin's version in it.
+var otherVersion = regexp.MustCompile(`(?i)incompatible API version with plugin\. Plugin version: (\d+)`)
 
 // Launch starts a plugin process, checks its handshake and contract version,
 // and returns a Driver that talks to it.
@@ -117,6 +131,14 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	rpc, err := client.Client()
 	if err != nil {
 		p.Kill()
+		if m := otherVersion.FindStringSubmatch(err.Error()); m != nil {
+			fix := "rebuild the plugin against plugins/driver of this FluxVM release"
+			if v, _ := strconv.Atoi(m[1]); v > APIVersion {
+				fix = fmt.Sprintf("upgrade this agent, or use a build of the plugin for contract version %d", APIVersion)
+			}
+			return nil, fmt.Errorf("launch driver plugin %s: it failed the FluxVM plugin handshake: it speaks driver contract version %s, "+
+				"and this agent speaks version %d only; %s (%w)", name, m[1], APIVersion, fix, err)
+		}
 		return nil, fmt.Errorf("launch driver plugin %s: it did not complete the FluxVM plugin handshake (is it a FluxVM driver plugin of contract version %d?): %w", name, APIVersion, err)
 	}
 	raw, err := rpc.Dispense(pluginName)
@@ -136,6 +158,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("launch driver plugin %s: plugin info: %w", name, err)
+	}
+	if t := p.Info.GetType(); t != basepb.PluginType_PLUGIN_TYPE_DRIVER {
+		p.Kill()
+		return nil, fmt.Errorf("launch driver plugin %s: it says it is a plugin of type %s, not a driver", name, t)
 	}
 	return p, nil
 }

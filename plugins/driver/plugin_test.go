@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +30,13 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 		{"exits at once", exec.Command(script("exit", "exit 1")), "handshake"},
 		{"prints garbage", exec.Command(script("garbage", "echo 'hello, I am not a plugin'; sleep 30")), "handshake"},
 		{"wrong protocol version", exec.Command(script("oldproto", "echo '1|99|unix|/tmp/x.sock|grpc|'; sleep 30")), "handshake"},
+		{"newer protocol version", exec.Command(script("newproto", "echo '1|3|unix|/tmp/x.sock|grpc|'; sleep 30")), "upgrade this agent"},
 		{"never answers", exec.Command(script("silent", "sleep 30")), "handshake"},
 		{"missing binary", exec.Command(filepath.Join(dir, "does-not-exist")), "handshake"},
+		// A real go-plugin process that speaks contract version 1 only.
+		{"contract version 1 plugin", exec.Command(buildTestPlugin(t, "v1plugin")), "it speaks driver contract version 1, and this agent speaks version 2 only"},
+		// A plugin of this contract that does not say it is a driver.
+		{"plugin of no type", exec.Command(buildTestPlugin(t, "typeless")), "not a driver"},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -42,6 +46,7 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 				p.Kill()
 				t.Fatal("Launch succeeded, want an error")
 			}
+			t.Log(err)
 			if !strings.Contains(err.Error(), c.wantMsg) {
 				t.Errorf("error %q does not mention %q", err, c.wantMsg)
 			}
@@ -52,27 +57,13 @@ func TestLaunchFailsClearlyWithoutHang(t *testing.T) {
 	}
 }
 
-// TestErrorKindsCrossTheWire checks that every sentinel survives the trip
-// through a gRPC status and back, message intact.
-func TestErrorKindsCrossTheWire(t *testing.T) {
-	for _, kc := range kindCodes {
-		sent := Errorf(kc.kind, "vm x: something about %s", kc.kind)
-		got := fromStatus(toStatus(sent))
-		if !errors.Is(got, kc.kind) {
-			t.Errorf("%v came back as %v", kc.kind, got)
-		}
-		if got.Error() != sent.Error() {
-			t.Errorf("message %q came back as %q", sent, got)
-		}
+// buildTestPlugin compiles testdata/NAME. (drivertest.Build does the same
+// for other packages, but drivertest imports this one.)
+func buildTestPlugin(t *testing.T, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/"+name).CombinedOutput(); err != nil {
+		t.Fatalf("go build ./testdata/%s: %v\n%s", name, err, out)
 	}
-	wrapped := errors.Join(errors.New("context"), Errorf(ErrNotFound, "no vm"))
-	if got := fromStatus(toStatus(wrapped)); !errors.Is(got, ErrNotFound) {
-		t.Errorf("a wrapped ErrNotFound came back as %v", got)
-	}
-	if got := fromStatus(toStatus(context.DeadlineExceeded)); !errors.Is(got, ErrTimeout) {
-		t.Errorf("a deadline came back as %v, want ErrTimeout", got)
-	}
-	if got := fromStatus(toStatus(errors.New("plain"))); got.Error() != "plain" {
-		t.Errorf("a plain error came back as %q", got)
-	}
+	return bin
 }

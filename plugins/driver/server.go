@@ -5,38 +5,26 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
-// grpcServer runs in the plugin process and serves a Driver over gRPC.
+// grpcServer runs in the plugin process and serves the Driver service of a
+// Driver over gRPC (base.RegisterServer serves its base service).
 type grpcServer struct {
 	pb.UnimplementedDriverServer
 	impl Driver
 }
 
-func (s *grpcServer) PluginInfo(ctx context.Context, _ *pb.PluginInfoRequest) (*pb.PluginInfoResponse, error) {
-	r, err := s.impl.PluginInfo(ctx)
-	return r, toStatus(err)
-}
-
-func (s *grpcServer) ConfigSchema(ctx context.Context, _ *pb.ConfigSchemaRequest) (*pb.ConfigSchemaResponse, error) {
-	r, err := s.impl.ConfigSchema(ctx)
-	return r, toStatus(err)
-}
-
-func (s *grpcServer) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.SetConfigResponse, error) {
-	return &pb.SetConfigResponse{}, toStatus(s.impl.SetConfig(ctx, req))
-}
-
 func (s *grpcServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesRequest) (*pb.CapabilitiesResponse, error) {
 	r, err := s.impl.Capabilities(ctx)
-	return r, toStatus(err)
+	return r, base.ToStatus(err)
 }
 
 func (s *grpcServer) Fingerprint(_ *pb.FingerprintRequest, stream pb.Driver_FingerprintServer) error {
 	ch, err := s.impl.Fingerprint(stream.Context())
 	if err != nil {
-		return toStatus(err)
+		return base.ToStatus(err)
 	}
 	for fp := range ch {
 		if err := stream.Send(fp); err != nil {
@@ -48,58 +36,58 @@ func (s *grpcServer) Fingerprint(_ *pb.FingerprintRequest, stream pb.Driver_Fing
 
 func (s *grpcServer) CreateVM(ctx context.Context, req *pb.CreateVMRequest) (*pb.CreateVMResponse, error) {
 	if req.GetSpec() == nil {
-		return nil, toStatus(Errorf(ErrInvalid, "create: the request has no spec"))
+		return nil, base.ToStatus(Errorf(ErrInvalid, "create: the request has no spec"))
 	}
 	st, err := s.impl.CreateVM(ctx, req.Spec)
-	return &pb.CreateVMResponse{Status: st}, toStatus(err)
+	return &pb.CreateVMResponse{Status: st}, base.ToStatus(err)
 }
 
 func (s *grpcServer) StartVM(ctx context.Context, req *pb.StartVMRequest) (*pb.StartVMResponse, error) {
 	h, st, err := s.impl.StartVM(ctx, req.Id)
-	return &pb.StartVMResponse{Handle: h, Status: st}, toStatus(err)
+	return &pb.StartVMResponse{Handle: h, Status: st}, base.ToStatus(err)
 }
 
 func (s *grpcServer) RecoverVM(ctx context.Context, req *pb.RecoverVMRequest) (*pb.RecoverVMResponse, error) {
 	if req.GetHandle() == nil {
-		return nil, toStatus(Errorf(ErrInvalid, "recover: the request has no handle"))
+		return nil, base.ToStatus(Errorf(ErrInvalid, "recover: the request has no handle"))
 	}
 	st, err := s.impl.RecoverVM(ctx, req.Handle)
-	return &pb.RecoverVMResponse{Status: st}, toStatus(err)
+	return &pb.RecoverVMResponse{Status: st}, base.ToStatus(err)
 }
 
 func (s *grpcServer) WaitVM(ctx context.Context, req *pb.WaitVMRequest) (*pb.WaitVMResponse, error) {
 	r, err := s.impl.WaitVM(ctx, req.Id)
-	return &pb.WaitVMResponse{Exit: r}, toStatus(err)
+	return &pb.WaitVMResponse{Exit: r}, base.ToStatus(err)
 }
 
 func (s *grpcServer) WaitReady(ctx context.Context, req *pb.WaitReadyRequest) (*pb.WaitReadyResponse, error) {
 	g, err := s.impl.WaitReady(ctx, req.Id)
-	return &pb.WaitReadyResponse{Guest: g}, toStatus(err)
+	return &pb.WaitReadyResponse{Guest: g}, base.ToStatus(err)
 }
 
 func (s *grpcServer) StopVM(ctx context.Context, req *pb.StopVMRequest) (*pb.StopVMResponse, error) {
 	r, err := s.impl.StopVM(ctx, req.Id, time.Duration(req.TimeoutMs)*time.Millisecond)
-	return &pb.StopVMResponse{Exit: r}, toStatus(err)
+	return &pb.StopVMResponse{Exit: r}, base.ToStatus(err)
 }
 
 func (s *grpcServer) DestroyVM(ctx context.Context, req *pb.DestroyVMRequest) (*pb.DestroyVMResponse, error) {
-	return &pb.DestroyVMResponse{}, toStatus(s.impl.DestroyVM(ctx, req.Id, req.Force))
+	return &pb.DestroyVMResponse{}, base.ToStatus(s.impl.DestroyVM(ctx, req.Id, req.Force))
 }
 
 func (s *grpcServer) InspectVM(ctx context.Context, req *pb.InspectVMRequest) (*pb.InspectVMResponse, error) {
 	st, err := s.impl.InspectVM(ctx, req.Id)
-	return &pb.InspectVMResponse{Status: st}, toStatus(err)
+	return &pb.InspectVMResponse{Status: st}, base.ToStatus(err)
 }
 
 func (s *grpcServer) ListVMs(ctx context.Context, _ *pb.ListVMsRequest) (*pb.ListVMsResponse, error) {
 	vms, err := s.impl.ListVMs(ctx)
-	return &pb.ListVMsResponse{Vms: vms}, toStatus(err)
+	return &pb.ListVMsResponse{Vms: vms}, base.ToStatus(err)
 }
 
 func (s *grpcServer) Events(_ *pb.EventsRequest, stream pb.Driver_EventsServer) error {
 	ch, err := s.impl.Events(stream.Context())
 	if err != nil {
-		return toStatus(err)
+		return base.ToStatus(err)
 	}
 	// Tell the client the subscription stands (see grpcClient.Events).
 	if err := stream.SendHeader(nil); err != nil {
@@ -115,40 +103,43 @@ func (s *grpcServer) Events(_ *pb.EventsRequest, stream pb.Driver_EventsServer) 
 
 func (s *grpcServer) ConsoleLog(ctx context.Context, req *pb.ConsoleLogRequest) (*pb.ConsoleLogResponse, error) {
 	data, err := s.impl.ConsoleLog(ctx, req.Id, req.MaxBytes)
-	return &pb.ConsoleLogResponse{Data: data}, toStatus(err)
+	return &pb.ConsoleLogResponse{Data: data}, base.ToStatus(err)
 }
 
 func (s *grpcServer) PauseVM(ctx context.Context, req *pb.PauseVMRequest) (*pb.PauseVMResponse, error) {
-	return &pb.PauseVMResponse{}, toStatus(s.impl.PauseVM(ctx, req.Id))
+	return &pb.PauseVMResponse{}, base.ToStatus(s.impl.PauseVM(ctx, req.Id))
 }
 
 func (s *grpcServer) ResumeVM(ctx context.Context, req *pb.ResumeVMRequest) (*pb.ResumeVMResponse, error) {
-	return &pb.ResumeVMResponse{}, toStatus(s.impl.ResumeVM(ctx, req.Id))
+	return &pb.ResumeVMResponse{}, base.ToStatus(s.impl.ResumeVM(ctx, req.Id))
 }
 
 func (s *grpcServer) Screenshot(ctx context.Context, req *pb.ScreenshotRequest) (*pb.ScreenshotResponse, error) {
 	r, err := s.impl.Screenshot(ctx, req.Id)
-	return r, toStatus(err)
+	return r, base.ToStatus(err)
 }
 
 func (s *grpcServer) SendInput(ctx context.Context, req *pb.SendInputRequest) (*pb.SendInputResponse, error) {
-	return &pb.SendInputResponse{}, toStatus(s.impl.SendInput(ctx, req.Id, req.Actions))
+	return &pb.SendInputResponse{}, base.ToStatus(s.impl.SendInput(ctx, req.Id, req.Actions))
 }
 
 func (s *grpcServer) Exec(req *pb.ExecRequest, stream pb.Driver_ExecServer) error {
+	if req.GetCommand() == nil {
+		return base.ToStatus(Errorf(ErrInvalid, "exec in vm %s: the request has no command (argv or shell)", req.GetId()))
+	}
 	var mu sync.Mutex
 	send := func(m *pb.ExecResponse) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return stream.Send(m)
 	}
-	stdout := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Stdout: p}) })
-	stderr := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Stderr: p}) })
+	stdout := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Output: &pb.ExecResponse_Stdout{Stdout: p}}) })
+	stderr := writerFunc(func(p []byte) error { return send(&pb.ExecResponse{Output: &pb.ExecResponse_Stderr{Stderr: p}}) })
 	code, err := s.impl.Exec(stream.Context(), req, stdout, stderr)
 	if err != nil {
-		return toStatus(err)
+		return base.ToStatus(err)
 	}
-	return send(&pb.ExecResponse{Exited: true, ExitCode: int32(code)})
+	return send(&pb.ExecResponse{Output: &pb.ExecResponse_ExitCode{ExitCode: int32(code)}})
 }
 
 // writerFunc sends each Write as one message; it copies p, which the caller

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver/reaper"
@@ -27,7 +29,7 @@ import (
 type suite struct {
 	h    Harness
 	caps *pb.CapabilitiesResponse
-	info *pb.PluginInfoResponse
+	info *basepb.PluginInfoResponse
 }
 
 // Run checks the driver against the contract. Tests that need a capability
@@ -63,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 	t.Logf("driver %s %s, capabilities: %v", s.info.Name, s.info.Version, s.caps)
 
 	t.Run("PluginInfoNamesDriverAndVersions", s.testInfo)
+	t.Run("CapabilitiesAreKnown", s.testCapabilities)
 	t.Run("ConfigSchemaIsWellFormed", s.testSchema)
 	t.Run("SetConfigRefusesBadConfig", s.testBadConfig)
 	t.Run("FingerprintSendsAtOnce", s.testFingerprint)
@@ -83,9 +86,9 @@ func (s *suite) launch(t *testing.T) *driver.Plugin {
 	// Not t.Context(): clean-ups launch plugins too, after it is cancelled.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := p.SetConfig(ctx, &pb.SetConfigRequest{
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{
 		ConfigJson: s.h.Config,
-		Agent:      &pb.AgentContext{StateDir: s.h.StateDir, NodeName: "drivertest", LogLevel: "debug"},
+		Agent:      &basepb.AgentContext{StateDir: s.h.StateDir, NodeName: "drivertest", LogLevel: basepb.LogLevel_LOG_LEVEL_DEBUG},
 	}); err != nil {
 		t.Fatalf("SetConfig: %v", err)
 	}
@@ -96,14 +99,27 @@ func (s *suite) testInfo(t *testing.T) {
 	if !regexp.MustCompile(`^[a-z0-9_-]+$`).MatchString(s.info.Name) {
 		t.Errorf("name %q is not [a-z0-9_-]+", s.info.Name)
 	}
+	if s.info.Type != basepb.PluginType_PLUGIN_TYPE_DRIVER {
+		t.Errorf("type is %s, want PLUGIN_TYPE_DRIVER", s.info.Type)
+	}
 	if !slices.Contains(s.info.ApiVersions, driver.APIVersion) {
 		t.Errorf("api_versions %v lacks %d", s.info.ApiVersions, driver.APIVersion)
 	}
-	if s.info.HandleVersion < 1 {
-		t.Errorf("handle_version is %d, want ≥ 1", s.info.HandleVersion)
-	}
 	if s.info.Version == "" || s.info.Description == "" {
 		t.Errorf("version %q and description %q must be set", s.info.Version, s.info.Description)
+	}
+}
+
+// testCapabilities checks what the capabilities say beyond the optional RPCs
+// (those are exercised where they are used).
+func (s *suite) testCapabilities(t *testing.T) {
+	if len(s.caps.GuestOs) == 0 {
+		t.Error("guest_os lists no guest OS")
+	}
+	for _, os := range s.caps.GuestOs {
+		if base.EnumName(os) == "" {
+			t.Errorf("guest_os lists %v, which is not a guest OS of the contract", os)
+		}
 	}
 }
 
@@ -119,8 +135,8 @@ func (s *suite) testSchema(t *testing.T) {
 			t.Errorf("attribute name %q is empty or repeated", a.Name)
 		}
 		seen[a.Name] = true
-		if !slices.Contains([]string{"string", "number", "bool", "list(string)", "map(string)"}, a.Type) {
-			t.Errorf("attribute %s: unknown type %q", a.Name, a.Type)
+		if base.EnumName(a.Type) == "" {
+			t.Errorf("attribute %s: unknown type %v", a.Name, a.Type)
 		}
 		if a.DefaultJson != "" && !json.Valid([]byte(a.DefaultJson)) {
 			t.Errorf("attribute %s: default %q is not JSON", a.Name, a.DefaultJson)
@@ -134,9 +150,9 @@ func (s *suite) testSchema(t *testing.T) {
 func (s *suite) testBadConfig(t *testing.T) {
 	p := s.h.Launch(t)
 	for _, bad := range []string{`not json`, `{"no_such_attribute_anywhere": 1}`} {
-		err := p.SetConfig(t.Context(), &pb.SetConfigRequest{
+		err := p.SetConfig(t.Context(), &basepb.SetConfigRequest{
 			ConfigJson: []byte(bad),
-			Agent:      &pb.AgentContext{StateDir: s.h.StateDir, NodeName: "drivertest"},
+			Agent:      &basepb.AgentContext{StateDir: s.h.StateDir, NodeName: "drivertest"},
 		})
 		if !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("SetConfig(%s) = %v, want an ErrInvalid error", bad, err)
@@ -195,7 +211,9 @@ func (s *suite) testBadSpecs(t *testing.T) {
 		{"id with slash", mutate(func(v *pb.VMSpec) { v.Id = "../escape" }), driver.ErrInvalid},
 		{"zero vcpus", mutate(func(v *pb.VMSpec) { v.Vcpus = 0 }), driver.ErrInvalid},
 		{"negative memory", mutate(func(v *pb.VMSpec) { v.MemoryMib = -1 }), driver.ErrInvalid},
-		{"unknown guest os", mutate(func(v *pb.VMSpec) { v.GuestOs = "plan9" }), driver.ErrInvalid},
+		{"no guest os", mutate(func(v *pb.VMSpec) { v.GuestOs = pb.GuestOS_GUEST_OS_UNSPECIFIED }), driver.ErrInvalid},
+		{"unknown guest os", mutate(func(v *pb.VMSpec) { v.GuestOs = pb.GuestOS(99) }), driver.ErrInvalid},
+		{"unknown network mode", mutate(func(v *pb.VMSpec) { v.Network = &pb.Network{Mode: pb.NetworkMode(99)} }), driver.ErrInvalid},
 		{"missing image", mutate(func(v *pb.VMSpec) { v.Image = "/nonexistent/fluxvm/image.qcow2" }), driver.ErrNotFound},
 		{"unknown driver field", mutate(func(v *pb.VMSpec) { v.DriverConfigJson = []byte(`{"no_such_field": true}`) }), driver.ErrInvalid},
 		{"driver config not json", mutate(func(v *pb.VMSpec) { v.DriverConfigJson = []byte(`{`) }), driver.ErrInvalid},
@@ -251,7 +269,7 @@ func (s *suite) testUnclaimed(t *testing.T) {
 	_, err := p.Screenshot(ctx, "no-such-vm")
 	check("Screenshot", s.caps.Screenshot, err)
 	check("SendInput", s.caps.Input, p.SendInput(ctx, "no-such-vm", nil))
-	_, err = p.Exec(ctx, &pb.ExecRequest{Id: "no-such-vm", Argv: []string{"true"}}, nil, nil)
+	_, err = p.Exec(ctx, &pb.ExecRequest{Id: "no-such-vm", Command: argv("true")}, nil, nil)
 	check("Exec", s.caps.Exec, err)
 }
 
@@ -261,7 +279,7 @@ type events struct {
 	seen []*pb.Event
 }
 
-func (e *events) waitFor(t *testing.T, vm, typ string, timeout time.Duration) {
+func (e *events) waitFor(t *testing.T, vm string, typ pb.EventType, timeout time.Duration) {
 	t.Helper()
 	if slices.ContainsFunc(e.seen, func(ev *pb.Event) bool { return ev.VmId == vm && ev.Type == typ }) {
 		return
@@ -271,14 +289,14 @@ func (e *events) waitFor(t *testing.T, vm, typ string, timeout time.Duration) {
 		select {
 		case ev, ok := <-e.ch:
 			if !ok {
-				t.Fatalf("event stream ended before %q for %s", typ, vm)
+				t.Fatalf("event stream ended before %s for %s", typ, vm)
 			}
 			e.seen = append(e.seen, ev)
 			if ev.VmId == vm && ev.Type == typ {
 				return
 			}
 		case <-deadline:
-			t.Fatalf("no %q event for %s within %v (saw %v)", typ, vm, timeout, e.seen)
+			t.Fatalf("no %s event for %s within %v (saw %v)", typ, vm, timeout, e.seen)
 		}
 	}
 }
@@ -315,7 +333,7 @@ func (s *suite) testLifecycle(t *testing.T) {
 		t.Errorf("starting a running VM = %v, want ErrState", err)
 	}
 	s.waitReady(t, p, spec.Id)
-	ev.waitFor(t, spec.Id, "started", 10*time.Second)
+	ev.waitFor(t, spec.Id, pb.EventType_EVENT_TYPE_STARTED, 10*time.Second)
 	s.checkRunning(t, p, spec)
 
 	if s.caps.Pause {
@@ -326,7 +344,7 @@ func (s *suite) testLifecycle(t *testing.T) {
 		if err := p.PauseVM(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
 			t.Errorf("pausing a paused VM = %v, want ErrState", err)
 		}
-		ev.waitFor(t, spec.Id, "paused", 10*time.Second)
+		ev.waitFor(t, spec.Id, pb.EventType_EVENT_TYPE_PAUSED, 10*time.Second)
 		if err := p.ResumeVM(ctx, spec.Id); err != nil {
 			t.Fatalf("ResumeVM: %v", err)
 		}
@@ -334,7 +352,7 @@ func (s *suite) testLifecycle(t *testing.T) {
 		if err := p.ResumeVM(ctx, spec.Id); !errors.Is(err, driver.ErrState) {
 			t.Errorf("resuming a running VM = %v, want ErrState", err)
 		}
-		ev.waitFor(t, spec.Id, "resumed", 10*time.Second)
+		ev.waitFor(t, spec.Id, pb.EventType_EVENT_TYPE_RESUMED, 10*time.Second)
 		s.checkExec(t, p, spec.Id)
 	}
 
@@ -376,11 +394,11 @@ func (s *suite) testLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StopVM: %v", err)
 	}
-	if exit.GetReason() == "" {
-		t.Error("StopVM returned no exit reason")
+	if r := exit.GetReason(); r != pb.ExitReason_EXIT_REASON_STOPPED && r != pb.ExitReason_EXIT_REASON_KILLED {
+		t.Errorf("StopVM returned exit reason %s, want STOPPED or KILLED", r)
 	}
 	s.wantState(t, p, spec.Id, pb.VMState_VM_STATE_STOPPED)
-	ev.waitFor(t, spec.Id, "stopped", 10*time.Second)
+	ev.waitFor(t, spec.Id, pb.EventType_EVENT_TYPE_STOPPED, 10*time.Second)
 	if vmPid != 0 {
 		waitGone(t, vmPid, 10*time.Second)
 	}
@@ -439,7 +457,7 @@ func (s *suite) testHeadless(t *testing.T) {
 		}
 	}
 	if s.caps.Input {
-		err := p.SendInput(ctx, spec.Id, []*pb.InputAction{{Kind: "text", Text: "x"}})
+		err := p.SendInput(ctx, spec.Id, []*pb.InputAction{{Action: &pb.InputAction_Text{Text: "x"}}})
 		if !errors.Is(err, driver.ErrState) {
 			t.Errorf("SendInput to a VM without a display = %v, want ErrState", err)
 		}
@@ -509,18 +527,27 @@ func (s *suite) checkRunning(t *testing.T, p *driver.Plugin, spec *pb.VMSpec) {
 	}
 	if s.caps.Input && spec.Display {
 		actions := []*pb.InputAction{
-			{Kind: "key", Keys: []string{"shift", "a"}},
-			{Kind: "text", Text: "hello"},
-			{Kind: "move", X: 10, Y: 10},
-			{Kind: "click", Button: "left", X: 20, Y: 20},
-			{Kind: "scroll", Dy: -1},
+			{Action: &pb.InputAction_Key{Key: &pb.KeyChord{Keys: []string{"shift", "a"}}}},
+			{Action: &pb.InputAction_Text{Text: "hello"}},
+			{Action: &pb.InputAction_Move{Move: &pb.Point{X: 10, Y: 10}}},
+			{Action: &pb.InputAction_Click{Click: &pb.Click{Button: pb.MouseButton_MOUSE_BUTTON_LEFT, At: &pb.Point{X: 20, Y: 20}}}},
+			{Action: &pb.InputAction_Click{Click: &pb.Click{At: &pb.Point{X: 20, Y: 20}}}}, // no button: left
+			{Action: &pb.InputAction_Scroll{Scroll: &pb.Scroll{Dy: -1}}},
 		}
 		if err := p.SendInput(ctx, spec.Id, actions); err != nil {
 			t.Errorf("SendInput: %v", err)
 		}
-		err := p.SendInput(ctx, spec.Id, []*pb.InputAction{{Kind: "key", Keys: []string{"no-such-key"}}})
+		err := p.SendInput(ctx, spec.Id, []*pb.InputAction{{Action: &pb.InputAction_Key{Key: &pb.KeyChord{Keys: []string{"no-such-key"}}}}})
 		if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "no-such-key") {
 			t.Errorf("SendInput(unknown key) = %v, want ErrInvalid naming the key", err)
+		}
+		for _, bad := range []*pb.InputAction{
+			{}, // no action
+			{Action: &pb.InputAction_Click{Click: &pb.Click{Button: pb.MouseButton(99)}}},
+		} {
+			if err := p.SendInput(ctx, spec.Id, []*pb.InputAction{bad}); !errors.Is(err, driver.ErrInvalid) {
+				t.Errorf("SendInput(%v) = %v, want ErrInvalid", bad, err)
+			}
 		}
 	}
 }
@@ -532,25 +559,33 @@ func (s *suite) checkExec(t *testing.T, p *driver.Plugin, id string) {
 	}
 	ctx := t.Context()
 	var out, errOut bytes.Buffer
-	code, err := p.Exec(ctx, &pb.ExecRequest{Id: id, Argv: []string{"uname", "-a"}}, &out, &errOut)
+	code, err := p.Exec(ctx, &pb.ExecRequest{Id: id, Command: argv("uname", "-a")}, &out, &errOut)
 	if err != nil || code != 0 || !strings.Contains(out.String(), "Linux") {
 		t.Fatalf("exec uname -a = %d, %v, stdout %q, stderr %q; want 0 and Linux", code, err, out.String(), errOut.String())
 	}
 	out.Reset()
 	errOut.Reset()
-	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Shell: "echo out; echo err >&2; exit 3"}, &out, &errOut)
+	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Command: &pb.ExecRequest_Shell{Shell: "echo out; echo err >&2; exit 3"}}, &out, &errOut)
 	if err != nil || code != 3 || out.String() != "out\n" || errOut.String() != "err\n" {
 		t.Fatalf("exec 'exit 3' = %d, %v, stdout %q, stderr %q; want 3, out, err", code, err, out.String(), errOut.String())
 	}
 	out.Reset()
-	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Argv: []string{"cat"}, Stdin: []byte("from stdin")}, &out, nil)
+	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Command: argv("cat"), Stdin: []byte("from stdin")}, &out, nil)
 	if err != nil || code != 0 || out.String() != "from stdin" {
 		t.Errorf("exec cat with stdin = %d, %v, %q", code, err, out.String())
 	}
-	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Argv: []string{"sleep", "30"}, TimeoutMs: 300}, nil, nil)
+	code, err = p.Exec(ctx, &pb.ExecRequest{Id: id, Command: argv("sleep", "30"), TimeoutMs: 300}, nil, nil)
 	if err != nil || code != 124 {
 		t.Errorf("exec past its timeout = %d, %v; want 124", code, err)
 	}
+	if _, err := p.Exec(ctx, &pb.ExecRequest{Id: id}, nil, nil); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("exec without a command = %v, want ErrInvalid", err)
+	}
+}
+
+// argv is an exec command run without a shell.
+func argv(args ...string) *pb.ExecRequest_Argv {
+	return &pb.ExecRequest_Argv{Argv: &pb.Argv{Args: args}}
 }
 
 // checkGone asserts that a destroyed VM left nothing: no status, no
@@ -585,7 +620,8 @@ func (s *suite) testBadHandles(t *testing.T) {
 		edit func(*pb.Handle)
 		want error
 	}{
-		{"newer version", func(h *pb.Handle) { h.Version = s.info.HandleVersion + 1 }, driver.ErrState},
+		// StartVM writes the newest version the driver knows.
+		{"newer version", func(h *pb.Handle) { h.Version++ }, driver.ErrState},
 		{"other driver", func(h *pb.Handle) { h.Driver = "not-" + s.info.Name }, driver.ErrState},
 		{"corrupt state", func(h *pb.Handle) { h.State = []byte("\x00garbage{") }, driver.ErrInvalid},
 	}
