@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"net/http"
 	"strings"
@@ -118,7 +119,7 @@ type Server struct {
 	// prom is this server's Prometheus registry (see health.go).
 	prom      *metrics
 	fleetProm *fleetMetrics // placements, reservations, leadership (metrics_fleet.go)
-	nodes     *nodeCaller
+	nodes     *nodecall.Caller
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -142,7 +143,7 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken), pools: newPoolRun()}
 	s.prom = newMetrics(opts.Store)
 	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
-	s.nodes = newNodeCaller(opts.FleetToken)
+	s.nodes = nodecall.New(opts.FleetToken)
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"time"
 
@@ -153,11 +154,11 @@ func (s *Server) runDrain(ctx context.Context, n *store.Node, d *store.Drain) er
 	if n.State != store.NodeUp {
 		return fmt.Errorf("node %s is down", n.Name)
 	}
-	nc, err := s.nodes.client(n)
+	nc, err := s.nodes.Client(n)
 	if err != nil {
 		return err
 	}
-	lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+	lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
 	vms, err := nc.ListVMs(lctx)
 	cancel()
 	if err != nil {
@@ -345,8 +346,8 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 		_ = s.opts.Store.Release(ctx, res)
 		return "", fmt.Errorf("record the move: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, nodeCreateTimeout)
-	nvm, err := s.createOnNode(cctx, target, spec)
+	cctx, cancel := context.WithTimeout(ctx, nodecall.CreateTimeout)
+	nvm, err := s.nodes.Create(cctx, target, spec)
 	cancel()
 	if err != nil {
 		if rerr := s.opts.Store.Release(ctx, res); rerr != nil {
@@ -364,21 +365,6 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 	return finish(target.Name)
 }
 
-// tenantVMNamed finds the tenant's VM with the name on a node (the node's
-// own lookup by name is ambiguous when two tenants use one name).
-func tenantVMNamed(ctx context.Context, nc *sdk.NodeClient, tenant, name string) (*sdk.VM, error) {
-	vms, err := nc.ListVMs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for i := range vms {
-		if vms[i].Name == name && vms[i].Tenant == tenant {
-			return &vms[i], nil
-		}
-	}
-	return nil, &sdk.APIError{Status: http.StatusNotFound, Message: "no vm named " + name}
-}
-
 // copyReadyTimeout bounds how long a move waits for the copy to boot.
 const copyReadyTimeout = 3 * time.Minute
 
@@ -389,14 +375,14 @@ func (s *Server) waitCopy(ctx context.Context, target string, old *sdk.VM) error
 	if err != nil {
 		return err
 	}
-	nc, err := s.nodes.client(tn)
+	nc, err := s.nodes.Client(tn)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, copyReadyTimeout)
 	defer cancel()
 	for {
-		cp, err := tenantVMNamed(ctx, nc, old.Tenant, old.Name) // names are per tenant
+		cp, err := nodecall.TenantVMNamed(ctx, nc, old.Tenant, old.Name) // names are per tenant
 		switch {
 		case sdk.IsNotFound(err):
 			return fmt.Errorf("the copy is gone from node %s", target)
@@ -429,11 +415,11 @@ func (s *Server) adoptCopy(ctx context.Context, target string, vm *sdk.VM, e *st
 	if tn.State != store.NodeUp {
 		return "", false, fmt.Errorf("node %s, where an earlier attempt moved it, is down", target)
 	}
-	nc, err := s.nodes.client(tn)
+	nc, err := s.nodes.Client(tn)
 	if err != nil {
 		return "", false, err
 	}
-	lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+	lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
 	vms, err := nc.ListVMs(lctx)
 	cancel()
 	if err != nil {
@@ -554,7 +540,7 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 			"retry once the node reports again")
 		return
 	}
-	nc, err := s.nodes.client(n)
+	nc, err := s.nodes.Client(n)
 	if err != nil {
 		jsonapi.WriteError(w, http.StatusBadGateway, err.Error(), "the node's heartbeat must carry its API address")
 		return
@@ -562,7 +548,7 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), drainTimeout)
 	defer cancel()
 	list := func() ([]sdk.VM, bool) {
-		lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+		lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
 		defer cancel()
 		vms, err := nc.ListVMs(lctx)
 		if err != nil {
@@ -623,7 +609,7 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 func (s *Server) scrubWorkspaces(ctx context.Context, w http.ResponseWriter, r *http.Request, nc *sdk.NodeClient, n *store.Node,
 	force bool, res *scrubResult) (string, bool) {
 	list := func() ([]sdk.Workspace, error) {
-		lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+		lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
 		defer cancel()
 		return nc.Workspaces(lctx)
 	}
@@ -636,7 +622,7 @@ func (s *Server) scrubWorkspaces(ctx context.Context, w http.ResponseWriter, r *
 		return "", false
 	}
 	if len(ws) > 0 && force {
-		cctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+		cctx, cancel := context.WithTimeout(ctx, nodecall.CallTimeout)
 		removed, err := nc.CleanWorkspaces(cctx)
 		cancel()
 		for _, x := range removed {

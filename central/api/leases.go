@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"slices"
 	"sort"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
-	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
@@ -414,11 +414,11 @@ func (s *Server) deleteNodeVMs(ctx context.Context, n *store.Node, match func(te
 	for i := range entries {
 		byVM[entries[i].VMID] = &entries[i]
 	}
-	nc, err := s.nodes.client(n)
+	nc, err := s.nodes.Client(n)
 	if err != nil {
 		return nil, err
 	}
-	lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+	lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
 	vms, err := nc.ListVMs(lctx)
 	cancel()
 	if err != nil {
@@ -446,14 +446,7 @@ func (s *Server) deleteNodeVMs(ctx context.Context, n *store.Node, match func(te
 // deleteOnNode deletes one VM through its node's API and ends its ledger
 // entry (if any). A VM already gone counts as deleted.
 func (s *Server) deleteOnNode(ctx context.Context, n *store.Node, vmID string, e *store.LedgerEntry, reason string) error {
-	nc, err := s.nodes.client(n)
-	if err != nil {
-		return err
-	}
-	dctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
-	err = nc.DeleteVM(dctx, vmID)
-	cancel()
-	if err != nil && !sdk.IsNotFound(err) {
+	if _, err := s.nodes.Delete(ctx, n, vmID); err != nil {
 		return fmt.Errorf("delete vm %s on node %s: %w", vmID, n.Name, err)
 	}
 	if e != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"sort"
 
@@ -146,7 +147,7 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodeCallTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodecall.CallTimeout)
 	defer cancel()
 	vm, err := nc.GetVM(ctx, t.id)
 	if err != nil {

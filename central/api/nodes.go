@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -32,33 +31,6 @@ const (
 	maxHeartbeatDrivers = 64
 	maxLabels           = 64
 )
-
-// nodeCaller makes node API clients that carry the fleet token (the nodes
-// list it among their admin tokens) and share one connection pool.
-type nodeCaller struct {
-	token string
-	hc    *http.Client
-}
-
-func newNodeCaller(token string) *nodeCaller {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// Bursts of creates go to a handful of nodes; keep their connections.
-	tr.MaxIdleConnsPerHost = 64
-	tr.DialContext = (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return &nodeCaller{token: token, hc: &http.Client{Transport: tr}}
-}
-
-func (c *nodeCaller) client(n *store.Node) (*sdk.NodeClient, error) {
-	opts := []sdk.Option{sdk.WithHTTPClient(c.hc), sdk.WithUserAgent("fluxvm-central")}
-	if c.token != "" {
-		opts = append(opts, sdk.WithToken(c.token))
-	}
-	nc, err := sdk.NewNodeClient(n.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("node %s reports a bad url: %w", n.Name, err)
-	}
-	return nc, nil
-}
 
 // heartbeat records a node's report: its address, capacity, drivers and VMs.
 // A node that was down is up again from here on.

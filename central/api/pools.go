@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"sort"
 	"sync"
@@ -355,7 +356,7 @@ func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "mark the pool deleted", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodeCreateTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodecall.CreateTimeout)
 	defer cancel()
 	if done, err := s.finishPoolDelete(ctx, marked); err != nil || !done {
 		if err != nil {
@@ -557,8 +558,8 @@ func (s *Server) poolVM(ctx context.Context, pool *store.Pool, c *store.Claim) *
 	vm := &sdk.VM{ID: m.VMID, Name: m.ID, GuestOS: pool.GuestOS, Image: c.Entry.Image, VCPUs: c.Entry.VCPUs, MemoryMiB: c.Entry.MemoryMiB,
 		Network: "user", State: sdk.StateRunning, AgentReady: true, CreatedAt: m.CreatedAt, Labels: map[string]string{PoolLabel: pool.Name}}
 	if n, err := s.opts.Store.GetNode(ctx, m.Node); err == nil {
-		if nc, err := s.nodes.client(n); err == nil {
-			ctx, cancel := context.WithTimeout(ctx, nodeListTimeout)
+		if nc, err := s.nodes.Client(n); err == nil {
+			ctx, cancel := context.WithTimeout(ctx, nodecall.ListTimeout)
 			if got, err := nc.GetVM(ctx, m.VMID); err == nil {
 				vm = got
 			}
@@ -665,7 +666,7 @@ func (s *Server) reconcilePool(ctx context.Context, pool *store.Pool) error {
 			}
 		case m.State == store.MemberRetiring:
 			s.retireMember(ctx, &m)
-		case m.State == store.MemberCreating && time.Since(m.CreatedAt) > nodeCreateTimeout:
+		case m.State == store.MemberCreating && time.Since(m.CreatedAt) > nodecall.CreateTimeout:
 			// A central that led before us died creating it.
 			s.markRetiring(ctx, &m, []string{store.MemberCreating})
 		case m.State == store.MemberCreating:
@@ -741,7 +742,7 @@ func (s *Server) retireMember(ctx context.Context, m *store.PoolMember) {
 	if m.Node != "" {
 		n, err := s.opts.Store.GetNode(ctx, m.Node)
 		if err == nil {
-			nc, err := s.nodes.client(n)
+			nc, err := s.nodes.Client(n)
 			if err != nil {
 				return
 			}
@@ -749,7 +750,7 @@ func (s *Server) retireMember(ctx context.Context, m *store.PoolMember) {
 			if id == "" {
 				id = m.ID // created under its name; its id was never recorded
 			}
-			dctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
+			dctx, cancel := context.WithTimeout(ctx, nodecall.CallTimeout)
 			err = nc.DeleteVM(dctx, id)
 			cancel()
 			if err != nil && !sdk.IsNotFound(err) {
@@ -853,8 +854,8 @@ func (s *Server) createMember(ctx context.Context, pool store.Pool, id string) {
 	}
 	spec := sdk.CreateVMRequest{Name: id, Image: im.Image, GuestOS: pool.GuestOS, VCPUs: pool.VCPUs, MemoryMiB: pool.MemoryMiB,
 		Tenant: pool.Tenant, Labels: map[string]string{PoolLabel: pool.Name}}
-	cctx, cancel := context.WithTimeout(ctx, nodeCreateTimeout)
-	vm, err := s.createOnNode(cctx, node, spec)
+	cctx, cancel := context.WithTimeout(ctx, nodecall.CreateTimeout)
+	vm, err := s.nodes.Create(cctx, node, spec)
 	cancel()
 	if err != nil {
 		release()
@@ -913,7 +914,7 @@ func (s *Server) watchBooting(ctx context.Context, pool *store.Pool, m store.Poo
 // waitWarm waits for a booting member's guest agent and makes it warm; one
 // that does not answer in poolReadyTimeout (or stops) is retired.
 func (s *Server) waitWarm(ctx context.Context, node *store.Node, m *store.PoolMember) {
-	nc, err := s.nodes.client(node)
+	nc, err := s.nodes.Client(node)
 	if err != nil {
 		return
 	}

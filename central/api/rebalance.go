@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"sync"
 
@@ -131,9 +132,9 @@ func (s *Server) listNodesVMs(ctx context.Context, nodes map[string]*store.Node)
 		go func() {
 			defer wg.Done()
 			var vms []sdk.VM
-			nc, err := s.nodes.client(n)
+			nc, err := s.nodes.Client(n)
 			if err == nil {
-				lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+				lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
 				vms, err = nc.ListVMs(lctx)
 				cancel()
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // reconciler adopts it while its tenant still holds a reservation on that
 // node: such a VM is usually a create in flight whose ledger entry is about
 // to be written. It is longer than a create may take.
-const adoptGrace = 2 * nodeCreateTimeout
+const adoptGrace = 2 * nodecall.CreateTimeout
 
 // ReconcileReport says what one reconcile pass saw and did.
 type ReconcileReport struct {
@@ -164,11 +165,11 @@ func (s *Server) reconcileNode(ctx context.Context, n *store.Node, rep *Reconcil
 	if err != nil {
 		return err
 	}
-	nc, err := s.nodes.client(n)
+	nc, err := s.nodes.Client(n)
 	if err != nil {
 		return &skipError{err.Error()}
 	}
-	lctx, cancel := context.WithTimeout(ctx, 2*nodeListTimeout)
+	lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
 	vms, err := nc.ListVMs(lctx)
 	cancel()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -21,16 +22,9 @@ import (
 	"github.com/gorilla/mux"
 )
 
-// Timeouts of central's calls to nodes. A create waits for the hypervisor to
-// start the VM; a list must not let one slow node hold up the fleet's answer.
-const (
-	nodeCreateTimeout = 2 * time.Minute
-	nodeCallTimeout   = 30 * time.Second
-	nodeListTimeout   = 5 * time.Second
-	// placeTries bounds how often a create is placed again when the node it
-	// chose filled up between the placement and the reservation.
-	placeTries = 5
-)
+// placeTries bounds how often a create is placed again when the node it
+// chose filled up between the placement and the reservation.
+const placeTries = 5
 
 // The node agent's rules for names and labels, checked here too so that a
 // bad request is refused before anything is reserved.
@@ -126,9 +120,9 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 
 	// From here on the request's own context is not used: a client that goes
 	// away must not leave a VM without its ledger entry or a reservation held.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodeCreateTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodecall.CreateTimeout)
 	defer cancel()
-	vm, err := s.createOnNode(ctx, node, spec)
+	vm, err := s.nodes.Create(ctx, node, spec)
 	if err != nil {
 		if rerr := s.opts.Store.Release(ctx, res); rerr != nil {
 			s.log.Warn("release reservation (it lapses with this central's lease)", "reservation", res.ID, "error", rerr)
@@ -179,14 +173,6 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 func (s *Server) tenantGone(ctx context.Context, id string) bool {
 	_, err := s.opts.Store.GetTenant(ctx, id)
 	return errors.Is(err, store.ErrNotFound)
-}
-
-func (s *Server) createOnNode(ctx context.Context, n *store.Node, spec sdk.CreateVMRequest) (*sdk.VM, error) {
-	nc, err := s.nodes.client(n)
-	if err != nil {
-		return nil, err
-	}
-	return nc.CreateVM(ctx, spec)
 }
 
 func verdicts(vs []scheduler.Verdict) []sdk.PlacementVerdict {
@@ -345,9 +331,9 @@ func (s *Server) listVMs(w http.ResponseWriter, r *http.Request) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(r.Context(), nodeListTimeout)
+			ctx, cancel := context.WithTimeout(r.Context(), nodecall.ListTimeout)
 			defer cancel()
-			nc, err := s.nodes.client(&ns[i])
+			nc, err := s.nodes.Client(&ns[i])
 			if err == nil {
 				answers[i].vms, err = nc.ListVMs(ctx)
 			}
@@ -488,11 +474,11 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (*target, bool)
 	if n.State != store.NodeUp {
 		return unlisted()
 	}
-	nc, err := s.nodes.client(n)
+	nc, err := s.nodes.Client(n)
 	if err != nil {
 		return unlisted()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), nodeListTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), nodecall.ListTimeout)
 	defer cancel()
 	vms, err := nc.ListVMs(ctx)
 	if err != nil {
@@ -516,7 +502,7 @@ func (s *Server) nodeClient(w http.ResponseWriter, t *target) (*sdk.NodeClient, 
 			"its VMs are unreachable, not lost; retry once the node reports again")
 		return nil, false
 	}
-	nc, err := s.nodes.client(t.node)
+	nc, err := s.nodes.Client(t.node)
 	if err != nil {
 		jsonapi.WriteError(w, http.StatusBadGateway, err.Error(), "the node's heartbeat must carry its API address")
 		return nil, false
@@ -561,7 +547,7 @@ func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodeCallTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodecall.CallTimeout)
 	defer cancel()
 	err := nc.DeleteVM(ctx, t.id)
 	gone := sdk.IsNotFound(err)
@@ -666,7 +652,7 @@ func (s *Server) execVM(w http.ResponseWriter, r *http.Request) {
 	}
 	timeout := 5 * time.Minute
 	if req.TimeoutSeconds > 0 {
-		timeout = time.Duration(req.TimeoutSeconds)*time.Second + nodeCallTimeout
+		timeout = time.Duration(req.TimeoutSeconds)*time.Second + nodecall.CallTimeout
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
@@ -699,7 +685,7 @@ func vmAction(action string) func(*Server, http.ResponseWriter, *http.Request) {
 		if !ok {
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), nodeCallTimeout+time.Duration(stop.TimeoutSeconds)*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), nodecall.CallTimeout+time.Duration(stop.TimeoutSeconds)*time.Second)
 		defer cancel()
 		var vm *sdk.VM
 		var err error
@@ -748,7 +734,7 @@ func (s *Server) fromNode(w http.ResponseWriter, r *http.Request, what, contentT
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), nodeCallTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), nodecall.CallTimeout)
 	defer cancel()
 	b, err := get(ctx, nc, t.id)
 	if err != nil {
