@@ -11,6 +11,7 @@ import (
 	"errors"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
+	"github.com/fluxvm/fluxvm/central/placement"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -120,6 +121,7 @@ type Server struct {
 	prom      *metrics
 	fleetProm *fleetMetrics // placements, reservations, leadership (metrics_fleet.go)
 	nodes     *nodecall.Caller
+	place     *placement.Placer
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -144,6 +146,7 @@ func New(opts Options) *Server {
 	s.prom = newMetrics(opts.Store)
 	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
 	s.nodes = nodecall.New(opts.FleetToken)
+	s.place = placement.New(opts.Store)
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/placement"
 	"net/http"
 	"time"
 
@@ -327,7 +328,7 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 	macOS := spec.GuestOS == store.GuestMacOS
 	placeReq := scheduler.Request{Tenant: e.Tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		NodeSelector: kept.NodeSelector, Nested: kept.Nested}
-	_, target, res, err := s.placeAndReserve(ctx, placeReq, pol, store.ReserveRequest{Tenant: e.Tenant,
+	_, target, res, err := s.place.PlaceAndReserve(ctx, placeReq, pol, store.ReserveRequest{Tenant: e.Tenant,
 		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS, Replaces: e.ID,
 		ExclusiveLeases: pol.ExclusiveLeasedHosts,
 		RequireLease:    pol.RequireLeaseForMacOS && macOS && e.Tenant != ""},
@@ -673,7 +674,7 @@ func (s *Server) leasedNodeView(ctx context.Context, n *store.Node) (tenantNodeV
 	if err != nil {
 		return tenantNodeView{}, err
 	}
-	sn := schedulerNode(n, u)
+	sn := placement.SchedulerNode(n, u)
 	t := n.Capacity.Total
 	v := tenantNodeView{Name: n.Name, State: n.State, Nested: n.Nested, LeaseID: n.LeaseID, VMs: len(n.VMs),
 		Drivers: append([]store.DriverStatus{}, n.Drivers...), GuestOS: append([]string{}, n.GuestOS...),

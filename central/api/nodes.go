@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/central/placement"
 	"net/http"
 	"net/url"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
@@ -237,65 +237,9 @@ func (s *Server) MarkDownNodes(ctx context.Context) ([]string, error) {
 	return down, nil
 }
 
-// snapshot is the fleet as the scheduler sees it: every node with its usage
-// through central (running + reserved) and what the node itself reports used,
-// whichever is larger (VMs made on the node directly take room too).
-func (s *Server) snapshot(ctx context.Context) ([]store.Node, []scheduler.Node, error) {
-	ns, err := s.opts.Store.ListNodes(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make([]scheduler.Node, len(ns))
-	errs := make([]error, len(ns))
-	var wg sync.WaitGroup
-	for i := range ns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			u, err := s.opts.Store.NodeUsage(ctx, ns[i].Name)
-			errs[i] = err
-			out[i] = schedulerNode(&ns[i], u)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
-	}
-	return ns, out, nil
-}
-
-func schedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
-	healthy := false
-	for _, d := range n.Drivers {
-		healthy = healthy || d.Health == "healthy"
-	}
-	t, f := n.Capacity.Total, n.Capacity.Free
-	reported := store.Usage{VCPUs: t.VCPUs - f.VCPUs, MemoryMiB: t.MemoryMiB - f.MemoryMiB, MacOS: t.MacOSSlots - f.MacOSSlots}
-	used := scheduler.Resources{
-		VCPUs:      max(u.Running.VCPUs, reported.VCPUs) + u.Reserved.VCPUs,
-		MemoryMiB:  max(u.Running.MemoryMiB, reported.MemoryMiB) + u.Reserved.MemoryMiB,
-		MacOSSlots: max(u.Running.MacOS, reported.MacOS) + u.Reserved.MacOS,
-	}
-	sn := scheduler.Node{
-		Name: n.Name, Up: n.State == store.NodeUp, Healthy: healthy, GuestOS: n.GuestOS,
-		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending,
-		Labels: n.Labels, Nested: n.Nested, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS), LeasedBy: n.LeasedBy,
-		Total: scheduler.Resources{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, MacOSSlots: t.MacOSSlots},
-		Used:  used,
-	}
-	for _, vm := range n.VMs {
-		sn.VMs = append(sn.VMs, scheduler.VMRef{Tenant: vm.Tenant, GuestOS: vm.GuestOS})
-	}
-	return sn
-}
-
-func schedulerPolicy(p store.Policy) scheduler.Policy {
-	return scheduler.Policy{RequireLeaseForMacOS: p.RequireLeaseForMacOS, ExclusiveLeasedHosts: p.ExclusiveLeasedHosts}
-}
-
 // capacity is GET /fleet/capacity: what the caller could launch now.
 func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
-	_, nodes, err := s.snapshot(r.Context())
+	_, nodes, err := s.place.Snapshot(r.Context())
 	if err != nil {
 		s.storeError(w, "read the fleet", err)
 		return
@@ -305,7 +249,7 @@ func (s *Server) capacity(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "read the policy", err)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, scheduler.Capacity(nodes, tenantID(PrincipalOf(r.Context())), schedulerPolicy(pol)))
+	jsonapi.Write(w, http.StatusOK, scheduler.Capacity(nodes, tenantID(PrincipalOf(r.Context())), placement.SchedulerPolicy(pol)))
 }
 
 func tenantID(p Principal) string {

@@ -947,7 +947,7 @@ func (s *Server) reserveForPool(ctx context.Context, pool *store.Pool) (*store.N
 	req := scheduler.Request{Tenant: pool.Tenant, GuestOS: pool.GuestOS, VCPUs: pool.VCPUs, MemoryMiB: pool.MemoryMiB, NodeSelector: pool.NodeSelector}
 	// A tenant that leases hosts keeps its pool on them; otherwise pools
 	// live on unleased nodes.
-	stored, _, err := s.snapshot(ctx)
+	stored, _, err := s.place.Snapshot(ctx)
 	if err != nil {
 		return nil, nil, "cannot read the fleet"
 	}
@@ -961,7 +961,7 @@ func (s *Server) reserveForPool(ctx context.Context, pool *store.Pool) (*store.N
 		}
 		return n.LeasedBy == ""
 	}
-	_, node, res, err := s.placeAndReserve(ctx, req, pol, store.ReserveRequest{Tenant: pool.Tenant, VCPUs: pool.VCPUs,
+	_, node, res, err := s.place.PlaceAndReserve(ctx, req, pol, store.ReserveRequest{Tenant: pool.Tenant, VCPUs: pool.VCPUs,
 		MemoryMiB: pool.MemoryMiB, MacOS: macOS, ExclusiveLeases: pol.ExclusiveLeasedHosts,
 		RequireLease: pol.RequireLeaseForMacOS && macOS && pool.Tenant != ""}, keep)
 	var np *scheduler.NoPlacementError

@@ -54,7 +54,7 @@ func (s *Server) rebalancePlan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	stored, nodes, err := s.snapshot(ctx)
+	stored, nodes, err := s.place.Snapshot(ctx)
 	if err != nil {
 		s.storeError(w, "read the fleet", err)
 		return

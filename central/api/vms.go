@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/placement"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -21,10 +22,6 @@ import (
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
-
-// placeTries bounds how often a create is placed again when the node it
-// chose filled up between the placement and the reservation.
-const placeTries = 5
 
 // The node agent's rules for names and labels, checked here too so that a
 // bad request is refused before anything is reserved.
@@ -76,7 +73,7 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	// The lease rules are checked again in the reservation's transaction,
 	// against the lessee the node record names then.
 	macOS := spec.GuestOS == store.GuestMacOS
-	decision, node, res, err := s.placeAndReserve(r.Context(), placeReq, pol, store.ReserveRequest{Tenant: tenant,
+	decision, node, res, err := s.place.PlaceAndReserve(r.Context(), placeReq, pol, store.ReserveRequest{Tenant: tenant,
 		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS,
 		ExclusiveLeases: pol.ExclusiveLeasedHosts && (tenant != "" || req.Node == ""), // the operator may name a leased host
 		RequireLease:    pol.RequireLeaseForMacOS && macOS && tenant != ""}, nil)
@@ -102,7 +99,7 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound) && p.Tenant != nil && s.tenantGone(r.Context(), p.Tenant.ID):
 		jsonapi.WriteError(w, http.StatusUnauthorized, "tenant no longer exists", "ask the operator for a new token")
 		return
-	case errors.Is(err, errNoRoom):
+	case errors.Is(err, placement.ErrNoRoom):
 		s.fleetProm.placed(placementNoPlacement)
 		jsonapi.WriteError(w, http.StatusConflict, err.Error(),
 			"the fleet is filling up under concurrent creates; GET /fleet/capacity shows what fits now, then retry")
@@ -591,12 +588,12 @@ type vmDryRun struct {
 }
 
 func (s *Server) vmEstimate(w http.ResponseWriter, r *http.Request, req scheduler.Request, pol store.Policy, spec sdk.CreateVMRequest, ttlSeconds int64) {
-	stored, nodes, err := s.snapshot(r.Context())
+	stored, nodes, err := s.place.Snapshot(r.Context())
 	if err != nil {
 		s.storeError(w, "read the fleet", err)
 		return
 	}
-	d, err := scheduler.Place(nodes, req, schedulerPolicy(pol), scheduler.BinPack)
+	d, err := scheduler.Place(nodes, req, placement.SchedulerPolicy(pol), scheduler.BinPack)
 	var np *scheduler.NoPlacementError
 	switch {
 	case errors.As(err, &np):

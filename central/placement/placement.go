@@ -1,0 +1,154 @@
+// Package placement puts a VM on the fleet: it reads the nodes and what each
+// has in use into the scheduler's view, lets the scheduler choose, and
+// reserves the room (the tenant's quota and the node's capacity) in one etcd
+// transaction, choosing again when the node filled up in between. Launches,
+// drains and warm pools all place through it.
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/scheduler"
+)
+
+// Store is what placement needs of central's store.
+type Store interface {
+	// ListNodes reads every node record.
+	ListNodes(ctx context.Context) ([]store.Node, error)
+	// NodeUsage reads what central runs and reserves on a node.
+	NodeUsage(ctx context.Context, node string) (store.UsageView, error)
+	// Reserve holds room for one VM (see store.Reserve).
+	Reserve(ctx context.Context, req store.ReserveRequest) (*store.Reservation, error)
+}
+
+// Tries bounds how often a placement is made again when the node it chose
+// filled up (or went) between the fleet snapshot and the reservation.
+const Tries = 5
+
+// ErrNoRoom is a placement whose chosen nodes kept filling up (or going)
+// under concurrent creates, try after try. It wraps the last capacity error.
+var ErrNoRoom = errors.New("no node kept room under concurrent creates")
+
+// Placer places VMs. It is safe for concurrent use.
+type Placer struct {
+	st Store
+}
+
+// New makes a Placer over st.
+func New(st Store) *Placer { return &Placer{st: st} }
+
+// Snapshot reads the fleet: the node records, and for each the scheduler's
+// view (what it has, runs and reserves), in the same order.
+func (p *Placer) Snapshot(ctx context.Context) ([]store.Node, []scheduler.Node, error) {
+	ns, err := p.st.ListNodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]scheduler.Node, len(ns))
+	errs := make([]error, len(ns))
+	var wg sync.WaitGroup
+	for i := range ns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u, err := p.st.NodeUsage(ctx, ns[i].Name)
+			errs[i] = err
+			out[i] = SchedulerNode(&ns[i], u)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return ns, out, nil
+}
+
+// PlaceAndReserve places a VM with the scheduler and reserves its room,
+// placing again, up to Tries times, when the node it chose filled up or went
+// since the snapshot. keep, when set, limits the nodes considered. rr is the
+// reservation to make; its Node is set on each try. The errors are the
+// scheduler's (*scheduler.NoPlacementError, scheduler.ErrInvalidRequest), the
+// store's (*store.QuotaError, store.ErrInvalid for a disabled tenant, ...)
+// and ErrNoRoom.
+func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol store.Policy, rr store.ReserveRequest,
+	keep func(*store.Node) bool) (scheduler.Decision, *store.Node, *store.Reservation, error) {
+	var last error
+	for range Tries {
+		stored, nodes, err := p.Snapshot(ctx)
+		if err != nil {
+			return scheduler.Decision{}, nil, nil, fmt.Errorf("read the fleet: %w", err)
+		}
+		if keep != nil {
+			var ks []store.Node
+			var kn []scheduler.Node
+			for i := range stored {
+				if keep(&stored[i]) {
+					ks, kn = append(ks, stored[i]), append(kn, nodes[i])
+				}
+			}
+			stored, nodes = ks, kn
+		}
+		d, err := scheduler.Place(nodes, req, SchedulerPolicy(pol), scheduler.BinPack)
+		if err != nil {
+			return d, nil, nil, err
+		}
+		var node *store.Node
+		for i := range stored {
+			if stored[i].Name == d.Node {
+				node = &stored[i]
+			}
+		}
+		rr.Node = d.Node
+		res, err := p.st.Reserve(ctx, rr)
+		var qe *store.QuotaError
+		switch {
+		case err == nil:
+			return d, node, res, nil
+		case errors.As(err, &qe):
+			return d, node, nil, err
+		case errors.Is(err, store.ErrNoCapacity), errors.Is(err, store.ErrNotFound):
+			last = err // the node filled up or went since the snapshot: place again
+		default:
+			return d, node, nil, err
+		}
+	}
+	return scheduler.Decision{}, nil, nil, fmt.Errorf("%w: %w", ErrNoRoom, last)
+}
+
+// SchedulerNode is the scheduler's view of a node: its record, and as used
+// the larger of what central counts and what the node reports, plus what is
+// reserved.
+func SchedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
+	healthy := false
+	for _, d := range n.Drivers {
+		healthy = healthy || d.Health == "healthy"
+	}
+	t, f := n.Capacity.Total, n.Capacity.Free
+	reported := store.Usage{VCPUs: t.VCPUs - f.VCPUs, MemoryMiB: t.MemoryMiB - f.MemoryMiB, MacOS: t.MacOSSlots - f.MacOSSlots}
+	used := scheduler.Resources{
+		VCPUs:      max(u.Running.VCPUs, reported.VCPUs) + u.Reserved.VCPUs,
+		MemoryMiB:  max(u.Running.MemoryMiB, reported.MemoryMiB) + u.Reserved.MemoryMiB,
+		MacOSSlots: max(u.Running.MacOS, reported.MacOS) + u.Reserved.MacOS,
+	}
+	sn := scheduler.Node{
+		Name: n.Name, Up: n.State == store.NodeUp, Healthy: healthy, GuestOS: n.GuestOS,
+		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending,
+		Labels: n.Labels, Nested: n.Nested, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS), LeasedBy: n.LeasedBy,
+		Total: scheduler.Resources{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, MacOSSlots: t.MacOSSlots},
+		Used:  used,
+	}
+	for _, vm := range n.VMs {
+		sn.VMs = append(sn.VMs, scheduler.VMRef{Tenant: vm.Tenant, GuestOS: vm.GuestOS})
+	}
+	return sn
+}
+
+// SchedulerPolicy is the part of the fleet policy the scheduler applies.
+func SchedulerPolicy(p store.Policy) scheduler.Policy {
+	return scheduler.Policy{RequireLeaseForMacOS: p.RequireLeaseForMacOS, ExclusiveLeasedHosts: p.ExclusiveLeasedHosts}
+}

@@ -1,0 +1,100 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/scheduler"
+)
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatalf("open the embedded etcd: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func putNode(t *testing.T, st *store.Store, name string, vcpus int64) {
+	t.Helper()
+	n := &store.Node{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, GuestOS: []string{store.GuestLinux},
+		Drivers:       []store.DriverStatus{{Name: "sim", Health: "healthy"}},
+		Capacity:      store.Capacity{Total: store.Resources{VCPUs: vcpus, MemoryMiB: 65536}, Free: store.Resources{VCPUs: vcpus, MemoryMiB: 65536}},
+		LastHeartbeat: time.Now().UTC()}
+	if err := st.PutNode(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// raceOnce is the real store, except that just before the first Reserve on
+// node it lets another create take all of that node's room (through the
+// same store; small has 8 vCPUs): the reservation then fails as it
+// would in a real race.
+type raceOnce struct {
+	*store.Store
+	node  string
+	taken bool
+}
+
+func (r *raceOnce) Reserve(ctx context.Context, req store.ReserveRequest) (*store.Reservation, error) {
+	if !r.taken && req.Node == r.node {
+		r.taken = true
+		if _, err := r.Store.Reserve(ctx, store.ReserveRequest{Node: r.node, VCPUs: 8, MemoryMiB: 1024}); err != nil {
+			return nil, errors.New("the racing create was refused: " + err.Error())
+		}
+	}
+	return r.Store.Reserve(ctx, req)
+}
+
+// TestPlaceAndReserve: a VM lands where the scheduler chose and its room is
+// reserved; a node filled by a concurrent create between the snapshot and
+// the reservation is placed around; keep limits the nodes; a quota breach
+// is the store's error, not a retry.
+func TestPlaceAndReserve(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	putNode(t, st, "big", 16)
+	putNode(t, st, "small", 8)
+	tenant := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: store.Quotas{MaxVMs: 2}}
+	if err := st.CreateTenant(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	pol := store.DefaultPolicy()
+	ask := func(p *Placer, keep func(*store.Node) bool) (scheduler.Decision, *store.Reservation, error) {
+		d, _, res, err := p.PlaceAndReserve(ctx, scheduler.Request{Tenant: tenant.ID, GuestOS: store.GuestLinux, VCPUs: 4, MemoryMiB: 256},
+			pol, store.ReserveRequest{Tenant: tenant.ID, VCPUs: 4, MemoryMiB: 256}, keep)
+		return d, res, err
+	}
+
+	// Bin-packing takes the fuller-after-placement node: small. A create
+	// takes all of small first, so the placement goes again and lands on big.
+	d, res, err := ask(New(&raceOnce{Store: st, node: "small"}), nil)
+	if err != nil || d.Node != "big" || res.Node != "big" {
+		t.Fatalf("placement after a lost race = %+v %+v %v; want big", d, res, err)
+	}
+	if u, err := st.NodeUsage(ctx, "big"); err != nil || u.Reserved.VCPUs != 4 {
+		t.Fatalf("big's usage = %+v %v; want the 4 vCPUs reserved", u, err)
+	}
+
+	// keep leaves only small, which is full now.
+	_, _, err = ask(New(st), func(n *store.Node) bool { return n.Name == "small" })
+	var np *scheduler.NoPlacementError
+	if !errors.As(err, &np) {
+		t.Fatalf("placement on a full small = %v; want a NoPlacementError", err)
+	}
+
+	// The second VM fits the quota; a third does not.
+	if _, _, err := ask(New(st), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = ask(New(st), nil)
+	var qe *store.QuotaError
+	if !errors.As(err, &qe) || qe.Field != "max_vms" {
+		t.Fatalf("a third VM = %v; want the max_vms quota error", err)
+	}
+}
