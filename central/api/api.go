@@ -12,6 +12,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
+	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -122,6 +123,7 @@ type Server struct {
 	fleetProm *fleetMetrics // placements, reservations, leadership (metrics_fleet.go)
 	nodes     *nodecall.Caller
 	place     *placement.Placer
+	vms       *vms.Remover
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -147,6 +149,7 @@ func New(opts Options) *Server {
 	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
 	s.nodes = nodecall.New(opts.FleetToken)
 	s.place = placement.New(opts.Store)
+	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store

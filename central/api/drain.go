@@ -200,7 +200,7 @@ func (s *Server) runDrain(ctx context.Context, n *store.Node, d *store.Drain) er
 		}
 		switch {
 		case (d.Mode == DrainEvictEphemeral || d.Mode == DrainReschedule) && dv.Ephemeral:
-			if err := s.deleteOnNode(ctx, n, vm.ID, byVM[vm.ID], "drained"); err != nil {
+			if _, err := s.vms.Delete(ctx, n, vm.ID, byVM[vm.ID], "drained"); err != nil {
 				dv.Action, dv.Error, failed = "failed", err.Error(), true
 			} else {
 				dv.Action = "deleted"
@@ -289,7 +289,7 @@ func (s *Server) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store
 		if err := s.waitCopy(ctx, target, vm); err != nil {
 			return "", fmt.Errorf("recreated on %s, but the old vm stays: %w", target, err)
 		}
-		if err := s.deleteOnNode(ctx, n, vm.ID, e, "rescheduled"); err != nil {
+		if _, err := s.vms.Delete(ctx, n, vm.ID, e, "rescheduled"); err != nil {
 			return "", fmt.Errorf("recreated on %s, but the old vm stays: %w", target, err)
 		}
 		s.log.Info("vm rescheduled", "vm", vm.Name, "tenant", e.Tenant, "from", n.Name, "to", target)
@@ -573,7 +573,7 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 				"delete them first, or add force=true to delete them with the scrub")
 			return
 		}
-		deleted, err := s.deleteNodeVMs(ctx, n, func(string) bool { return true }, "scrubbed")
+		deleted, err := s.vms.DeleteMatching(ctx, n, func(string) bool { return true }, "scrubbed")
 		res.Deleted = append(res.Deleted, deleted...)
 		if err != nil {
 			jsonapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("node %s: could not delete every VM: %v", n.Name, err),

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/billing"
-	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"slices"
 	"sort"
@@ -393,76 +392,11 @@ func (s *Server) removeLeaseVMs(ctx context.Context, l *store.Lease) ([]string, 
 		// what runs there now is not this lease's.
 		return nil, s.opts.Store.MarkLeaseVMsRemoved(ctx, l.ID)
 	}
-	deleted, err := s.deleteNodeVMs(ctx, n, func(tenant string) bool { return tenant == l.Tenant }, "lease-ended")
+	deleted, err := s.vms.DeleteMatching(ctx, n, func(tenant string) bool { return tenant == l.Tenant }, "lease-ended")
 	if err != nil {
 		return deleted, err
 	}
 	return deleted, s.opts.Store.MarkLeaseVMsRemoved(ctx, l.ID)
-}
-
-// deleteNodeVMs deletes the VMs on node n whose tenant (by the ledger, else
-// the node's stamp) match accepts, ending their ledger entries with reason.
-func (s *Server) deleteNodeVMs(ctx context.Context, n *store.Node, match func(tenant string) bool, reason string) ([]string, error) {
-	if n.State != store.NodeUp {
-		return nil, fmt.Errorf("node %s is down", n.Name)
-	}
-	entries, err := s.opts.Store.RunningOnNode(ctx, n.Name)
-	if err != nil {
-		return nil, err
-	}
-	byVM := map[string]*store.LedgerEntry{}
-	for i := range entries {
-		byVM[entries[i].VMID] = &entries[i]
-	}
-	nc, err := s.nodes.Client(n)
-	if err != nil {
-		return nil, err
-	}
-	lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
-	vms, err := nc.ListVMs(lctx)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("list the vms of node %s: %w", n.Name, err)
-	}
-	var deleted []string
-	var errs []error
-	for _, vm := range vms {
-		tenant := vm.Tenant
-		if e := byVM[vm.ID]; e != nil {
-			tenant = e.Tenant
-		}
-		if !match(tenant) {
-			continue
-		}
-		if err := s.deleteOnNode(ctx, n, vm.ID, byVM[vm.ID], reason); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		deleted = append(deleted, vm.ID)
-	}
-	return deleted, errors.Join(errs...)
-}
-
-// deleteOnNode deletes one VM through its node's API and ends its ledger
-// entry (if any). A VM already gone counts as deleted.
-func (s *Server) deleteOnNode(ctx context.Context, n *store.Node, vmID string, e *store.LedgerEntry, reason string) error {
-	if _, err := s.nodes.Delete(ctx, n, vmID); err != nil {
-		return fmt.Errorf("delete vm %s on node %s: %w", vmID, n.Name, err)
-	}
-	if e != nil {
-		if _, err := s.opts.Store.EndEntry(ctx, e.ID, reason, s.opts.Now()); err != nil {
-			return fmt.Errorf("end ledger entry %s: %w", e.ID, err)
-		}
-	}
-	s.log.Info("vm deleted", "node", n.Name, "vm", vmID, "tenant", tenantOfEntry(e), "reason", reason)
-	return nil
-}
-
-func tenantOfEntry(e *store.LedgerEntry) string {
-	if e == nil {
-		return ""
-	}
-	return e.Tenant
 }
 
 // EndExpiredLeases ends every active lease whose end time has passed, and

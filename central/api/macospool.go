@@ -179,7 +179,7 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if err := s.deleteOnNode(ctx, t.node, vm.ID, t.entry, "returned"); err != nil {
+	if _, err := s.vms.Delete(ctx, t.node, vm.ID, t.entry, "returned"); err != nil {
 		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the returned vm", err)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/placement"
+	"github.com/fluxvm/fluxvm/central/vms"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -534,38 +535,25 @@ func (s *Server) nodeError(w http.ResponseWriter, p Principal, n *store.Node, wh
 	}
 }
 
-// deleteVM deletes a VM on its node and ends its ledger entry.
+// deleteVM deletes a VM on its node and ends its ledger entry (or, for a VM
+// whose create has not written one yet, marks it deleted: central/vms).
 func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
 	t, ok := s.resolve(w, r)
 	if !ok {
 		return
 	}
-	nc, ok := s.nodeClient(w, t)
-	if !ok {
+	if _, ok := s.nodeClient(w, t); !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodecall.CallTimeout)
-	defer cancel()
-	err := nc.DeleteVM(ctx, t.id)
-	gone := sdk.IsNotFound(err)
-	if err != nil && !gone {
+	ctx := context.WithoutCancel(r.Context())
+	gone, err := s.vms.Delete(ctx, t.node, t.id, t.entry, "deleted")
+	switch {
+	case errors.Is(err, vms.ErrNotRecorded):
+		// The VM is gone from its node; the reconciler ends its entry.
+		s.log.Error("record a deleted vm", "node", t.node.Name, "vm", t.id, "error", err)
+	case err != nil:
 		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the vm", err)
 		return
-	}
-	reason := "deleted"
-	if gone {
-		reason = "vanished"
-	}
-	if t.entry != nil {
-		if _, err := s.opts.Store.EndEntry(ctx, t.entry.ID, reason, s.opts.Now()); err != nil {
-			// The reconciler closes it when it sees the VM gone.
-			s.log.Error("end ledger entry", "node", t.node.Name, "vm", t.id, "entry", t.entry.ID, "error", err)
-		}
-	} else if _, err := s.opts.Store.MarkDeleted(ctx, t.node.Name, t.id, reason, s.opts.Now()); err != nil {
-		// No entry yet: its create is in flight (store/deleted.go), or central
-		// died before writing it. The mark keeps the create from recording
-		// the VM; without it the reconciler ends the entry later.
-		s.log.Error("mark a vm without ledger entry deleted", "node", t.node.Name, "vm", t.id, "error", err)
 	}
 	if gone {
 		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", t.id, t.node.Name), "GET /fleet/vms lists your VMs")

@@ -1,0 +1,116 @@
+// Package vms removes VMs from nodes and keeps the ledger in step with
+// them: a deleted VM's ledger entry ends with it, and a VM deleted before its
+// entry was written is marked so that its create cannot record it
+// afterwards (store.MarkDeleted). Drains, leases, warm pools, the macOS pool
+// and DELETE /fleet/vms all delete through it.
+package vms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/hashicorp/go-hclog"
+)
+
+// ErrNotRecorded: the VM is gone from its node, but its ledger entry could
+// not be ended (or the VM marked deleted); the reconciler ends it later.
+var ErrNotRecorded = errors.New("vm deleted, ledger not updated")
+
+// Ledger is what removing VMs needs of central's store.
+type Ledger interface {
+	// RunningOnNode reads the running ledger entries of a node.
+	RunningOnNode(ctx context.Context, node string) ([]store.LedgerEntry, error)
+	// EndEntry ends a running entry.
+	EndEntry(ctx context.Context, id, reason string, at time.Time) (*store.LedgerEntry, error)
+	// MarkDeleted marks a VM without entry deleted (and ends one that arrived meanwhile).
+	MarkDeleted(ctx context.Context, node, vmID, reason string, at time.Time) (*store.LedgerEntry, error)
+}
+
+// Remover deletes VMs. It is safe for concurrent use.
+type Remover struct {
+	ledger Ledger
+	nodes  *nodecall.Caller
+	now    func() time.Time
+	log    hclog.Logger
+}
+
+// New makes a Remover.
+func New(ledger Ledger, nodes *nodecall.Caller, now func() time.Time, log hclog.Logger) *Remover {
+	return &Remover{ledger: ledger, nodes: nodes, now: now, log: log}
+}
+
+// Delete deletes VM vmID on node n and ends its ledger entry e (nil: the VM
+// has none yet, and is marked deleted instead). A VM the node no longer has
+// counts as deleted: gone is then true and the entry ends as "vanished". A
+// failure to end or mark, once the VM is gone from its node, is
+// ErrNotRecorded (the reconciler ends a stale entry later).
+func (r *Remover) Delete(ctx context.Context, n *store.Node, vmID string, e *store.LedgerEntry, reason string) (gone bool, err error) {
+	gone, err = r.nodes.Delete(ctx, n, vmID)
+	if err != nil {
+		return false, fmt.Errorf("delete vm %s on node %s: %w", vmID, n.Name, err)
+	}
+	if gone {
+		reason = "vanished" // the entry says the VM was already gone
+	}
+	if e != nil {
+		if _, err := r.ledger.EndEntry(ctx, e.ID, reason, r.now()); err != nil {
+			return gone, fmt.Errorf("%w: end ledger entry %s: %w", ErrNotRecorded, e.ID, err)
+		}
+	} else if _, err := r.ledger.MarkDeleted(ctx, n.Name, vmID, reason, r.now()); err != nil {
+		return gone, fmt.Errorf("%w: mark vm %s on node %s deleted: %w", ErrNotRecorded, vmID, n.Name, err)
+	}
+	tenant := ""
+	if e != nil {
+		tenant = e.Tenant
+	}
+	r.log.Info("vm deleted", "node", n.Name, "vm", vmID, "tenant", tenant, "reason", reason)
+	return gone, nil
+}
+
+// DeleteMatching deletes every VM on node n whose tenant (its ledger
+// entry's, else its stamp's) match accepts, and returns the ids it deleted.
+// It goes on past a VM it cannot delete and returns the errors joined.
+func (r *Remover) DeleteMatching(ctx context.Context, n *store.Node, match func(tenant string) bool, reason string) ([]string, error) {
+	if n.State != store.NodeUp {
+		return nil, fmt.Errorf("node %s is down", n.Name)
+	}
+	entries, err := r.ledger.RunningOnNode(ctx, n.Name)
+	if err != nil {
+		return nil, err
+	}
+	byVM := map[string]*store.LedgerEntry{}
+	for i := range entries {
+		byVM[entries[i].VMID] = &entries[i]
+	}
+	nc, err := r.nodes.Client(n)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
+	vms, err := nc.ListVMs(lctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("list the vms of node %s: %w", n.Name, err)
+	}
+	var deleted []string
+	var errs []error
+	for _, vm := range vms {
+		tenant := vm.Tenant
+		if e := byVM[vm.ID]; e != nil {
+			tenant = e.Tenant
+		}
+		if !match(tenant) {
+			continue
+		}
+		if _, err := r.Delete(ctx, n, vm.ID, byVM[vm.ID], reason); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted = append(deleted, vm.ID)
+	}
+	return deleted, errors.Join(errs...)
+}
