@@ -16,12 +16,41 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // MaxBodyBytes bounds every request body.
 const MaxBodyBytes = 1 << 20
+
+// MaxEcho is how many bytes of a caller's input a message repeats (Echo).
+const MaxEcho = 64
+
+// Echo returns a caller's input (a name, an id, a label, a path, a query
+// parameter) for repeating in an error message or a log line: whole when it
+// is at most MaxEcho bytes, else cut there with an ellipsis. Every message
+// that repeats input goes through it, so that an answer stays short however
+// long the input was (a name can be as long as the 1 MiB body).
+func Echo(s string) string { return Clip(s, MaxEcho) }
+
+// Clip returns s when it is at most n bytes, else its first n bytes, cut at
+// a character boundary, followed by "…". Echo is Clip at MaxEcho.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	// Back up over a cut UTF-8 sequence (at most 3 continuation bytes), so a
+	// message never ends in half a character; invalid input is cut where it is.
+	for i := n; i > 0 && i > n-utf8.UTFMax; i-- {
+		if utf8.RuneStart(s[i]) {
+			cut = i
+			break
+		}
+	}
+	return s[:cut] + "…"
+}
 
 // Write answers with v as JSON.
 func Write(w http.ResponseWriter, status int, v any) {
@@ -116,9 +145,14 @@ func Decode(data []byte, dst any, specHint string) *Error {
 		if field == "command" {
 			want = `a list of strings or a string`
 		}
-		return bad(fmt.Sprintf("field %q must be %s", field, want), specHint)
+		return bad(fmt.Sprintf("field %q must be %s", Echo(field), want), specHint)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		if u, uerr := strconv.Unquote(name); uerr == nil {
+			name = strconv.Quote(Echo(u))
+		} else {
+			name = Echo(name)
+		}
 		return bad("unknown field "+name+" in the request body",
 			"remove it; this request takes: "+strings.Join(jsonFields(dst), ", "))
 	}
