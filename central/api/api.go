@@ -147,10 +147,10 @@ func New(opts Options) *Server {
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)
 	}
 	s.router.NotFoundHandler = s.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, specHint)
+		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+jsonapi.Echo(r.Method)+" "+jsonapi.Echo(r.URL.Path), specHint)
 	}))
 	s.router.MethodNotAllowedHandler = s.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		jsonapi.WriteError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path, specHint)
+		jsonapi.WriteError(w, http.StatusMethodNotAllowed, jsonapi.Echo(r.Method)+" is not allowed on "+jsonapi.Echo(r.URL.Path), specHint)
 	}))
 	return s
 }
