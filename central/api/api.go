@@ -231,11 +231,14 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 	return p, http.StatusUnauthorized, "invalid token", tokenHint
 }
 
+// record appends one event to the activity log. The path is the escaped
+// one (plain ASCII, as the caller sent it); the log bounds it, and every
+// other field.
 func (s *Server) record(r *http.Request, p Principal, target string, status int) {
 	if s.opts.Activity == nil {
 		return
 	}
-	e := audit.Event{Time: s.opts.Now().UTC(), Who: p.Who(), Method: r.Method, Path: r.URL.Path, Target: target, Status: status}
+	e := audit.Event{Time: s.opts.Now().UTC(), Who: p.Who(), Method: r.Method, Path: r.URL.EscapedPath(), Target: target, Status: status}
 	if p.Tenant != nil {
 		e.Tenant = p.Tenant.ID
 	}

@@ -726,7 +726,11 @@ func (f *fleet) eventsCmd() *cobra.Command {
 			tw := newTable(a.stdout)
 			row(tw, "TIME", "WHO", "METHOD", "PATH", "TARGET", "STATUS")
 			for _, e := range evs {
-				row(tw, e.Time.Local().Format(time.DateTime), e.Who, e.Method, e.Path, e.Target, strconv.Itoa(e.Status))
+				target := e.Target
+				if e.Suppressed > 0 { // a summary of requests over the caller's budget
+					target = fmt.Sprintf("(%d more until %s)", e.Suppressed, e.Until.Local().Format(time.DateTime))
+				}
+				row(tw, e.Time.Local().Format(time.DateTime), e.Who, e.Method, e.Path, target, strconv.Itoa(e.Status))
 			}
 			return tw.Flush()
 		},
