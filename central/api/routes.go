@@ -1,9 +1,7 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 
@@ -93,10 +91,10 @@ func Routes() []Route {
 // name or id (store.ValidName, which VM names and ids meet too) is a target:
 // whatever else a caller sends, however long, is not repeated in the log.
 func targetOf(r *http.Request) string {
-	if !strings.HasSuffix(r.URL.Path, "/exec") && r.Body != nil && r.ContentLength != 0 {
-		data, err := io.ReadAll(io.LimitReader(r.Body, jsonapi.MaxBodyBytes+1))
-		r.Body = io.NopCloser(bytes.NewReader(data))
-		if err == nil {
+	if !strings.HasSuffix(r.URL.Path, "/exec") {
+		// The handler decodes the same bytes (jsonapi.ReadBody): one copy.
+		data, err := jsonapi.BufferBody(r)
+		if err == nil && len(data) > 0 {
 			var b struct {
 				Name targetField `json:"name"`
 				ID   targetField `json:"id"`
