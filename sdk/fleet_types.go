@@ -409,7 +409,8 @@ type ImageList struct {
 	Images []Image `json:"images"`
 }
 
-// Event is one change recorded in central's activity log.
+// Event is one change, or refused request, recorded in central's activity
+// log.
 type Event struct {
 	Time time.Time `json:"time"`
 	// Who is "operator" or "tenant:<id>".
@@ -422,6 +423,12 @@ type Event struct {
 	Target string `json:"target,omitempty"`
 	// Status is the HTTP status central answered.
 	Status int `json:"status"`
+	// Suppressed, when set, makes the event a summary: the principal went
+	// over its activity budget and this many requests, from Time to Until,
+	// were counted rather than recorded; Method, Path and Status are the
+	// last one's.
+	Suppressed int       `json:"suppressed,omitempty"`
+	Until      time.Time `json:"until,omitzero"`
 }
 
 // EventList is GET /fleet/events.

@@ -81,7 +81,7 @@ func newServer(opts Options) *server {
 	s.opts.AdminTokens, s.opts.ReadOnlyTokens = nil, nil
 	s.metrics = newMetrics(opts.Manager)
 	s.router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path,
+		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+jsonapi.Echo(r.Method)+" "+jsonapi.Echo(r.URL.Path),
 			"the node API lives under /v1 (see schemas/node-openapi.yaml); GET /v1/vms lists VMs")
 	})
 	s.router.MethodNotAllowedHandler = http.HandlerFunc(s.methodNotAllowed)
@@ -163,7 +163,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			return
 		case roleReadOnly:
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				jsonapi.WriteError(w, http.StatusForbidden, "this token is read-only: it cannot "+r.Method+" "+r.URL.Path,
+				jsonapi.WriteError(w, http.StatusForbidden, "this token is read-only: it cannot "+jsonapi.Echo(r.Method)+" "+jsonapi.Echo(r.URL.Path),
 					"use an admin token (tokens { admin = [...] } in the node's config) for changes; read-only tokens may only GET")
 				return
 			}
@@ -206,7 +206,7 @@ func (s *server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
-	jsonapi.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path),
+	jsonapi.WriteError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", jsonapi.Echo(r.Method), jsonapi.Echo(r.URL.Path)),
 		"this path takes: "+strings.Join(allow, ", "))
 }
 

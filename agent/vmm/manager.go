@@ -24,6 +24,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/agent/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/plugins/base"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
@@ -204,13 +205,13 @@ func (m *Manager) validate(req *sdk.CreateVMRequest) error {
 		return fail(driver.ErrInvalid, "give the VM a name: letters, digits, '.', '_' or '-'", "name is required")
 	}
 	if !nameRE.MatchString(req.Name) {
-		return fail(driver.ErrInvalid, "use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", "name %q is not valid", req.Name)
+		return fail(driver.ErrInvalid, "use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", "name %q is not valid", jsonapi.Echo(req.Name))
 	}
 	if req.GuestOS == "" {
 		req.GuestOS = "linux"
 	}
 	if req.GuestOS != "linux" && req.GuestOS != "macos" {
-		return fail(driver.ErrInvalid, `use "linux" or "macos"`, "guest_os %q is not known", req.GuestOS)
+		return fail(driver.ErrInvalid, `use "linux" or "macos"`, "guest_os %q is not known", jsonapi.Echo(req.GuestOS))
 	}
 	if req.VCPUs < 1 || req.VCPUs > 1024 {
 		return fail(driver.ErrInvalid, "ask for 1 or more vCPUs", "vcpus must be between 1 and 1024, not %d", req.VCPUs)
@@ -225,7 +226,7 @@ func (m *Manager) validate(req *sdk.CreateVMRequest) error {
 		req.Network = "user"
 	}
 	if req.Network != "user" && req.Network != "none" {
-		return fail(driver.ErrInvalid, `use "user" (NAT) or "none"`, "network %q is not known", req.Network)
+		return fail(driver.ErrInvalid, `use "user" (NAT) or "none"`, "network %q is not known", jsonapi.Echo(req.Network))
 	}
 	if len(req.Tenant) > 256 {
 		return fail(driver.ErrInvalid, hint, "tenant stamp is longer than 256 characters")
@@ -235,7 +236,7 @@ func (m *Manager) validate(req *sdk.CreateVMRequest) error {
 	}
 	for k, v := range req.Labels {
 		if !labelRE.MatchString(k) || len(v) > 256 {
-			return fail(driver.ErrInvalid, "label keys are 1-63 letters, digits, '.', '_', '/' or '-'; values at most 256 characters", "label %q is not valid", k)
+			return fail(driver.ErrInvalid, "label keys are 1-63 letters, digits, '.', '_', '/' or '-'; values at most 256 characters", "label %q is not valid", jsonapi.Echo(k))
 		}
 	}
 	if len(req.DriverConfig) > 0 && !json.Valid(req.DriverConfig) {
@@ -243,6 +244,11 @@ func (m *Manager) validate(req *sdk.CreateVMRequest) error {
 	}
 	return m.checkImage(req.Image)
 }
+
+// maxEchoPath is how much of an image path a message repeats: more than a
+// name (jsonapi.MaxEcho), as real paths are longer, but never the whole of a
+// path that could fill a request body.
+const maxEchoPath = 256
 
 // checkImage enforces allowed_image_dirs, following symlinks so a link
 // inside an allowed directory cannot point outside it.
@@ -252,7 +258,7 @@ func (m *Manager) checkImage(img string) error {
 		return fail(driver.ErrInvalid, "name an image under "+allowed, "image is required")
 	}
 	if !filepath.IsAbs(img) {
-		return fail(driver.ErrInvalid, "give the image's absolute path on the node", "image %q is not an absolute path", img)
+		return fail(driver.ErrInvalid, "give the image's absolute path on the node", "image %q is not an absolute path", jsonapi.Echo(img))
 	}
 	real, err := filepath.EvalSymlinks(img)
 	if err != nil {
@@ -265,13 +271,13 @@ func (m *Manager) checkImage(img string) error {
 		}
 		if real == d || strings.HasPrefix(real, d+string(filepath.Separator)) {
 			if _, err := os.Stat(real); err != nil {
-				return fail(driver.ErrInvalid, "check the path; images on this node live under "+allowed, "image %s does not exist", img)
+				return fail(driver.ErrInvalid, "check the path; images on this node live under "+allowed, "image %s does not exist", jsonapi.Clip(img, maxEchoPath))
 			}
 			return nil
 		}
 	}
 	return fail(ErrForbidden, "this node only takes images under: "+allowed+" (policy.allowed_image_dirs in its config)",
-		"image %s is outside the node's allowed image directories", img)
+		"image %s is outside the node's allowed image directories", jsonapi.Clip(img, maxEchoPath))
 }
 
 // pickDriver chooses the driver for a VM.
@@ -289,7 +295,7 @@ func (m *Manager) pickDriver(want, guestOS string) (string, error) {
 	if want != "" {
 		s, ok := byName[want]
 		if !ok {
-			return "", fail(driver.ErrInvalid, "drivers on this node: "+strings.Join(m.opts.DriverOrder, ", "), "no driver %q on this node", want)
+			return "", fail(driver.ErrInvalid, "drivers on this node: "+strings.Join(m.opts.DriverOrder, ", "), "no driver %q on this node", jsonapi.Echo(want))
 		}
 		if !runs(s) {
 			return "", fail(driver.ErrUnavailable, "GET /v1/health shows each driver's health", "driver %s cannot run a %s guest now", want, guestOS)
@@ -420,10 +426,10 @@ func (m *Manager) get(idOrName string) (*store.VM, error) {
 	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, fail(driver.ErrNotFound, "GET /v1/vms lists the VMs on this node", "no VM %q on node %s", idOrName, m.opts.NodeName)
+		return nil, fail(driver.ErrNotFound, "GET /v1/vms lists the VMs on this node", "no VM %q on node %s", jsonapi.Echo(idOrName), m.opts.NodeName)
 	case errors.Is(err, store.ErrAmbiguous):
 		return nil, fail(driver.ErrExists, "name the VM by its id: GET /v1/vms lists the VMs with their tenants",
-			"several tenants have a VM named %q on node %s", idOrName, m.opts.NodeName)
+			"several tenants have a VM named %q on node %s", jsonapi.Echo(idOrName), m.opts.NodeName)
 	}
 	return rec, err
 }

@@ -159,10 +159,10 @@ func New(opts Options) *Server {
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)
 	}
 	s.router.NotFoundHandler = s.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, specHint)
+		jsonapi.WriteError(w, http.StatusNotFound, "no such endpoint: "+jsonapi.Echo(r.Method)+" "+jsonapi.Echo(r.URL.Path), specHint)
 	}))
 	s.router.MethodNotAllowedHandler = s.instrument("unmatched", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		jsonapi.WriteError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path, specHint)
+		jsonapi.WriteError(w, http.StatusMethodNotAllowed, jsonapi.Echo(r.Method)+" is not allowed on "+jsonapi.Echo(r.URL.Path), specHint)
 	}))
 	return s
 }
@@ -250,11 +250,14 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 	return p, http.StatusUnauthorized, "invalid token", tokenHint
 }
 
+// record appends one event to the activity log. The path is the escaped
+// one (plain ASCII, as the caller sent it); the log bounds it, and every
+// other field.
 func (s *Server) record(r *http.Request, p Principal, target string, status int) {
 	if s.opts.Activity == nil {
 		return
 	}
-	e := audit.Event{Time: s.opts.Now().UTC(), Who: p.Who(), Method: r.Method, Path: r.URL.Path, Target: target, Status: status}
+	e := audit.Event{Time: s.opts.Now().UTC(), Who: p.Who(), Method: r.Method, Path: r.URL.EscapedPath(), Target: target, Status: status}
 	if p.Tenant != nil {
 		e.Tenant = p.Tenant.ID
 	}

@@ -445,10 +445,10 @@ func (s *Server) billedTenant(w http.ResponseWriter, r *http.Request, what strin
 	t, err := s.findTenant(r.Context(), ref)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			jsonapi.WriteError(w, http.StatusNotFound, "no tenant "+ref, "GET /fleet/tenants lists the tenants, by id and name")
+			jsonapi.WriteError(w, http.StatusNotFound, "no tenant "+jsonapi.Echo(ref), "GET /fleet/tenants lists the tenants, by id and name")
 			return "", false
 		}
-		s.storeError(w, "read tenant "+ref, err)
+		s.storeError(w, "read tenant "+jsonapi.Echo(ref), err)
 		return "", false
 	}
 	return t.ID, true
@@ -522,7 +522,7 @@ func timeParam(w http.ResponseWriter, v, name string, def time.Time) (time.Time,
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not an RFC 3339 time", name, v),
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not an RFC 3339 time", name, jsonapi.Echo(v)),
 			"write it like 2026-10-01T00:00:00Z")
 		return time.Time{}, false
 	}
@@ -537,7 +537,7 @@ func formatParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	case "csv":
 		return "csv", true
 	default:
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("format %q is not json or csv", f), "use format=json (the default) or format=csv")
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("format %q is not json or csv", jsonapi.Echo(f)), "use format=json (the default) or format=csv")
 		return "", false
 	}
 }

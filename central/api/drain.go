@@ -43,7 +43,7 @@ func isEphemeral(vm *sdk.VM) bool {
 func (s *Server) nodeFromPath(w http.ResponseWriter, r *http.Request) (*store.Node, bool) {
 	name := mux.Vars(r)["name"]
 	if !store.ValidName(name) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, "GET /fleet/nodes lists the nodes")
+		jsonapi.WriteError(w, http.StatusNotFound, "no node "+jsonapi.Echo(name), "GET /fleet/nodes lists the nodes")
 		return nil, false
 	}
 	n, err := s.opts.Store.GetNode(r.Context(), name)
@@ -110,7 +110,7 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 	switch mode {
 	case DrainCordon, DrainEvictEphemeral, DrainReschedule:
 	default:
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("mode %q is not a drain mode", mode),
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("mode %q is not a drain mode", jsonapi.Echo(mode)),
 			"use mode=cordon (keep every VM), mode=evict-ephemeral (delete VMs with a TTL or label fluxvm.dev/ephemeral=true) "+
 				"or mode=reschedule (also recreate reschedulable VMs on other nodes)")
 		return

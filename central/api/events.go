@@ -52,7 +52,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			tenant = t.ID
 		case !errors.Is(err, store.ErrNotFound):
-			s.storeError(w, "find tenant "+ref, err)
+			s.storeError(w, "find tenant "+jsonapi.Echo(ref), err)
 			return
 		}
 	}

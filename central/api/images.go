@@ -36,7 +36,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 func (s *Server) putImage(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
 	if !store.ValidName(name) {
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("image name %q is not valid", name), imageNameHint)
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("image name %q is not valid", jsonapi.Echo(name)), imageNameHint)
 		return
 	}
 	var im store.Image
@@ -45,7 +45,7 @@ func (s *Server) putImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if im.Name != "" && im.Name != name {
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("the body names image %q but the path %q", im.Name, name),
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("the body names image %q but the path %q", jsonapi.Echo(im.Name), name),
 			"leave name out of the body, or make it the path's; to rename an image, PUT the new name and DELETE the old")
 		return
 	}
@@ -77,7 +77,7 @@ func (s *Server) putImage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
 	notFound := func() {
-		jsonapi.WriteError(w, http.StatusNotFound, "no image "+name+" in the catalog", "GET /fleet/images lists the catalog")
+		jsonapi.WriteError(w, http.StatusNotFound, "no image "+jsonapi.Echo(name)+" in the catalog", "GET /fleet/images lists the catalog")
 	}
 	if !store.ValidName(name) {
 		notFound()

@@ -118,18 +118,18 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 		}
 		t, err := s.findTenant(r.Context(), req.Tenant)
 		if errors.Is(err, store.ErrNotFound) {
-			jsonapi.WriteError(w, http.StatusBadRequest, "no tenant "+req.Tenant, "GET /fleet/tenants lists the tenants, by id and name")
+			jsonapi.WriteError(w, http.StatusBadRequest, "no tenant "+jsonapi.Echo(req.Tenant), "GET /fleet/tenants lists the tenants, by id and name")
 			return
 		}
 		if err != nil {
-			s.storeError(w, "read tenant "+req.Tenant, err)
+			s.storeError(w, "read tenant "+jsonapi.Echo(req.Tenant), err)
 			return
 		}
 		tenant = t
 	}
 	switch {
 	case req.Node != "" && !store.ValidName(req.Node):
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("node %q is not a valid node name", req.Node), "leave node out to get the smallest eligible Mac")
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("node %q is not a valid node name", jsonapi.Echo(req.Node)), "leave node out to get the smallest eligible Mac")
 		return
 	case req.MinMemoryMiB < 0 || req.MinVCPUs < 0 || req.Hours < 0:
 		jsonapi.WriteError(w, http.StatusBadRequest, "hours, min_memory_mib and min_vcpus must not be negative", specHint)
@@ -270,11 +270,11 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 	if ref := q.Get("tenant"); ref != "" && p.Operator {
 		t, err := s.findTenant(r.Context(), ref)
 		if errors.Is(err, store.ErrNotFound) {
-			jsonapi.WriteError(w, http.StatusBadRequest, "no tenant "+ref, "GET /fleet/tenants lists the tenants")
+			jsonapi.WriteError(w, http.StatusBadRequest, "no tenant "+jsonapi.Echo(ref), "GET /fleet/tenants lists the tenants")
 			return
 		}
 		if err != nil {
-			s.storeError(w, "read tenant "+ref, err)
+			s.storeError(w, "read tenant "+jsonapi.Echo(ref), err)
 			return
 		}
 		tenant = t.ID
@@ -299,11 +299,11 @@ func (s *Server) leaseFromPath(w http.ResponseWriter, r *http.Request) (*store.L
 	p := PrincipalOf(r.Context())
 	l, err := s.opts.Store.GetLease(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && p.Tenant != nil && l.Tenant != p.Tenant.ID) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no lease "+id, "GET /fleet/leases lists your leases")
+		jsonapi.WriteError(w, http.StatusNotFound, "no lease "+jsonapi.Echo(id), "GET /fleet/leases lists your leases")
 		return nil, false
 	}
 	if err != nil {
-		s.storeError(w, "read lease "+id, err)
+		s.storeError(w, "read lease "+jsonapi.Echo(id), err)
 		return nil, false
 	}
 	return l, true
@@ -479,7 +479,7 @@ func boolParam(w http.ResponseWriter, r *http.Request, name string) (bool, bool)
 	case "true", "1":
 		return true, true
 	default:
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s=%q: want true or false", name, v), specHint)
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s=%q: want true or false", name, jsonapi.Echo(v)), specHint)
 		return false, false
 	}
 }

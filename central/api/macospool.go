@@ -60,7 +60,7 @@ func (s *Server) checkoutMacOS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Pool != "" && !store.ValidName(req.Pool) {
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("pool %q is not a valid name", req.Pool), "GET /fleet/pools lists the pools")
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("pool %q is not a valid name", jsonapi.Echo(req.Pool)), "GET /fleet/pools lists the pools")
 		return
 	}
 	ctx := r.Context()
@@ -152,7 +152,7 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 	vm, err := nc.GetVM(ctx, t.id)
 	if err != nil {
 		if sdk.IsNotFound(err) {
-			jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", mux.Vars(r)["id"], t.node.Name),
+			jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", jsonapi.Echo(mux.Vars(r)["id"]), t.node.Name),
 				"it may have been returned already; GET /fleet/vms lists the VMs")
 			return
 		}

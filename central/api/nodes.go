@@ -37,7 +37,7 @@ const (
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
 	if !store.ValidName(name) {
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("node name %q is not valid", name),
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("node name %q is not valid", jsonapi.Echo(name)),
 			"node names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (the node's HCL `name`)")
 		return
 	}
@@ -73,7 +73,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 func checkHeartbeat(hb *sdk.Heartbeat) (msg, hint string) {
 	u, err := url.Parse(hb.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Sprintf("url %q is not a node API address", hb.URL),
+		return fmt.Sprintf("url %q is not a node API address", jsonapi.Echo(hb.URL)),
 			"send the URL central reaches this node's API at, e.g. http://10.0.0.5:7777 (the node's central { advertise = ... })"
 	}
 	c := hb.Capacity
@@ -171,7 +171,7 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 		if p.Tenant != nil {
 			hint = "GET /fleet/leases lists the nodes you lease"
 		}
-		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, hint)
+		jsonapi.WriteError(w, http.StatusNotFound, "no node "+jsonapi.Echo(name), hint)
 	}
 	if !store.ValidName(name) {
 		notFound()

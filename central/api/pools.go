@@ -123,7 +123,7 @@ func (s *Server) poolOf(w http.ResponseWriter, r *http.Request) (*store.Pool, bo
 	p := PrincipalOf(r.Context())
 	name := mux.Vars(r)["name"]
 	notFound := func() (*store.Pool, bool) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no pool "+name, "GET /fleet/pools lists the pools you may use")
+		jsonapi.WriteError(w, http.StatusNotFound, "no pool "+jsonapi.Echo(name), "GET /fleet/pools lists the pools you may use")
 		return nil, false
 	}
 	if !store.ValidName(name) {
@@ -137,7 +137,7 @@ func (s *Server) poolOf(w http.ResponseWriter, r *http.Request) (*store.Pool, bo
 				return notFound()
 			}
 			if err != nil {
-				s.storeError(w, "read tenant "+ref, err)
+				s.storeError(w, "read tenant "+jsonapi.Echo(ref), err)
 				return nil, false
 			}
 			owner = t.ID
@@ -218,11 +218,11 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		}
 		t, err := s.findTenant(r.Context(), req.Tenant)
 		if errors.Is(err, store.ErrNotFound) {
-			jsonapi.WriteError(w, http.StatusBadRequest, "no tenant "+req.Tenant, "GET /fleet/tenants lists the tenants, by id and name")
+			jsonapi.WriteError(w, http.StatusBadRequest, "no tenant "+jsonapi.Echo(req.Tenant), "GET /fleet/tenants lists the tenants, by id and name")
 			return
 		}
 		if err != nil {
-			s.storeError(w, "read tenant "+req.Tenant, err)
+			s.storeError(w, "read tenant "+jsonapi.Echo(req.Tenant), err)
 			return
 		}
 		owner = t.ID
@@ -230,7 +230,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 	bad := func(msg, hint string) { jsonapi.WriteError(w, http.StatusBadRequest, msg, hint) }
 	switch {
 	case !store.ValidName(req.Name) || len(req.Name) > maxPoolNameLen:
-		bad(fmt.Sprintf("name %q is not a valid pool name", req.Name),
+		bad(fmt.Sprintf("name %q is not a valid pool name", jsonapi.Echo(req.Name)),
 			fmt.Sprintf("use 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", maxPoolNameLen))
 		return
 	case req.Size == nil:
@@ -247,7 +247,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 	}
 	im, err := s.opts.Store.GetImage(r.Context(), req.Image)
 	if req.Image == "" || !store.ValidName(req.Image) || errors.Is(err, store.ErrNotFound) {
-		bad(fmt.Sprintf("no image %q in the catalog", req.Image), "a pool keeps VMs of a catalog image; catalog images: "+names)
+		bad(fmt.Sprintf("no image %q in the catalog", jsonapi.Echo(req.Image)), "a pool keeps VMs of a catalog image; catalog images: "+names)
 		return
 	}
 	if err != nil {
@@ -434,7 +434,7 @@ func (s *Server) poolDefaults(w http.ResponseWriter, r *http.Request, req *sdk.F
 	}
 	pool, ok := s.usablePool(r.Context(), PrincipalOf(r.Context()), req.Pool)
 	if !ok {
-		jsonapi.WriteError(w, http.StatusNotFound, "no pool "+req.Pool, "GET /fleet/pools lists the pools you may launch from")
+		jsonapi.WriteError(w, http.StatusNotFound, "no pool "+jsonapi.Echo(req.Pool), "GET /fleet/pools lists the pools you may launch from")
 		return false
 	}
 	if req.Image == "" && req.ImagePath == "" {
@@ -496,7 +496,7 @@ func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.
 	if req.Pool != "" {
 		pool, ok := s.usablePool(ctx, p, req.Pool)
 		if !ok {
-			jsonapi.WriteError(w, http.StatusNotFound, "no pool "+req.Pool, "GET /fleet/pools lists the pools you may launch from")
+			jsonapi.WriteError(w, http.StatusNotFound, "no pool "+jsonapi.Echo(req.Pool), "GET /fleet/pools lists the pools you may launch from")
 			return true
 		}
 		if pool.Image != image || pool.VCPUs != spec.VCPUs || pool.MemoryMiB != spec.MemoryMiB {

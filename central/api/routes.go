@@ -1,12 +1,11 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 
+	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/gorilla/mux"
 )
@@ -88,31 +87,50 @@ func Routes() []Route {
 
 // targetOf finds the name or id a change is about, for the activity log:
 // "name" or "id" from a JSON body (nothing else of the body is kept, and an
-// exec's body is never read), else the route's own name or id.
+// exec's body is never read), else the route's own name or id. Only a valid
+// name or id (store.ValidName, which VM names and ids meet too) is a target:
+// whatever else a caller sends, however long, is not repeated in the log.
 func targetOf(r *http.Request) string {
-	if !strings.HasSuffix(r.URL.Path, "/exec") && r.Body != nil && r.ContentLength != 0 {
-		data, err := io.ReadAll(io.LimitReader(r.Body, jsonapi.MaxBodyBytes+1))
-		r.Body = io.NopCloser(bytes.NewReader(data))
-		if err == nil {
+	if !strings.HasSuffix(r.URL.Path, "/exec") {
+		// The handler decodes the same bytes (jsonapi.ReadBody): one copy.
+		data, err := jsonapi.BufferBody(r)
+		if err == nil && len(data) > 0 {
 			var b struct {
-				Name string `json:"name"`
-				ID   string `json:"id"`
+				Name targetField `json:"name"`
+				ID   targetField `json:"id"`
 			}
 			if json.Unmarshal(data, &b) == nil {
 				if b.Name != "" {
-					return b.Name
+					return string(b.Name)
 				}
 				if b.ID != "" {
-					return b.ID
+					return string(b.ID)
 				}
 			}
 		}
 	}
 	v := mux.Vars(r)
 	for _, k := range []string{"id", "name", "node"} {
-		if v[k] != "" {
+		if store.ValidName(v[k]) {
 			return v[k]
 		}
 	}
 	return ""
+}
+
+// targetField is "name" or "id" of a body, read for the activity log. It
+// holds the value only when that is a valid name; the decoder hands it the
+// raw JSON, so a long value is looked at, never copied.
+type targetField string
+
+func (f *targetField) UnmarshalJSON(b []byte) error {
+	// A valid name needs no escapes: at most 64 bytes between the quotes.
+	if len(b) < 3 || len(b) > 66 || b[0] != '"' {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(b, &s) == nil && store.ValidName(s) {
+		*f = targetField(s)
+	}
+	return nil
 }

@@ -175,7 +175,7 @@ func checkTenantName(w http.ResponseWriter, name string) bool {
 		jsonapi.WriteError(w, http.StatusBadRequest, `tenant name "me" is reserved`,
 			"GET /fleet/tenants/me is the calling tenant; pick another name")
 	case !store.ValidName(name):
-		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("tenant name %q is not valid", name), tenantNameHint)
+		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("tenant name %q is not valid", jsonapi.Echo(name)), tenantNameHint)
 	default:
 		return true
 	}
@@ -200,10 +200,10 @@ func (s *Server) tenantFromPath(w http.ResponseWriter, r *http.Request) (*store.
 	t, err := s.findTenant(r.Context(), ref)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		jsonapi.WriteError(w, http.StatusNotFound, "no tenant "+ref, "GET /fleet/tenants lists the tenants, by id and name")
+		jsonapi.WriteError(w, http.StatusNotFound, "no tenant "+jsonapi.Echo(ref), "GET /fleet/tenants lists the tenants, by id and name")
 		return nil, false
 	case err != nil:
-		s.storeError(w, "read tenant "+ref, err)
+		s.storeError(w, "read tenant "+jsonapi.Echo(ref), err)
 		return nil, false
 	}
 	return t, true

@@ -245,12 +245,17 @@ func (e *env) dump() map[string]string {
 	return out
 }
 
-// auditFile is the activity log file's content.
+// auditFile is the content of the activity log's files: the changes, then
+// the refusals (which the log keeps apart).
 func (e *env) auditFile() string {
 	e.t.Helper()
-	b, err := os.ReadFile(e.audit.Path())
-	if err != nil {
-		e.t.Fatal(err)
+	var out []byte
+	for _, p := range []string{e.audit.Path(), e.audit.RefusedPath()} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, b...)
 	}
-	return string(b)
+	return string(out)
 }

@@ -190,7 +190,7 @@ func (s *Server) resolveCreate(ctx context.Context, p Principal, req *sdk.FleetC
 		return sdk.CreateVMRequest{}, "", http.StatusBadRequest, m, h
 	}
 	if !vmNameRE.MatchString(req.Name) {
-		return bad(fmt.Sprintf("name %q is not a valid vm name", req.Name), "use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+		return bad(fmt.Sprintf("name %q is not a valid vm name", jsonapi.Echo(req.Name)), "use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
 	}
 	spec = sdk.CreateVMRequest{Name: req.Name, GuestOS: req.GuestOS, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
 		Display: req.Display, Network: req.Network, TTLSeconds: req.TTLSeconds, Labels: req.Labels, Tenant: tenantID(p)}
@@ -217,13 +217,13 @@ func (s *Server) resolveCreate(ctx context.Context, p Principal, req *sdk.FleetC
 		}
 		im, err := s.opts.Store.GetImage(ctx, req.Image)
 		if !store.ValidName(req.Image) || errors.Is(err, store.ErrNotFound) {
-			return bad(fmt.Sprintf("no image %q in the catalog", req.Image), "catalog images: "+names)
+			return bad(fmt.Sprintf("no image %q in the catalog", jsonapi.Echo(req.Image)), "catalog images: "+names)
 		}
 		if err != nil {
 			return sdk.CreateVMRequest{}, "", http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment"
 		}
 		if spec.GuestOS != "" && spec.GuestOS != im.GuestOS {
-			return bad(fmt.Sprintf("guest_os %q does not match image %s, a %s image", spec.GuestOS, im.Name, im.GuestOS),
+			return bad(fmt.Sprintf("guest_os %q does not match image %s, a %s image", jsonapi.Echo(spec.GuestOS), im.Name, im.GuestOS),
 				"leave guest_os out: the catalog image sets it")
 		}
 		spec.GuestOS, spec.Image, image = im.GuestOS, im.Image, im.Name
@@ -239,7 +239,7 @@ func (s *Server) resolveCreate(ctx context.Context, p Principal, req *sdk.FleetC
 	}
 	switch {
 	case spec.GuestOS != store.GuestLinux && spec.GuestOS != store.GuestMacOS:
-		return bad(fmt.Sprintf("guest_os %q is not known", spec.GuestOS), `use "linux" or "macos"`)
+		return bad(fmt.Sprintf("guest_os %q is not known", jsonapi.Echo(spec.GuestOS)), `use "linux" or "macos"`)
 	case spec.VCPUs < 1 || spec.VCPUs > 1024:
 		return bad(fmt.Sprintf("vcpus must be between 1 and 1024, not %d", spec.VCPUs), "ask for 1 or more vCPUs")
 	case spec.MemoryMiB < 64 || spec.MemoryMiB > 16<<20:
@@ -247,16 +247,16 @@ func (s *Server) resolveCreate(ctx context.Context, p Principal, req *sdk.FleetC
 	case spec.TTLSeconds < 0:
 		return bad("ttl_seconds must not be negative", "leave it out for a VM that lives until deleted")
 	case spec.Network != "" && spec.Network != "user" && spec.Network != "none":
-		return bad(fmt.Sprintf("network %q is not known", spec.Network), `use "user" (NAT) or "none"`)
+		return bad(fmt.Sprintf("network %q is not known", jsonapi.Echo(spec.Network)), `use "user" (NAT) or "none"`)
 	case req.Node != "" && !store.ValidName(req.Node):
-		return bad(fmt.Sprintf("node %q is not a valid node name", req.Node), "GET /fleet/capacity lists the nodes you may use")
+		return bad(fmt.Sprintf("node %q is not a valid node name", jsonapi.Echo(req.Node)), "GET /fleet/capacity lists the nodes you may use")
 	case len(req.Labels) > maxLabels || len(req.NodeSelector) > maxLabels:
 		return bad(fmt.Sprintf("at most %d labels and %d node_selector entries", maxLabels, maxLabels), "trim them")
 	}
 	for _, m := range []map[string]string{req.Labels, req.NodeSelector} {
 		for k, v := range m {
 			if !labelKeyRE.MatchString(k) || len(v) > 256 {
-				return bad(fmt.Sprintf("label %q is not valid", k),
+				return bad(fmt.Sprintf("label %q is not valid", jsonapi.Echo(k)),
 					"label keys are 1-63 letters, digits, '.', '_', '/' or '-'; values at most 256 characters")
 			}
 		}
@@ -414,7 +414,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (*target, bool)
 	v := mux.Vars(r)
 	nodeName, id := v["node"], v["id"]
 	notFound := func() (*target, bool) {
-		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", id, nodeName), "GET /fleet/vms lists your VMs with their nodes")
+		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", jsonapi.Echo(id), jsonapi.Echo(nodeName)), "GET /fleet/vms lists your VMs with their nodes")
 		return nil, false
 	}
 	if !store.ValidName(nodeName) || id == "" || len(id) > 128 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,5 +199,235 @@ func TestConcurrentAppendsAreAllKeptAsWholeLines(t *testing.T) {
 		if got := len(l.Recent(0, fmt.Sprintf("t-%d", w))); got != each {
 			t.Fatalf("tenant t-%d has %d events, want %d", w, got, each)
 		}
+	}
+}
+
+// refusal is a tenant's refused request (a 403) at second i.
+func refusal(i int, tenant string) Event {
+	e := event(i, tenant)
+	e.Method, e.Path, e.Target, e.Status = "GET", "/fleet/policy", "", 403
+	return e
+}
+
+// fileBytes is a file's content ("" when it does not exist).
+func fileBytes(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestEveryFieldIsBoundedAndALineStaysUnderMaxLineBytes(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, Options{Dir: dir})
+	huge := strings.Repeat("a", 1<<20)
+	nasty := strings.Repeat("\"\\\n\x00\u2028é\xff<&>", 1<<14) // what JSON escapes, and what it need not
+	for i, s := range []string{huge, nasty} {
+		l.Append(Event{Time: time.Date(2026, 3, 1, 12, 0, i, 123456789, time.UTC), Who: s, Tenant: s, Method: s, Path: s, Target: s,
+			Status: 400 + i})
+		l.Append(Event{Time: time.Date(2026, 3, 1, 12, 0, i, 123456789, time.UTC), Who: s, Tenant: s, Method: s, Path: s, Target: s,
+			Status: 200})
+	}
+	for _, e := range l.Recent(0, "") {
+		for _, f := range []struct {
+			name, v string
+			max     int
+		}{{"who", e.Who, MaxFieldBytes}, {"tenant", e.Tenant, MaxFieldBytes}, {"method", e.Method, MaxFieldBytes},
+			{"path", e.Path, MaxPathBytes}, {"target", e.Target, MaxTargetBytes}} {
+			if len(f.v) > f.max || !strings.HasSuffix(f.v, "…") || strings.ContainsAny(f.v, "\"\\\n\x00\u2028") {
+				t.Fatalf("%s in memory is %d bytes (bound %d): %q", f.name, len(f.v), f.max, f.v)
+			}
+		}
+	}
+	for _, p := range []string{FileName, RefusedFileName} {
+		lines := strings.Split(strings.TrimSuffix(fileBytes(t, filepath.Join(dir, p)), "\n"), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("%s has %d lines, want 2", p, len(lines))
+		}
+		for _, line := range lines {
+			if len(line)+1 > MaxLineBytes {
+				t.Fatalf("%s: a line of %d bytes, bound %d", p, len(line)+1, MaxLineBytes)
+			}
+		}
+	}
+	// The largest line there can be, a summary with every field full and the
+	// widest numbers and times, fits too.
+	full := func(n int) string { return strings.Repeat("…", n/len("…")+1)[:n] }
+	widest := time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("", -23*3600-59*60))
+	e := bound(Event{Time: widest, Until: widest, Who: full(MaxFieldBytes), Tenant: full(MaxFieldBytes), Method: full(MaxFieldBytes),
+		Path: full(MaxPathBytes), Target: full(MaxTargetBytes), Status: math.MinInt64, Suppressed: math.MinInt64})
+	line, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(line)+1 > MaxLineBytes {
+		t.Fatalf("the largest line is %d bytes, bound %d: %s", len(line)+1, MaxLineBytes, line)
+	}
+	t.Logf("the largest line is %d bytes", len(line)+1)
+}
+
+// TestAFloodOfRefusalsLeavesEveryEarlierEventInPlace is issue #12's attack:
+// a tenant sends refused requests as fast as it can. The changes file is not
+// touched, the refusals file keeps everyone's earlier refusals (the same
+// tenant's 403s too) and grows by the budget and one summary, and memory
+// still serves every earlier event.
+func TestAFloodOfRefusalsLeavesEveryEarlierEventInPlace(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, Options{Dir: dir, MaxBytes: 64 << 10, Keep: 300, RefusalBudget: Budget{Burst: 20, PerHour: 60}})
+	var earlier []Event
+	add := func(e Event) { l.Append(e); earlier = append(earlier, e) }
+	add(event(0, ""))
+	add(event(1, "t-b"))
+	add(refusal(2, "t-b"))
+	add(refusal(3, "t-a")) // the flooder's own earlier 403
+	add(event(4, "t-a"))
+	changesBefore := fileBytes(t, filepath.Join(dir, FileName))
+
+	for i := range 10_000 { // within one minute: the budget does not refill
+		e := refusal(0, "t-a")
+		e.Time = time.Date(2026, 3, 1, 12, 1, 0, i*1000, time.UTC)
+		e.Method, e.Path, e.Status, e.Target = "POST", "/fleet/vms", 400, ""
+		l.Append(e)
+	}
+	if got := fileBytes(t, filepath.Join(dir, FileName)); got != changesBefore {
+		t.Fatalf("refusals changed the changes file:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, RefusedFileName+".1")); err == nil {
+		t.Fatal("the refusals file rotated")
+	}
+	refused := readLines(t, filepath.Join(dir, RefusedFileName))
+	if len(refused) != 2+20-1 { // t-b's and t-a's 403s, then what is left of t-a's burst
+		t.Fatalf("the refusals file has %d lines", len(refused))
+	}
+	if refused[0] != earlier[2] || refused[1] != earlier[3] {
+		t.Fatalf("the earlier refusals are not in place: %+v", refused[:2])
+	}
+	// Memory: every earlier event, and the summary still counting, newest.
+	recent := l.Recent(0, "")
+	if s := recent[0]; s.Suppressed != 10_000-19 || s.Who != "tenant:t-a" || s.Status != 400 || s.Path != "/fleet/vms" || s.Until.IsZero() {
+		t.Fatalf("the newest event is %+v, want the summary of the flood", s)
+	}
+	for _, want := range earlier {
+		if !contains(recent, want) {
+			t.Fatalf("memory lost %+v", want)
+		}
+	}
+	// Close writes the summary, and a reopened log serves it.
+	l.Close()
+	refused = readLines(t, filepath.Join(dir, RefusedFileName))
+	if last := refused[len(refused)-1]; last.Suppressed != 10_000-19 || !last.Time.Equal(time.Date(2026, 3, 1, 12, 1, 0, 19_000, time.UTC)) {
+		t.Fatalf("the last line is %+v, want the summary", last)
+	}
+	l2 := open(t, Options{Dir: dir})
+	if got := l2.Recent(0, ""); len(got) != len(earlier)+19+1 || got[0].Suppressed != 10_000-19 || got[len(got)-1] != earlier[0] {
+		t.Fatalf("reopened: %d events, newest %+v", len(got), got[0])
+	}
+}
+
+func contains(es []Event, e Event) bool {
+	for _, x := range es {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAFloodOfCheapChangesCannotPushOthersOut: a tenant's accepted changes
+// past its budget are counted, not written, so the file does not rotate
+// others out; in memory, the flooder gives way from its own events.
+func TestAFloodOfCheapChangesCannotPushOthersOut(t *testing.T) {
+	dir := t.TempDir()
+	line, _ := json.Marshal(event(0, "t-a"))
+	l := open(t, Options{Dir: dir, MaxBytes: int64(60 * (len(line) + 1)), Keep: 30, ChangeBudget: Budget{Burst: 25, PerHour: 1}})
+	var others []Event
+	for i := range 5 {
+		others = append(others, event(i, ""), event(i, "t-b"), refusal(i, "t-a"))
+	}
+	for _, e := range others {
+		l.Append(e)
+	}
+	for i := range 5000 { // within one second: the budget does not refill
+		e := event(100+i, "t-a")
+		e.Time = time.Date(2026, 3, 1, 13, 0, 0, i, time.UTC)
+		l.Append(e)
+	}
+	if _, err := os.Stat(filepath.Join(dir, FileName+".1")); err == nil {
+		t.Fatal("the changes file rotated")
+	}
+	recent := l.Recent(0, "")
+	for _, e := range others {
+		if !contains(recent, e) {
+			t.Fatalf("memory lost %+v", e)
+		}
+	}
+	mine := l.Recent(0, "t-a")
+	if mine[0].Suppressed != 5000-25 {
+		t.Fatalf("t-a's newest is %+v, want the summary", mine[0])
+	}
+	// Memory holds 30 changes: t-a had to give way to stay at 20 of them.
+	if n := len(l.Recent(0, "t-b")); n != 5 {
+		t.Fatalf("t-b has %d events in memory", n)
+	}
+}
+
+func TestTheBudgetRefillsByTheEventsTimesAndTheSummaryComesFirst(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, Options{Dir: dir, RefusalBudget: Budget{Burst: 2, PerHour: 60}})
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration, path string) Event {
+		e := refusal(0, "t-a")
+		e.Time, e.Path = t0.Add(d), path
+		return e
+	}
+	for _, e := range []Event{at(0, "/1"), at(0, "/2"), at(time.Second, "/3"), at(30*time.Second, "/4"), at(61*time.Second, "/5")} {
+		l.Append(e)
+	}
+	got := readLines(t, filepath.Join(dir, RefusedFileName))
+	want := []Event{at(0, "/1"), at(0, "/2"),
+		{Time: t0.Add(time.Second), Until: t0.Add(30 * time.Second), Who: "tenant:t-a", Tenant: "t-a", Method: "GET", Path: "/4", Status: 403, Suppressed: 2},
+		at(61*time.Second, "/5")}
+	if len(got) != len(want) {
+		t.Fatalf("file %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("line %d is %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// Another principal has its own budget.
+	e := refusal(0, "t-b")
+	e.Time = t0.Add(62 * time.Second)
+	l.Append(e)
+	if got := l.Recent(1, ""); got[0] != e {
+		t.Fatalf("t-b's refusal: %+v", got)
+	}
+}
+
+func TestReopenServesBothKindsInTheOrderTheyHappened(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, Options{Dir: dir})
+	for i := range 12 {
+		if i%3 == 0 {
+			l.Append(refusal(i, "t-a"))
+		} else {
+			l.Append(event(i, "t-a"))
+		}
+	}
+	before := l.Recent(0, "")
+	l.Close()
+	after := open(t, Options{Dir: dir}).Recent(0, "")
+	if len(after) != 12 {
+		t.Fatalf("reopened %d events", len(after))
+	}
+	for i := range before {
+		if before[i] != after[i] {
+			t.Fatalf("event %d: %+v before, %+v after", i, before[i], after[i])
+		}
+	}
+	if len(readLines(t, filepath.Join(dir, RefusedFileName))) != 4 || len(readLines(t, filepath.Join(dir, FileName))) != 8 {
+		t.Fatal("refusals and changes are not in their own files")
 	}
 }

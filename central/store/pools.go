@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -89,7 +90,7 @@ func (p *Pool) Validate() error {
 	}
 	switch {
 	case p.GuestOS != GuestLinux && p.GuestOS != GuestMacOS:
-		return fmt.Errorf("%w: pool %s: guest_os %q: want %q or %q", ErrInvalid, p.Name, p.GuestOS, GuestLinux, GuestMacOS)
+		return fmt.Errorf("%w: pool %s: guest_os %q: want %q or %q", ErrInvalid, p.Name, jsonapi.Echo(p.GuestOS), GuestLinux, GuestMacOS)
 	case p.VCPUs < 1 || p.MemoryMiB < 1:
 		return fmt.Errorf("%w: pool %s: vcpus and memory_mib must be at least 1", ErrInvalid, p.Name)
 	case p.Size < 0 || p.Size > MaxPoolSize:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"io"
 	"regexp"
 	"strconv"
@@ -33,7 +34,7 @@ func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 func checkName(kind, name string) error {
 	if !ValidName(name) {
-		return fmt.Errorf("%w: %s name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalid, kind, name)
+		return fmt.Errorf("%w: %s name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalid, kind, jsonapi.Echo(name))
 	}
 	return nil
 }
@@ -100,7 +101,7 @@ func (n *Node) Validate() error {
 		return err
 	}
 	if n.State != "" && n.State != NodeUp && n.State != NodeDown {
-		return fmt.Errorf("%w: node state %q: want %q or %q", ErrInvalid, n.State, NodeUp, NodeDown)
+		return fmt.Errorf("%w: node state %q: want %q or %q", ErrInvalid, jsonapi.Echo(n.State), NodeUp, NodeDown)
 	}
 	t := n.Capacity.Total
 	if t.VCPUs < 0 || t.MemoryMiB < 0 || t.MacOSSlots < 0 {
@@ -250,7 +251,7 @@ func (p *Policy) Validate() error {
 	}
 	for _, e := range p.OperatorEmails {
 		if at := strings.IndexByte(e, '@'); at < 1 || at == len(e)-1 || strings.ContainsAny(e, " \t\r\n,") {
-			return fmt.Errorf("%w: operator_emails: %q is not an email address", ErrInvalid, e)
+			return fmt.Errorf("%w: operator_emails: %q is not an email address", ErrInvalid, jsonapi.Echo(e))
 		}
 	}
 	t := &p.Tunnels
@@ -288,7 +289,7 @@ func checkSubnetPrefix(s string) error {
 		}
 	}
 	if !ok {
-		return fmt.Errorf("%w: tenant_subnet_prefix %q: want two octets like 10.230", ErrInvalid, s)
+		return fmt.Errorf("%w: tenant_subnet_prefix %q: want two octets like 10.230", ErrInvalid, jsonapi.Echo(s))
 	}
 	return nil
 }
@@ -302,7 +303,7 @@ func checkPortRange(r string) error {
 	a, err1 := strconv.Atoi(lo)
 	b, err2 := strconv.Atoi(hi)
 	if err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
-		return fmt.Errorf("%w: tunnels.ports entry %q: want a port or an inclusive range like 1024-65535", ErrInvalid, r)
+		return fmt.Errorf("%w: tunnels.ports entry %q: want a port or an inclusive range like 1024-65535", ErrInvalid, jsonapi.Echo(r))
 	}
 	return nil
 }
@@ -374,7 +375,7 @@ func (im *Image) Validate() error {
 		im.SSHUser = DefaultImageSSHUser
 	}
 	if im.GuestOS != GuestLinux && im.GuestOS != GuestMacOS {
-		return fmt.Errorf("%w: image %s: guest_os %q: want %q or %q", ErrInvalid, im.Name, im.GuestOS, GuestLinux, GuestMacOS)
+		return fmt.Errorf("%w: image %s: guest_os %q: want %q or %q", ErrInvalid, im.Name, jsonapi.Echo(im.GuestOS), GuestLinux, GuestMacOS)
 	}
 	if strings.TrimSpace(im.Image) == "" {
 		return fmt.Errorf("%w: image %s: image (the disk's path on the Macs) is required", ErrInvalid, im.Name)

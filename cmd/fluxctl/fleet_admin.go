@@ -655,7 +655,12 @@ func eventColumns(tenants *tenantNames) []column[sdk.Event] {
 		}},
 		{"method", "METHOD", false, func(e *sdk.Event) string { return e.Method }},
 		{"path", "PATH", false, func(e *sdk.Event) string { return e.Path }},
-		{"target", "TARGET", false, func(e *sdk.Event) string { return e.Target }},
+		{"target", "TARGET", false, func(e *sdk.Event) string {
+			if e.Suppressed > 0 { // a summary of requests over the caller's budget
+				return fmt.Sprintf("(%d more until %s)", e.Suppressed, e.Until.Local().Format(time.DateTime))
+			}
+			return e.Target
+		}},
 		{"status", "STATUS", false, func(e *sdk.Event) string { return strconv.Itoa(e.Status) }},
 		{"tenant-id", "TENANT ID", true, func(e *sdk.Event) string { return e.Tenant }},
 	}
