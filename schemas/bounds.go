@@ -89,9 +89,9 @@ func (s *Spec) Bounds(method, route string, query url.Values, body []byte) *OutO
 	if mt == nil || mt.Schema == nil {
 		return nil
 	}
-	// Only the first JSON value counts: the handler refuses anything after it.
-	var raw json.RawMessage
-	if json.NewDecoder(bytes.NewReader(body)).Decode(&raw) != nil {
+	// A body that is not one JSON value is the handler's to refuse.
+	raw := bytes.TrimSpace(body)
+	if !json.Valid(raw) {
 		return nil
 	}
 	return walk(raw, mt.Schema, "", 0)
@@ -162,53 +162,59 @@ func walk(raw []byte, ref *openapi3.SchemaRef, path string, depth int) *OutOfRan
 		if s.MaxLength == nil {
 			return nil
 		}
-		var v string
-		if json.Unmarshal(raw, &v) != nil {
-			return nil
-		}
-		if uint64(utf8.RuneCountInString(v)) > *s.MaxLength {
+		if uint64(runeCount(raw)) > *s.MaxLength {
 			return &OutOfRange{Field: path, Want: fmt.Sprintf("at most %d characters", *s.MaxLength)}
 		}
 	case openapi3.TypeArray:
-		items, ok := arrayItems(raw)
-		if !ok {
-			return nil
-		}
-		if s.MaxItems != nil && uint64(len(items)) > *s.MaxItems {
+		n := 0
+		items(raw, func([]byte) bool { n++; return true })
+		if s.MaxItems != nil && uint64(n) > *s.MaxItems {
 			return &OutOfRange{Field: path, Want: fmt.Sprintf("a list of at most %d entries", *s.MaxItems)}
 		}
-		for i, it := range items {
-			if e := walk(it, s.Items, fmt.Sprintf("%s[%d]", path, i), depth+1); e != nil {
-				return e
-			}
-		}
+		var found *OutOfRange
+		i := 0
+		items(raw, func(it []byte) bool {
+			found = walk(it, s.Items, fmt.Sprintf("%s[%d]", path, i), depth+1)
+			i++
+			return found == nil
+		})
+		return found
 	case openapi3.TypeObject:
-		keys, values, ok := objectMembers(raw)
-		if !ok {
-			return nil
-		}
 		if s.MaxProps != nil {
-			distinct := make(map[string]bool, len(keys))
-			for _, k := range keys {
-				distinct[k] = true
-			}
-			if uint64(len(distinct)) > *s.MaxProps {
+			// Keys too long to decode count as distinct: no property is that long.
+			distinct, long := map[string]bool{}, 0
+			members(raw, func(key, _ []byte) bool {
+				if k, ok := keyText(key); ok {
+					distinct[k] = true
+				} else {
+					long++
+				}
+				return true
+			})
+			if uint64(len(distinct)+long) > *s.MaxProps {
 				return &OutOfRange{Field: path, Want: fmt.Sprintf("an object of at most %d entries", *s.MaxProps)}
 			}
 		}
-		for i, k := range keys {
+		var found *OutOfRange
+		members(raw, func(key, value []byte) bool {
+			k, ok := keyText(key)
 			name, sub := property(s, k)
+			if !ok && s.AdditionalProperties.Schema != nil {
+				name, sub = "*", s.AdditionalProperties.Schema // a long key of a map
+			} else if !ok {
+				return true // matches no property: the handler refuses it
+			}
 			if sub == nil {
-				continue // an unknown field: the handler refuses it
+				return true // an unknown field: the handler refuses it
 			}
 			child := name
 			if path != "" {
 				child = path + "." + name
 			}
-			if e := walk(values[i], sub, child, depth+1); e != nil {
-				return e
-			}
-		}
+			found = walk(value, sub, child, depth+1)
+			return found == nil
+		})
+		return found
 	}
 	return nil
 }
@@ -309,35 +315,4 @@ func permits(s *openapi3.Schema, kind string) bool {
 		return s.Type.Permits(openapi3.TypeNumber) || s.Type.Permits(openapi3.TypeInteger)
 	}
 	return s.Type.Permits(kind)
-}
-
-// arrayItems splits a JSON array into its items.
-func arrayItems(raw []byte) ([]json.RawMessage, bool) {
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return nil, false
-	}
-	return items, true
-}
-
-// objectMembers lists a JSON object's members in order, keeping a key that
-// appears twice (encoding/json would use the last; both are checked).
-func objectMembers(raw []byte) (keys []string, values []json.RawMessage, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, nil, false
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, nil, false
-		}
-		k, isKey := t.(string)
-		var v json.RawMessage
-		if !isKey || dec.Decode(&v) != nil {
-			return nil, nil, false
-		}
-		keys, values = append(keys, k), append(values, v)
-	}
-	return keys, values, true
 }

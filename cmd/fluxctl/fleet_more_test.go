@@ -170,5 +170,5 @@ func TestFleetPoolsResizeAndLaunchWarmFromAPool(t *testing.T) {
 	op.run(t, "fleet", "pools", "create", "shared", "--image", "debian-minimal", "--size", "0").ok(t, "shared pool create")
 	tenant.run(t, "fleet", "pools", "resize", "shared", "--size", "1").refused(t, "a tenant resizing a shared pool",
 		"is a shared pool of the operator", "fluxctl fleet pools create NAME")
-	tenant.run(t, "fleet", "pools", "resize", "ci", "--size", "101").refused(t, "resize beyond 100", "between 0 and 100", "go from 0 to 100")
+	tenant.run(t, "fleet", "pools", "resize", "ci", "--size", "101").refused(t, "resize beyond 100", `"size" must be from 0 to 100`, "go from 0 to 100")
 }
