@@ -49,6 +49,7 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkWarmPoolClaimVsCold -benchtime 5x -timeout 15m ./central/api/
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./billing/
 	$(GO) test -run '^$$' -bench BenchmarkBillingStatements -benchtime 3x ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkBounds -benchtime 200x -count 5 ./schemas/
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
