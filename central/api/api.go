@@ -21,7 +21,6 @@ import (
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
-	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 	"github.com/hashicorp/go-hclog"
 )
@@ -124,13 +123,10 @@ type Server struct {
 	nodes     *nodecall.Caller
 	place     *placement.Placer
 	vms       *vms.Remover
+	launch    *vms.Launcher
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
-	// afterNodeCreate, when tests set it, runs between a node's create and
-	// the ledger write: the fault-injection point of a central that dies
-	// there.
-	afterNodeCreate func(node string, vm sdk.VM)
 }
 
 // New makes the fleet API.
@@ -150,6 +146,7 @@ func New(opts Options) *Server {
 	s.nodes = nodecall.New(opts.FleetToken)
 	s.place = placement.New(opts.Store)
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
+	s.launch = vms.NewLauncher(opts.Store, s.place, s.nodes, s.fleetProm, opts.Now, opts.Logger)
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store

@@ -4,4 +4,4 @@ import "github.com/fluxvm/fluxvm/sdk"
 
 // SetAfterNodeCreate sets the fault-injection point between a node's create
 // and the ledger write (tests in package api_test).
-func SetAfterNodeCreate(s *Server, f func(node string, vm sdk.VM)) { s.afterNodeCreate = f }
+func SetAfterNodeCreate(s *Server, f func(node string, vm sdk.VM)) { s.launch.AfterNodeCreate = f }

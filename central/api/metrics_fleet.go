@@ -2,25 +2,11 @@ package api
 
 import (
 	"context"
+	"github.com/fluxvm/fluxvm/central/vms"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/prometheus/client_golang/prometheus"
-)
-
-// Outcomes of a placement (fluxvm_central_placements_total{result}). A
-// placement is a node chosen and room reserved on it; what the node then
-// does with the create is a reservation's outcome.
-const (
-	placementPlaced      = "placed"
-	placementNoPlacement = "no_placement" // no node fits, or none kept room under concurrent creates
-	placementQuota       = "quota"        // the tenant's quota refused it
-)
-
-// Outcomes of a reservation (fluxvm_central_reservations_total{result}).
-const (
-	reservationCommitted = "committed" // became a ledger entry
-	reservationReleased  = "released"  // the node refused or failed the create, or the ledger write failed
 )
 
 // fleetMetrics are the placement, reservation, leadership and node metrics,
@@ -56,20 +42,21 @@ func newFleetMetrics(reg prometheus.Registerer, st *store.Store) *fleetMetrics {
 	}
 	// Every label value exists from the start, so a rate over a fresh
 	// central is 0 rather than absent.
-	for _, r := range []string{placementPlaced, placementNoPlacement, placementQuota} {
+	for _, r := range []string{vms.PlacementPlaced, vms.PlacementNoPlacement, vms.PlacementQuota} {
 		m.placements.WithLabelValues(r)
 	}
-	for _, r := range []string{reservationCommitted, reservationReleased} {
+	for _, r := range []string{vms.ReservationCommitted, vms.ReservationReleased} {
 		m.reservations.WithLabelValues(r)
 	}
 	reg.MustRegister(m.placements, m.reservations, m.held, m.leader, nodeCollector{st})
 	return m
 }
 
-func (m *fleetMetrics) placed(result string) { m.placements.WithLabelValues(result).Inc() }
+// Placed counts a placement's outcome (vms.Metrics).
+func (m *fleetMetrics) Placed(result string) { m.placements.WithLabelValues(result).Inc() }
 
-// reservationEnded counts a reservation's end and how long it was held.
-func (m *fleetMetrics) reservationEnded(result string, reserved time.Time) {
+// ReservationEnded counts a reservation's end and how long it was held (vms.Metrics).
+func (m *fleetMetrics) ReservationEnded(result string, reserved time.Time) {
 	m.reservations.WithLabelValues(result).Inc()
 	m.held.Observe(time.Since(reserved).Seconds())
 }

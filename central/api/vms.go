@@ -74,98 +74,57 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	// The lease rules are checked again in the reservation's transaction,
 	// against the lessee the node record names then.
 	macOS := spec.GuestOS == store.GuestMacOS
-	decision, node, res, err := s.place.PlaceAndReserve(r.Context(), placeReq, pol, store.ReserveRequest{Tenant: tenant,
+	launch := vms.Launch{Spec: spec, Image: imageName, Place: placeReq, Policy: pol, Reserve: store.ReserveRequest{Tenant: tenant,
 		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS,
 		ExclusiveLeases: pol.ExclusiveLeasedHosts && (tenant != "" || req.Node == ""), // the operator may name a leased host
-		RequireLease:    pol.RequireLeaseForMacOS && macOS && tenant != ""}, nil)
-	var np *scheduler.NoPlacementError
-	var qe *store.QuotaError
-	switch {
-	case err == nil:
-	case errors.As(err, &np):
-		s.fleetProm.placed(placementNoPlacement)
-		body := sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
-			Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"}
-		jsonapi.Write(w, http.StatusConflict, body)
-		return
-	case errors.Is(err, scheduler.ErrInvalidRequest):
-		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
-		return
-	case errors.As(err, &qe):
-		s.fleetProm.placed(placementQuota)
-		jsonapi.WriteError(w, http.StatusTooManyRequests, qe.Error(),
-			fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too); delete VMs you no longer need, or ask the operator to raise %s",
-				qe.Field, p.Tenant.Name, qe.Field))
-		return
-	case errors.Is(err, store.ErrNotFound) && p.Tenant != nil && s.tenantGone(r.Context(), p.Tenant.ID):
-		jsonapi.WriteError(w, http.StatusUnauthorized, "tenant no longer exists", "ask the operator for a new token")
-		return
-	case errors.Is(err, placement.ErrNoRoom):
-		s.fleetProm.placed(placementNoPlacement)
-		jsonapi.WriteError(w, http.StatusConflict, err.Error(),
-			"the fleet is filling up under concurrent creates; GET /fleet/capacity shows what fits now, then retry")
-		return
-	case errors.Is(err, store.ErrInvalid) && p.Tenant != nil:
-		jsonapi.WriteError(w, http.StatusForbidden, "tenant "+p.Tenant.Name+" is disabled", "ask the operator to enable it")
-		return
-	default:
-		s.storeError(w, "reserve room for the vm", err)
-		return
-	}
-
-	s.fleetProm.placed(placementPlaced)
-	reserved := time.Now()
-
-	// From here on the request's own context is not used: a client that goes
-	// away must not leave a VM without its ledger entry or a reservation held.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodecall.CreateTimeout)
-	defer cancel()
-	vm, err := s.nodes.Create(ctx, node, spec)
-	if err != nil {
-		if rerr := s.opts.Store.Release(ctx, res); rerr != nil {
-			s.log.Warn("release reservation (it lapses with this central's lease)", "reservation", res.ID, "error", rerr)
-		}
-		s.fleetProm.reservationEnded(reservationReleased, reserved)
-		s.nodeError(w, p, node, "create the vm", err)
-		return
-	}
-	if s.afterNodeCreate != nil {
-		s.afterNodeCreate(node.Name, *vm) // tests: central dies here, or waits
-	}
-	entry := store.LedgerEntry{VMID: vm.ID, Name: vm.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
-		GuestOS: spec.GuestOS, Image: imageName, StartedAt: s.opts.Now().UTC()}
+		RequireLease:    pol.RequireLeaseForMacOS && macOS && tenant != ""}}
 	if body.Reschedulable {
 		// Only a reschedulable VM's spec is kept (in etcd, never logged):
 		// create bodies can carry secrets.
 		kept := keptSpec{Spec: spec, Image: imageName, NodeSelector: req.NodeSelector, Nested: req.Nested}
-		_, err = s.opts.Store.CommitSpec(ctx, res, entry, kept.encode())
-	} else {
-		_, err = s.opts.Store.Commit(ctx, res, entry)
+		launch.Kept = kept.encode()
 	}
-	switch {
-	case errors.Is(err, store.ErrDeleted):
-		// Deleted (DELETE /fleet/vms/...) before its entry was written: nothing is
-		// recorded, nothing is charged.
-		_ = s.opts.Store.Release(ctx, res)
-		s.fleetProm.reservationEnded(reservationReleased, reserved)
-		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s was deleted before its create finished", vm.Name, node.Name),
-			"nothing is left of it and nothing is charged; launch it again if you still want it")
+	l, err := s.launch.Launch(r.Context(), launch)
+	if err != nil {
+		s.launchError(w, r, err)
 		return
-	case errors.Is(err, store.ErrExists):
-		// The reconciler adopted it first: it is recorded.
-		_ = s.opts.Store.Release(ctx, res)
-		s.fleetProm.reservationEnded(reservationReleased, reserved)
-	case err != nil:
-		// The VM runs; the reconciler adopts it from its tenant stamp.
-		s.log.Error("record the ledger entry of a created vm; the reconciler will adopt it", "node", node.Name, "vm", vm.ID, "error", err)
-		_ = s.opts.Store.Release(ctx, res)
-		s.fleetProm.reservationEnded(reservationReleased, reserved)
-	default:
-		s.fleetProm.reservationEnded(reservationCommitted, reserved)
 	}
-	w.Header().Set("Location", "/fleet/vms/"+node.Name+"/"+vm.ID)
-	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: node.Name, VM: *vm,
-		Placement: sdk.Placement{Reason: decision.Reason, Considered: verdicts(decision.Considered)}})
+	w.Header().Set("Location", "/fleet/vms/"+l.Node.Name+"/"+l.VM.ID)
+	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: l.Node.Name, VM: *l.VM,
+		Placement: sdk.Placement{Reason: l.Decision.Reason, Considered: verdicts(l.Decision.Considered)}})
+}
+
+// launchError answers a launch that did not happen.
+func (s *Server) launchError(w http.ResponseWriter, r *http.Request, err error) {
+	p := PrincipalOf(r.Context())
+	var np *scheduler.NoPlacementError
+	var qe *store.QuotaError
+	var ne *vms.NodeError
+	var de *vms.DeletedError
+	switch {
+	case errors.As(err, &np):
+		jsonapi.Write(w, http.StatusConflict, sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
+			Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"})
+	case errors.Is(err, scheduler.ErrInvalidRequest):
+		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
+	case errors.As(err, &qe):
+		jsonapi.WriteError(w, http.StatusTooManyRequests, qe.Error(),
+			fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too); delete VMs you no longer need, or ask the operator to raise %s",
+				qe.Field, p.Tenant.Name, qe.Field))
+	case errors.Is(err, store.ErrNotFound) && p.Tenant != nil && s.tenantGone(r.Context(), p.Tenant.ID):
+		jsonapi.WriteError(w, http.StatusUnauthorized, "tenant no longer exists", "ask the operator for a new token")
+	case errors.Is(err, placement.ErrNoRoom):
+		jsonapi.WriteError(w, http.StatusConflict, err.Error(),
+			"the fleet is filling up under concurrent creates; GET /fleet/capacity shows what fits now, then retry")
+	case errors.Is(err, store.ErrInvalid) && p.Tenant != nil:
+		jsonapi.WriteError(w, http.StatusForbidden, "tenant "+p.Tenant.Name+" is disabled", "ask the operator to enable it")
+	case errors.As(err, &ne):
+		s.nodeError(w, p, ne.Node, "create the vm", ne.Err)
+	case errors.As(err, &de):
+		jsonapi.WriteError(w, http.StatusConflict, de.Error(), "nothing is left of it and nothing is charged; launch it again if you still want it")
+	default:
+		s.storeError(w, "reserve room for the vm", err)
+	}
 }
 
 func (s *Server) tenantGone(ctx context.Context, id string) bool {
