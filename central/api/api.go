@@ -124,6 +124,7 @@ type Server struct {
 	place     *placement.Placer
 	vms       *vms.Remover
 	launch    *vms.Launcher
+	lister    *vms.Lister
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -146,6 +147,7 @@ func New(opts Options) *Server {
 	s.nodes = nodecall.New(opts.FleetToken)
 	s.place = placement.New(opts.Store)
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
+	s.lister = vms.NewLister(opts.Store, s.nodes)
 	s.launch = vms.NewLauncher(opts.Store, s.place, s.nodes, s.fleetProm, opts.Now, opts.Logger)
 	s.events = opts.Events
 	if s.events == nil {

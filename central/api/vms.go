@@ -12,9 +12,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
@@ -247,111 +245,13 @@ func (s *Server) catalogNames(ctx context.Context) (string, error) {
 	return strings.Join(names, ", "), nil
 }
 
-// listVMs merges every node's VM list. Nodes that are down or do not answer
-// are named in unreachable_nodes and their VMs shown as last reported. A
-// tenant sees only its own VMs, and only the unreachable nodes that run them.
+// listVMs merges every node's VM list (central/vms: List).
 func (s *Server) listVMs(w http.ResponseWriter, r *http.Request) {
-	p := PrincipalOf(r.Context())
-	ns, err := s.opts.Store.ListNodes(r.Context())
+	out, err := s.lister.List(r.Context(), tenantID(PrincipalOf(r.Context())))
 	if err != nil {
-		s.storeError(w, "list nodes", err)
+		s.storeError(w, "list the vms", err)
 		return
 	}
-	var owned map[string]bool             // node/vm id of the tenant's ledger entries
-	var tenantEntries []store.LedgerEntry // the tenant's running entries
-	if p.Tenant != nil {
-		tenantEntries, err = s.opts.Store.RunningForTenant(r.Context(), p.Tenant.ID)
-		if err != nil {
-			s.storeError(w, "read the ledger", err)
-			return
-		}
-		owned = map[string]bool{}
-		for _, e := range tenantEntries {
-			owned[e.Node+"/"+e.VMID] = true
-		}
-	}
-	mine := func(node, id, stamp string) bool {
-		return p.Tenant == nil || stamp == p.Tenant.ID || owned[node+"/"+id]
-	}
-
-	type answer struct {
-		vms []sdk.VM
-		err error
-	}
-	answers := make([]answer, len(ns))
-	var wg sync.WaitGroup
-	for i := range ns {
-		if ns[i].State != store.NodeUp {
-			answers[i].err = errors.New("node is down: no heartbeat since " + ns[i].LastHeartbeat.Format(time.RFC3339))
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(r.Context(), nodecall.ListTimeout)
-			defer cancel()
-			nc, err := s.nodes.Client(&ns[i])
-			if err == nil {
-				answers[i].vms, err = nc.ListVMs(ctx)
-			}
-			answers[i].err = err
-		}()
-	}
-	wg.Wait()
-
-	out := sdk.FleetVMList{VMs: []sdk.FleetVM{}, UnreachableNodes: []sdk.UnreachableNode{}}
-	for i, n := range ns {
-		a := answers[i]
-		if a.err == nil {
-			for _, vm := range a.vms {
-				if mine(n.Name, vm.ID, vm.Tenant) {
-					out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, VM: vm})
-				}
-			}
-			continue
-		}
-		// Out of sight: the VMs of the node's last heartbeat, and those the
-		// ledger runs there that the heartbeat did not carry yet.
-		shown := 0
-		seen := map[string]bool{}
-		for _, vm := range n.VMs {
-			seen[vm.ID] = true
-			if mine(n.Name, vm.ID, vm.Tenant) {
-				shown++
-				out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, VM: sdk.VM{ID: vm.ID, Name: vm.Name,
-					Tenant: vm.Tenant, State: vm.State, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS}})
-			}
-		}
-		entries := tenantEntries
-		if p.Tenant == nil {
-			if entries, err = s.opts.Store.RunningOnNode(r.Context(), n.Name); err != nil {
-				s.storeError(w, "read the ledger", err)
-				return
-			}
-		}
-		for _, e := range entries {
-			if e.Node != n.Name || seen[e.VMID] {
-				continue
-			}
-			shown++
-			out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, VM: sdk.VM{ID: e.VMID, Name: e.Name,
-				Tenant: e.Tenant, State: "unknown", VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, GuestOS: e.GuestOS, Image: e.Image,
-				CreatedAt: e.StartedAt}})
-		}
-		switch {
-		case p.Operator:
-			hb := n.LastHeartbeat
-			out.UnreachableNodes = append(out.UnreachableNodes, sdk.UnreachableNode{Node: n.Name, Error: a.err.Error(), LastHeartbeat: &hb})
-		case shown > 0:
-			out.UnreachableNodes = append(out.UnreachableNodes, sdk.UnreachableNode{Node: n.Name})
-		}
-	}
-	sort.SliceStable(out.VMs, func(i, j int) bool {
-		if out.VMs[i].Node != out.VMs[j].Node {
-			return out.VMs[i].Node < out.VMs[j].Node
-		}
-		return out.VMs[i].CreatedAt.Before(out.VMs[j].CreatedAt)
-	})
 	jsonapi.Write(w, http.StatusOK, out)
 }
 

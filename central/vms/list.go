@@ -1,0 +1,140 @@
+package vms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
+)
+
+// ListStore is what the fleet-wide list needs of central's store.
+type ListStore interface {
+	// ListNodes reads every node record.
+	ListNodes(ctx context.Context) ([]store.Node, error)
+	// RunningForTenant reads a tenant's running ledger entries.
+	RunningForTenant(ctx context.Context, tenant string) ([]store.LedgerEntry, error)
+	// RunningOnNode reads a node's running ledger entries.
+	RunningOnNode(ctx context.Context, node string) ([]store.LedgerEntry, error)
+}
+
+// Lister lists VMs across the fleet.
+type Lister struct {
+	st    ListStore
+	nodes *nodecall.Caller
+}
+
+// NewLister makes a Lister.
+func NewLister(st ListStore, nodes *nodecall.Caller) *Lister { return &Lister{st: st, nodes: nodes} }
+
+// List merges every node's VM list, asking the nodes at once. Nodes that
+// are down or do not answer are named in UnreachableNodes and their VMs
+// shown as last reported (the heartbeat's, and the ledger's the heartbeat
+// did not carry yet). For a tenant ("" is the operator) only its own VMs,
+// by ledger or by stamp, and only the unreachable nodes that run them, are
+// listed, without the nodes' errors.
+func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, error) {
+	ns, err := l.st.ListNodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var owned map[string]bool             // node/vm id of the tenant's ledger entries
+	var tenantEntries []store.LedgerEntry // the tenant's running entries
+	if tenant != "" {
+		tenantEntries, err = l.st.RunningForTenant(ctx, tenant)
+		if err != nil {
+			return nil, fmt.Errorf("read the ledger: %w", err)
+		}
+		owned = map[string]bool{}
+		for _, e := range tenantEntries {
+			owned[e.Node+"/"+e.VMID] = true
+		}
+	}
+	mine := func(node, id, stamp string) bool {
+		return tenant == "" || stamp == tenant || owned[node+"/"+id]
+	}
+
+	type answer struct {
+		vms []sdk.VM
+		err error
+	}
+	answers := make([]answer, len(ns))
+	var wg sync.WaitGroup
+	for i := range ns {
+		if ns[i].State != store.NodeUp {
+			answers[i].err = errors.New("node is down: no heartbeat since " + ns[i].LastHeartbeat.Format(time.RFC3339))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, nodecall.ListTimeout)
+			defer cancel()
+			nc, err := l.nodes.Client(&ns[i])
+			if err == nil {
+				answers[i].vms, err = nc.ListVMs(ctx)
+			}
+			answers[i].err = err
+		}()
+	}
+	wg.Wait()
+
+	out := sdk.FleetVMList{VMs: []sdk.FleetVM{}, UnreachableNodes: []sdk.UnreachableNode{}}
+	for i, n := range ns {
+		a := answers[i]
+		if a.err == nil {
+			for _, vm := range a.vms {
+				if mine(n.Name, vm.ID, vm.Tenant) {
+					out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, VM: vm})
+				}
+			}
+			continue
+		}
+		// Out of sight: the VMs of the node's last heartbeat, and those the
+		// ledger runs there that the heartbeat did not carry yet.
+		shown := 0
+		seen := map[string]bool{}
+		for _, vm := range n.VMs {
+			seen[vm.ID] = true
+			if mine(n.Name, vm.ID, vm.Tenant) {
+				shown++
+				out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, VM: sdk.VM{ID: vm.ID, Name: vm.Name,
+					Tenant: vm.Tenant, State: vm.State, VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS}})
+			}
+		}
+		entries := tenantEntries
+		if tenant == "" {
+			if entries, err = l.st.RunningOnNode(ctx, n.Name); err != nil {
+				return nil, fmt.Errorf("read the ledger: %w", err)
+			}
+		}
+		for _, e := range entries {
+			if e.Node != n.Name || seen[e.VMID] {
+				continue
+			}
+			shown++
+			out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, VM: sdk.VM{ID: e.VMID, Name: e.Name,
+				Tenant: e.Tenant, State: "unknown", VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, GuestOS: e.GuestOS, Image: e.Image,
+				CreatedAt: e.StartedAt}})
+		}
+		switch {
+		case tenant == "":
+			hb := n.LastHeartbeat
+			out.UnreachableNodes = append(out.UnreachableNodes, sdk.UnreachableNode{Node: n.Name, Error: a.err.Error(), LastHeartbeat: &hb})
+		case shown > 0:
+			out.UnreachableNodes = append(out.UnreachableNodes, sdk.UnreachableNode{Node: n.Name})
+		}
+	}
+	sort.SliceStable(out.VMs, func(i, j int) bool {
+		if out.VMs[i].Node != out.VMs[j].Node {
+			return out.VMs[i].Node < out.VMs[j].Node
+		}
+		return out.VMs[i].CreatedAt.Before(out.VMs[j].CreatedAt)
+	})
+	return &out, nil
+}

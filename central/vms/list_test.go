@@ -1,0 +1,69 @@
+package vms
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/fluxvm/fluxvm/sdk/nodetest"
+)
+
+// TestListShowsEachTenantItsOwn: the list merges a real node's VMs with a
+// down node's last heartbeat and the ledger; a tenant sees only its own VMs
+// and only the unreachable nodes that run them, without their errors; the
+// operator sees everything.
+func TestListShowsEachTenantItsOwn(t *testing.T) {
+	ctx := context.Background()
+	node := nodetest.Start(t)
+	st, err := store.Open(ctx, store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatalf("open the embedded etcd: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now().UTC()
+	for _, n := range []*store.Node{
+		{Name: "up", URL: node.URL, State: store.NodeUp, LastHeartbeat: now},
+		{Name: "down", URL: "http://127.0.0.1:1", State: store.NodeDown, LastHeartbeat: now.Add(-time.Hour),
+			VMs: []store.VMSummary{{ID: "vm-d1", Name: "old", Tenant: "t-bob", State: sdk.StateRunning, VCPUs: 1, MemoryMiB: 64}}},
+	} {
+		if err := st.PutNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc, err := sdk.NewNodeClient(node.URL, sdk.WithToken(node.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct{ name, tenant string }{{"a", "t-alice"}, {"b", "t-bob"}} {
+		if _, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: v.name, Image: node.Image, VCPUs: 1, MemoryMiB: 64, Tenant: v.tenant}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := NewLister(st, nodecall.New(node.AdminToken))
+
+	names := func(list *sdk.FleetVMList) map[string]bool {
+		out := map[string]bool{}
+		for _, vm := range list.VMs {
+			out[vm.Node+"/"+vm.Name] = true
+		}
+		return out
+	}
+	alice, err := l.List(ctx, "t-alice")
+	if err != nil || len(alice.VMs) != 1 || !names(alice)["up/a"] || len(alice.UnreachableNodes) != 0 {
+		t.Fatalf("alice's list = %+v, %v; want only up/a and no unreachable node", alice, err)
+	}
+	bob, err := l.List(ctx, "t-bob")
+	if err != nil || len(bob.VMs) != 2 || !names(bob)["up/b"] || !names(bob)["down/old"] {
+		t.Fatalf("bob's list = %+v, %v; want up/b and down/old", bob, err)
+	}
+	if len(bob.UnreachableNodes) != 1 || bob.UnreachableNodes[0].Node != "down" || bob.UnreachableNodes[0].Error != "" {
+		t.Fatalf("bob's unreachable nodes = %+v; want down, without its error", bob.UnreachableNodes)
+	}
+	op, err := l.List(ctx, "")
+	if err != nil || len(op.VMs) != 3 || len(op.UnreachableNodes) != 1 || op.UnreachableNodes[0].Error == "" {
+		t.Fatalf("the operator's list = %+v, %v; want all three VMs and the down node's error", op, err)
+	}
+}
