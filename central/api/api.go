@@ -13,6 +13,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
+	"github.com/fluxvm/fluxvm/central/reconciler"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
 	"strings"
@@ -126,6 +127,7 @@ type Server struct {
 	place     *placement.Placer
 	vms       *vms.Remover
 	leases    *leases.Service
+	recon     *reconciler.Reconciler
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -153,6 +155,10 @@ func New(opts Options) *Server {
 	s.place = placement.New(opts.Store)
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
+	// Drains and budget checks are still Server methods; the reconciler
+	// takes them as it would their packages.
+	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s, Budgets: s,
+		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store
