@@ -62,16 +62,17 @@ type Options struct {
 	Store Store
 	// Nodes calls the nodes for their VM lists.
 	Nodes *nodecall.Caller
-	// Leases, Drains and Budgets run first and last in each pass.
+	// Leases, Drains and Budgets run first and last in each pass (nil:
+	// none).
 	Leases  LeaseEnder
 	Drains  DrainResumer
 	Budgets BudgetChecker
 	// Silence is how long a node may go without a heartbeat before MarkDown
 	// marks it down.
 	Silence time.Duration
-	// Now is the clock.
+	// Now is the clock (time.Now when nil).
 	Now func() time.Time
-	// Logger logs what a pass changed.
+	// Logger logs what a pass changed (nil: nothing is logged).
 	Logger hclog.Logger
 }
 
@@ -84,6 +85,12 @@ type Reconciler struct {
 
 // New makes a Reconciler.
 func New(opts Options) *Reconciler {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
 	return &Reconciler{opts: opts, log: opts.Logger}
 }
 
@@ -157,13 +164,17 @@ func (rc *Reconciler) Reconcile(ctx context.Context) (*Report, error) {
 		Ended: []LedgerChange{}, Adopted: []LedgerChange{}, CountersFixed: []CounterFix{}, LeasesEnded: []string{}}
 	// Leases first: the VMs an ended lease deletes are then not reported as
 	// vanished below. A node that does not answer keeps them for the next pass.
-	ended, err := rc.opts.Leases.EndExpired(ctx)
-	if err != nil {
-		return nil, err
+	if rc.opts.Leases != nil {
+		ended, err := rc.opts.Leases.EndExpired(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rep.LeasesEnded = ended
 	}
-	rep.LeasesEnded = ended
-	if err := rc.opts.Drains.ResumeDrains(ctx); err != nil {
-		rc.log.Warn("resume unfinished drains; retrying next pass", "error", err)
+	if rc.opts.Drains != nil {
+		if err := rc.opts.Drains.ResumeDrains(ctx); err != nil {
+			rc.log.Warn("resume unfinished drains; retrying next pass", "error", err)
+		}
 	}
 	ns, err := st.ListNodes(ctx)
 	if err != nil {
@@ -204,8 +215,10 @@ func (rc *Reconciler) Reconcile(ctx context.Context) (*Report, error) {
 		rc.log.Warn("usage counter was wrong; rewritten from the ledger", "scope", f.Scope, "name", f.Name, "was", f.Was, "now", f.Now)
 		rep.CountersFixed = append(rep.CountersFixed, CounterFix{Scope: f.Scope, Name: f.Name, Was: f.Was, Now: f.Now})
 	}
-	if err := rc.opts.Budgets.CheckBudgets(ctx); err != nil {
-		rc.log.Warn("check budgets; retrying next pass", "error", err)
+	if rc.opts.Budgets != nil {
+		if err := rc.opts.Budgets.CheckBudgets(ctx); err != nil {
+			rc.log.Warn("check budgets; retrying next pass", "error", err)
+		}
 	}
 	rep.DurationMS = now().Sub(start).Milliseconds()
 	if len(rep.Ended)+len(rep.Adopted)+rep.Dropped+len(rep.CountersFixed)+len(rep.LeasesEnded) > 0 {
