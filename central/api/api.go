@@ -9,9 +9,11 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"github.com/fluxvm/fluxvm/central/leases"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
+	"github.com/fluxvm/fluxvm/central/reconciler"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
 	"strings"
@@ -125,6 +127,8 @@ type Server struct {
 	vms       *vms.Remover
 	launch    *vms.Launcher
 	lister    *vms.Lister
+	leases    *leases.Service
+	recon     *reconciler.Reconciler
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -149,6 +153,11 @@ func New(opts Options) *Server {
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
 	s.lister = vms.NewLister(opts.Store, s.nodes)
 	s.launch = vms.NewLauncher(opts.Store, s.place, s.nodes, s.fleetProm, opts.Now, opts.Logger)
+	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
+	// Drains and budget checks are still Server methods; the reconciler
+	// takes them as it would their packages.
+	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s, Budgets: s,
+		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/central/placement"
@@ -200,41 +199,6 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, n)
-}
-
-// MarkDownNodes marks down every up node that has not heartbeated for
-// DownAfterIntervals intervals, and returns their names. The leader runs it;
-// a node comes back up with its next heartbeat.
-func (s *Server) MarkDownNodes(ctx context.Context) ([]string, error) {
-	ns, err := s.opts.Store.ListNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	silence := DownAfterIntervals * s.opts.HeartbeatInterval
-	var down []string
-	for _, n := range ns {
-		if n.State != store.NodeUp || s.opts.Now().Sub(n.LastHeartbeat) <= silence {
-			continue
-		}
-		marked := false
-		_, err := s.opts.Store.UpdateNode(ctx, n.Name, false, func(n *store.Node) error {
-			// Judged again on the record as it is now: a heartbeat may have won.
-			marked = n.State == store.NodeUp && s.opts.Now().Sub(n.LastHeartbeat) > silence
-			if marked {
-				n.State = store.NodeDown
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return down, fmt.Errorf("mark node %s down: %w", n.Name, err)
-		}
-		if marked {
-			s.log.Warn("node is down: no heartbeat", "node", n.Name, "last_heartbeat", n.LastHeartbeat.Format(time.RFC3339),
-				"vms", len(n.VMs))
-			down = append(down, n.Name)
-		}
-	}
-	return down, nil
 }
 
 // capacity is GET /fleet/capacity: what the caller could launch now.

@@ -97,7 +97,9 @@ type NodeError struct {
 	Err  error
 }
 
-func (e *NodeError) Error() string { return fmt.Sprintf("node %s: create the vm: %v", e.Node.Name, e.Err) }
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("node %s: create the vm: %v", e.Node.Name, e.Err)
+}
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // DeletedError is a VM deleted (DELETE /fleet/vms) before its create
