@@ -12,6 +12,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
+	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
 	"strings"
@@ -115,8 +116,8 @@ type Server struct {
 	router *mux.Router
 	// leading is whether this central leads the election (SetLeader).
 	leading atomic.Bool
-	// pools is the pool loop's state in this process.
-	pools *poolRun
+	// pools keeps the warm pools (its loop runs on the leader: PoolLoop).
+	pools *pools.Service
 	fleet []byte // the fleet token, for constant-time comparison
 	// prom is this server's Prometheus registry (see health.go).
 	prom      *metrics
@@ -144,12 +145,13 @@ func New(opts Options) *Server {
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
 	}
-	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken), pools: newPoolRun()}
+	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken)}
 	s.prom = newMetrics(opts.Store)
 	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
 	s.nodes = nodecall.New(opts.FleetToken)
 	s.place = placement.New(opts.Store)
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
+	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store
