@@ -120,14 +120,10 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 			"a tenant that launched it from a shared pool deletes it with DELETE /fleet/vms/{node}/{id}")
 		return
 	}
-	if ms, err := s.opts.Store.ListMembers(ctx, "", pool); err == nil {
-		for _, m := range ms {
-			if m.VMID == vm.ID && m.State != store.MemberClaimed {
-				jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s is still idle in pool %s", vm.Name, pool),
-					"check it out first with POST /fleet/macos-pool/checkout")
-				return
-			}
-		}
+	if s.pools.InPool(ctx, "", pool, vm.ID) {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s is still idle in pool %s", vm.Name, pool),
+			"check it out first with POST /fleet/macos-pool/checkout")
+		return
 	}
 	if _, err := s.vms.Delete(ctx, t.node, vm.ID, t.entry, "returned"); err != nil {
 		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the returned vm", err)

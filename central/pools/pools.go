@@ -455,6 +455,22 @@ func (s *Service) claimedVM(ctx context.Context, pool *store.Pool, c *store.Clai
 	return vm
 }
 
+// InPool reports whether VM vmID is a member of the pool (tenant "": a
+// shared pool) that was not handed out: warm, booting or retiring. A pool
+// that cannot be read counts as not holding it.
+func (s *Service) InPool(ctx context.Context, tenant, pool, vmID string) bool {
+	ms, err := s.st.ListMembers(ctx, tenant, pool)
+	if err != nil {
+		return false
+	}
+	for _, m := range ms {
+		if m.VMID == vmID && m.State != store.MemberClaimed {
+			return true
+		}
+	}
+	return false
+}
+
 // Checkout is a macOS VM checked out of the shared macOS pools.
 type Checkout struct {
 	Claimed

@@ -192,9 +192,16 @@ func TestClaimHandsOutAWarmMember(t *testing.T) {
 		t.Fatalf("another tenant naming acme's pool = %v; want not found", err)
 	}
 
+	ms, err := f.st.ListMembers(ctx, acme.ID, "ci")
+	if err != nil || len(ms) != 1 || !f.svc.InPool(ctx, acme.ID, "ci", ms[0].VMID) {
+		t.Fatalf("members %+v, %v; want one, in the pool", ms, err)
+	}
 	c, err := f.svc.Claim(ctx, launch)
 	if err != nil || c == nil {
 		t.Fatalf("claim = %+v, %v; want the warm vm", c, err)
+	}
+	if f.svc.InPool(ctx, acme.ID, "ci", c.VM.ID) {
+		t.Fatal("a claimed vm still counts as in its pool")
 	}
 	if c.Pool.Name != "ci" || c.Member.State != store.MemberClaimed || c.VM.ID != c.Member.VMID || !c.VM.AgentReady ||
 		c.VM.State != sdk.StateRunning || c.VM.Labels[Label] != "ci" {
