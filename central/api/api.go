@@ -13,6 +13,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
+	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/reconciler"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
@@ -116,8 +117,8 @@ type Server struct {
 	router *mux.Router
 	// leading is whether this central leads the election (SetLeader).
 	leading atomic.Bool
-	// pools is the pool loop's state in this process.
-	pools *poolRun
+	// pools keeps the warm pools (its loop runs on the leader: PoolLoop).
+	pools *pools.Service
 	fleet []byte // the fleet token, for constant-time comparison
 	// prom is this server's Prometheus registry (see health.go).
 	prom      *metrics
@@ -145,7 +146,7 @@ func New(opts Options) *Server {
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = DefaultHeartbeatInterval
 	}
-	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken), pools: newPoolRun()}
+	s := &Server{opts: opts, log: opts.Logger, router: mux.NewRouter(), fleet: []byte(opts.FleetToken)}
 	s.prom = newMetrics(opts.Store)
 	s.fleetProm = newFleetMetrics(s.prom.reg, opts.Store)
 	s.nodes = nodecall.New(opts.FleetToken)
@@ -158,6 +159,7 @@ func New(opts Options) *Server {
 	// takes them as it would their packages.
 	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s, Budgets: s,
 		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
+	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
-	"sort"
 
+	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -16,7 +16,7 @@ import (
 
 // The macOS pool is the operator's view of the warm pools of macOS guests
 // across the fleet: a checkout takes a warm macOS VM from the Mac with the
-// most idle ones (so load spreads over the Macs' two slots), and a return
+// most idle ones (pools.Service.CheckoutMacOS), and a return
 // deletes it, so the pool loop boots a clean one in its place. It is for an
 // operator's own CI that hands VMs to jobs; tenants launch from pools with
 // POST /fleet/vms.
@@ -63,37 +63,9 @@ func (s *Server) checkoutMacOS(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("pool %q is not a valid name", jsonapi.Echo(req.Pool)), "GET /fleet/pools lists the pools")
 		return
 	}
-	ctx := r.Context()
-	pools, err := s.opts.Store.ListPools(ctx)
-	if err != nil {
-		s.storeError(w, "list pools", err)
-		return
-	}
-	// The shared macOS pools that match, and their warm members by node.
-	byName := map[string]store.Pool{}
-	idle := map[string]int{}
-	perNode := map[string][]string{} // node -> pools with a warm member there
-	for _, p := range pools {
-		if p.Tenant != "" || p.Deleting || p.GuestOS != store.GuestMacOS ||
-			req.Pool != "" && p.Name != req.Pool || req.Image != "" && p.Image != req.Image {
-			continue
-		}
-		byName[p.Name] = p
-		ms, err := s.opts.Store.ListMembers(ctx, "", p.Name)
-		if err != nil {
-			s.storeError(w, "list pool members", err)
-			return
-		}
-		for _, m := range ms {
-			if m.State == store.MemberWarm {
-				if idle[m.Node] == 0 || perNode[m.Node][len(perNode[m.Node])-1] != p.Name {
-					perNode[m.Node] = append(perNode[m.Node], p.Name)
-				}
-				idle[m.Node]++
-			}
-		}
-	}
-	if len(byName) == 0 {
+	c, err := s.pools.CheckoutMacOS(r.Context(), req.Pool, req.Image)
+	switch {
+	case errors.Is(err, pools.ErrNoMacOSPool):
 		what := "no shared pool of macOS guests"
 		if req.Pool != "" || req.Image != "" {
 			what += " matches"
@@ -101,39 +73,17 @@ func (s *Server) checkoutMacOS(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, http.StatusNotFound, what,
 			`create one with POST /fleet/pools {"name": "macos-ci", "image": "<a macOS catalog image>", "size": 2}`)
 		return
+	case errors.Is(err, pools.ErrNoIdle):
+		jsonapi.WriteError(w, http.StatusConflict, "no warm macOS VM is idle now",
+			"the pool loop is booting replacements: GET /fleet/pools/{name}/status shows them; try again shortly or raise the pool's size")
+		return
+	case err != nil:
+		s.poolsError(w, "check out a macOS vm", err)
+		return
 	}
-	nodes := make([]string, 0, len(idle))
-	for n := range idle {
-		nodes = append(nodes, n)
-	}
-	sort.Slice(nodes, func(i, j int) bool {
-		if idle[nodes[i]] != idle[nodes[j]] {
-			return idle[nodes[i]] > idle[nodes[j]]
-		}
-		return nodes[i] < nodes[j]
-	})
-	for _, node := range nodes {
-		for _, name := range perNode[node] {
-			c, err := s.opts.Store.ClaimMember(ctx, store.ClaimRequest{Pool: name, Node: node, Now: s.opts.Now()})
-			switch {
-			case err == nil:
-			case errors.Is(err, store.ErrNoWarm), errors.Is(err, store.ErrNotFound):
-				continue // taken meanwhile: the next pool or node
-			default:
-				s.storeError(w, "check out a macOS vm", err)
-				return
-			}
-			s.kickPools()
-			pool := byName[name]
-			vm := s.poolVM(ctx, &pool, c)
-			jsonapi.Write(w, http.StatusOK, macOSCheckout{Node: node, ID: c.Member.VMID, Pool: name, VM: *vm, IdleOnNode: idle[node],
-				Reason: fmt.Sprintf("%s had the most idle macOS VMs (%d)", node, idle[node]),
-				Return: fmt.Sprintf("POST /fleet/macos-pool/%s/%s/return", node, c.Member.VMID)})
-			return
-		}
-	}
-	jsonapi.WriteError(w, http.StatusConflict, "no warm macOS VM is idle now",
-		"the pool loop is booting replacements: GET /fleet/pools/{name}/status shows them; try again shortly or raise the pool's size")
+	jsonapi.Write(w, http.StatusOK, macOSCheckout{Node: c.Node, ID: c.Member.VMID, Pool: c.Pool.Name, VM: *c.VM, IdleOnNode: c.IdleOnNode,
+		Reason: fmt.Sprintf("%s had the most idle macOS VMs (%d)", c.Node, c.IdleOnNode),
+		Return: fmt.Sprintf("POST /fleet/macos-pool/%s/%s/return", c.Node, c.Member.VMID)})
 }
 
 // returnMacOS is POST /fleet/macos-pool/{node}/{id}/return: the VM, which
@@ -170,20 +120,16 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 			"a tenant that launched it from a shared pool deletes it with DELETE /fleet/vms/{node}/{id}")
 		return
 	}
-	if ms, err := s.opts.Store.ListMembers(ctx, "", pool); err == nil {
-		for _, m := range ms {
-			if m.VMID == vm.ID && m.State != store.MemberClaimed {
-				jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s is still idle in pool %s", vm.Name, pool),
-					"check it out first with POST /fleet/macos-pool/checkout")
-				return
-			}
-		}
+	if s.pools.InPool(ctx, "", pool, vm.ID) {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s is still idle in pool %s", vm.Name, pool),
+			"check it out first with POST /fleet/macos-pool/checkout")
+		return
 	}
 	if _, err := s.vms.Delete(ctx, t.node, vm.ID, t.entry, "returned"); err != nil {
 		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the returned vm", err)
 		return
 	}
-	s.kickPools()
+	s.pools.Kick()
 	jsonapi.Write(w, http.StatusOK, macOSReturn{Node: t.node.Name, ID: vm.ID, Pool: pool, Returned: true,
 		Note: "deleted; the pool boots a clean VM in its place"})
 }

@@ -1,7 +1,7 @@
 // Package vms removes VMs from nodes and keeps the ledger in step with
 // them: a deleted VM's ledger entry ends with it, and a VM deleted before its
 // entry was written is marked so that its create cannot record it
-// afterwards (store.MarkDeleted). Drains, leases, warm pools, the macOS pool
+// afterwards (store.MarkDeleted). Drains, leases, scrubs, the macOS pool
 // and DELETE /fleet/vms all delete through it.
 package vms
 
