@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
@@ -124,6 +125,7 @@ type Server struct {
 	nodes     *nodecall.Caller
 	place     *placement.Placer
 	vms       *vms.Remover
+	drainer   *drainer.Drainer
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -150,6 +152,7 @@ func New(opts Options) *Server {
 	s.nodes = nodecall.New(opts.FleetToken)
 	s.place = placement.New(opts.Store)
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
+	s.drainer = drainer.New(opts.Store, s.nodes, s.place, s.vms, opts.Now, opts.Logger)
 	s.events = opts.Events
 	if s.events == nil {
 		s.events = opts.Store

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"net/http"
 	"sync"
@@ -88,7 +89,7 @@ func (s *Server) rebalancePlan(w http.ResponseWriter, r *http.Request) {
 		}
 		eph := false
 		if vm := listed[e.Node][e.VMID]; vm != nil {
-			eph = isEphemeral(vm)
+			eph = drainer.IsEphemeral(vm)
 		}
 		mv := scheduler.MovableVM{ID: e.VMID, Node: e.Node, Tenant: e.Tenant, GuestOS: e.GuestOS,
 			VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, Reschedulable: err == nil, Ephemeral: eph}
