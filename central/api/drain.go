@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/central/drainer"
-	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"net/http"
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
-	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
@@ -141,150 +139,59 @@ type drainView struct {
 // leader runs it with each reconcile pass.
 func (s *Server) ResumeDrains(ctx context.Context) error { return s.drainer.ResumeDrains(ctx) }
 
-// scrubResult is POST /fleet/nodes/{name}/scrub.
-type scrubResult struct {
-	Node         string   `json:"node"`
-	ScrubPending bool     `json:"scrub_pending"`
-	Deleted      []string `json:"deleted"`
-	// Workspaces are VM folders no VM owned that the scrub destroyed
-	// (force); Proof says what the node showed at the end.
-	Workspaces []string `json:"workspaces_removed"`
-	Proof      string   `json:"proof"`
-}
-
 // scrubNode is POST /fleet/nodes/{name}/scrub[?force=true]: refused while
 // VMs remain on the node (force deletes them); then the node must prove
 // through its API that it lists no VM and no VM workspace (force has it
-// destroy leftover workspaces), and the node's scrub_pending is cleared. A node under an active lease is refused: release the lease first.
+// destroy leftover workspaces), and the node's scrub_pending is cleared. A
+// node under an active lease is refused: release the lease first.
 func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 	force, ok := boolParam(w, r, "force")
 	if !ok {
 		return
 	}
-	n, ok := s.nodeFromPath(w, r)
-	if !ok {
-		return
-	}
-	if n.LeasedBy != "" {
-		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s is leased (lease %s)", n.Name, n.LeaseID),
-			"a scrub follows a lease's end: release the lease first (POST /fleet/leases/"+n.LeaseID+"/release?force=true)")
-		return
-	}
-	if n.State != store.NodeUp {
-		jsonapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s is down: a scrub needs it to answer", n.Name),
-			"retry once the node reports again")
-		return
-	}
-	nc, err := s.nodes.Client(n)
+	res, err := s.drainer.Scrub(r.Context(), mux.Vars(r)["name"], force)
 	if err != nil {
-		jsonapi.WriteError(w, http.StatusBadGateway, err.Error(), "the node's heartbeat must carry its API address")
+		s.scrubError(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), drainer.Timeout)
-	defer cancel()
-	list := func() ([]sdk.VM, bool) {
-		lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
-		defer cancel()
-		vms, err := nc.ListVMs(lctx)
-		if err != nil {
-			s.nodeError(w, PrincipalOf(r.Context()), n, "list its vms", err)
-			return nil, false
-		}
-		return vms, true
-	}
-	vms, ok := list()
-	if !ok {
-		return
-	}
-	res := scrubResult{Node: n.Name, Deleted: []string{}, Workspaces: []string{}}
-	if len(vms) > 0 {
-		if !force {
-			names := make([]string, 0, min(len(vms), 5))
-			for _, vm := range vms[:min(len(vms), 5)] {
-				names = append(names, vm.Name)
-			}
-			jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s still runs %d VMs (%v)", n.Name, len(vms), names),
-				"delete them first, or add force=true to delete them with the scrub")
-			return
-		}
-		deleted, err := s.vms.DeleteMatching(ctx, n, func(string) bool { return true }, "scrubbed")
-		res.Deleted = append(res.Deleted, deleted...)
-		if err != nil {
-			jsonapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("node %s: could not delete every VM: %v", n.Name, err),
-				"retry the scrub; the node keeps scrub_pending until it lists no VM")
-			return
-		}
-		if vms, ok = list(); !ok {
-			return
-		}
-	}
-	if len(vms) > 0 {
-		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s still lists %d VMs after the deletes", n.Name, len(vms)),
-			"retry the scrub with force=true; the node keeps scrub_pending until it lists no VM")
-		return
-	}
-	// No VM; now nothing of one on disk either.
-	if res.Proof, ok = s.scrubWorkspaces(ctx, w, r, nc, n, force, &res); !ok {
-		return
-	}
-	n, err = s.opts.Store.UpdateNode(ctx, n.Name, false, func(n *store.Node) error { n.ScrubPending = false; return nil })
-	if err != nil {
-		s.storeError(w, "clear scrub_pending", err)
-		return
-	}
-	s.log.Info("node scrubbed", "node", n.Name, "deleted", len(res.Deleted))
-	res.ScrubPending = n.ScrubPending
 	jsonapi.Write(w, http.StatusOK, res)
 }
 
-// scrubWorkspaces makes the node show that no VM folder is left in its
-// drivers' state directories: leftovers (a create cut short) refuse the scrub
-// unless force, which has the node destroy them. It answers itself and
-// returns false on a refusal; else it returns the proof to report.
-func (s *Server) scrubWorkspaces(ctx context.Context, w http.ResponseWriter, r *http.Request, nc *sdk.NodeClient, n *store.Node,
-	force bool, res *scrubResult) (string, bool) {
-	list := func() ([]sdk.Workspace, error) {
-		lctx, cancel := context.WithTimeout(ctx, 2*nodecall.ListTimeout)
-		defer cancel()
-		return nc.Workspaces(lctx)
-	}
-	ws, err := list()
-	if sdk.IsNotFound(err) {
-		return "the node lists no VM (its agent is too old to list VM workspaces)", true
-	}
-	if err != nil {
-		s.nodeError(w, PrincipalOf(r.Context()), n, "list its vm workspaces", err)
-		return "", false
-	}
-	if len(ws) > 0 && force {
-		cctx, cancel := context.WithTimeout(ctx, nodecall.CallTimeout)
-		removed, err := nc.CleanWorkspaces(cctx)
-		cancel()
-		for _, x := range removed {
-			res.Workspaces = append(res.Workspaces, x.Driver+"/"+x.ID)
-		}
-		if err != nil {
-			s.nodeError(w, PrincipalOf(r.Context()), n, "destroy leftover vm workspaces", err)
-			return "", false
-		}
-		if ws, err = list(); err != nil {
-			s.nodeError(w, PrincipalOf(r.Context()), n, "list its vm workspaces", err)
-			return "", false
-		}
-	}
-	if len(ws) > 0 {
-		ids := make([]string, 0, min(len(ws), 5))
-		for _, x := range ws[:min(len(ws), 5)] {
-			ids = append(ids, x.Driver+"/"+x.ID)
-		}
+// scrubError answers a scrub the drainer refused or could not finish.
+func (s *Server) scrubError(w http.ResponseWriter, r *http.Request, err error) {
+	name := mux.Vars(r)["name"]
+	var le *drainer.LeasedError
+	var ne *drainer.NodeError
+	var lo *drainer.LeftoverError
+	switch {
+	case errors.As(err, &le):
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s is leased (lease %s)", le.Node, le.Lease),
+			"a scrub follows a lease's end: release the lease first (POST /fleet/leases/"+le.Lease+"/release?force=true)")
+	case errors.Is(err, drainer.ErrNodeDown):
+		jsonapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s is down: a scrub needs it to answer", name),
+			"retry once the node reports again")
+	case errors.As(err, &ne) && ne.Op == "":
+		jsonapi.WriteError(w, http.StatusBadGateway, ne.Err.Error(), "the node's heartbeat must carry its API address")
+	case errors.As(err, &ne):
+		s.nodeError(w, PrincipalOf(r.Context()), ne.Node, ne.Op, ne.Err)
+	case errors.As(err, &lo) && lo.Workspaces:
 		hint := "add force=true to have the node destroy them with the scrub"
-		if force {
+		if lo.Forced {
 			hint = "the node could not destroy them: see its log, then retry"
 		}
-		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s runs no VM but still holds %d VM workspaces (%v)", n.Name, len(ws), ids), hint)
-		return "", false
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s runs no VM but still holds %d VM workspaces (%v)", lo.Node, lo.Count, lo.Sample), hint)
+	case errors.As(err, &lo) && lo.Err != nil:
+		jsonapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("node %s: could not delete every VM: %v", lo.Node, lo.Err),
+			"retry the scrub; the node keeps scrub_pending until it lists no VM")
+	case errors.As(err, &lo) && lo.Forced:
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s still lists %d VMs after the deletes", lo.Node, lo.Count),
+			"retry the scrub with force=true; the node keeps scrub_pending until it lists no VM")
+	case errors.As(err, &lo):
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("node %s still runs %d VMs (%v)", lo.Node, lo.Count, lo.Sample),
+			"delete them first, or add force=true to delete them with the scrub")
+	default:
+		s.drainerError(w, r, err)
 	}
-	return "the node lists no VM and no VM workspace", true
 }
 
 // tenantNodeView is what a tenant sees of a node it leases: its size, what

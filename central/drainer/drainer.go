@@ -114,8 +114,8 @@ func New(st Store, nodes *nodecall.Caller, place *placement.Placer, remover *vms
 	return &Drainer{st: st, nodes: nodes, place: place, remover: remover, now: now, log: log}
 }
 
-// IsEphemeral: a VM with a TTL or labelled fluxvm.dev/ephemeral=true.
-func IsEphemeral(vm *sdk.VM) bool {
+// isEphemeral: a VM with a TTL or labelled fluxvm.dev/ephemeral=true.
+func isEphemeral(vm *sdk.VM) bool {
 	return vm.ExpiresAt != nil || vm.Labels[EphemeralLabel] == "true"
 }
 
@@ -266,7 +266,7 @@ func (dr *Drainer) run(ctx context.Context, n *store.Node, d *store.Drain) error
 	failed := false
 	for i := range list {
 		vm := &list[i]
-		dv := store.DrainVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, Ephemeral: IsEphemeral(vm), Action: "kept"}
+		dv := store.DrainVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, Ephemeral: isEphemeral(vm), Action: "kept"}
 		if e := byVM[vm.ID]; e != nil {
 			dv.Tenant = e.Tenant
 		}
