@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/central/drainer"
-	"github.com/fluxvm/fluxvm/central/placement"
 	"net/http"
 
 	"github.com/fluxvm/fluxvm/central/store"
@@ -16,59 +15,26 @@ import (
 // EphemeralLabel marks a VM that a drain may delete, like one with a TTL.
 const EphemeralLabel = drainer.EphemeralLabel
 
-// nodeFromPath reads the route's node, or answers 404.
-func (s *Server) nodeFromPath(w http.ResponseWriter, r *http.Request) (*store.Node, bool) {
-	name := mux.Vars(r)["name"]
-	if !store.ValidName(name) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, "GET /fleet/nodes lists the nodes")
-		return nil, false
-	}
-	n, err := s.opts.Store.GetNode(r.Context(), name)
-	if errors.Is(err, store.ErrNotFound) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no node "+name, "GET /fleet/nodes lists the nodes")
-		return nil, false
-	}
-	if err != nil {
-		s.storeError(w, "read node "+name, err)
-		return nil, false
-	}
-	return n, true
-}
-
-// setNodeFlags changes the central-owned flags of the route's node.
-func (s *Server) setNodeFlags(w http.ResponseWriter, r *http.Request, fn func(*store.Node)) (*store.Node, bool) {
-	n, ok := s.nodeFromPath(w, r)
-	if !ok {
-		return nil, false
-	}
-	n, err := s.opts.Store.UpdateNode(r.Context(), n.Name, false, func(n *store.Node) error { fn(n); return nil })
-	if errors.Is(err, store.ErrNotFound) {
-		jsonapi.WriteError(w, http.StatusNotFound, "no node "+mux.Vars(r)["name"], "GET /fleet/nodes lists the nodes")
-		return nil, false
-	}
-	if err != nil {
-		s.storeError(w, "update node", err)
-		return nil, false
-	}
-	return n, true
-}
-
 // cordonNode is POST /fleet/nodes/{name}/cordon: no new VM or lease lands
 // there; what runs stays.
 func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) {
-	if n, ok := s.setNodeFlags(w, r, func(n *store.Node) { n.Cordoned = true }); ok {
-		s.log.Info("node cordoned", "node", n.Name)
-		jsonapi.Write(w, http.StatusOK, n)
+	n, err := s.drainer.Cordon(r.Context(), mux.Vars(r)["name"])
+	if err != nil {
+		s.drainerError(w, r, err)
+		return
 	}
+	jsonapi.Write(w, http.StatusOK, n)
 }
 
 // uncordonNode is POST /fleet/nodes/{name}/uncordon: it ends a cordon and a
 // drain (the drain's record stays for GET .../drain).
 func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
-	if n, ok := s.setNodeFlags(w, r, func(n *store.Node) { n.Cordoned, n.Draining = false, false }); ok {
-		s.log.Info("node uncordoned", "node", n.Name)
-		jsonapi.Write(w, http.StatusOK, n)
+	n, err := s.drainer.Uncordon(r.Context(), mux.Vars(r)["name"])
+	if err != nil {
+		s.drainerError(w, r, err)
+		return
 	}
+	jsonapi.Write(w, http.StatusOK, n)
 }
 
 // drainNode is POST /fleet/nodes/{name}/drain?mode=cordon|evict-ephemeral|
@@ -192,37 +158,4 @@ func (s *Server) scrubError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		s.drainerError(w, r, err)
 	}
-}
-
-// tenantNodeView is what a tenant sees of a node it leases: its size, what
-// is free, its drivers and the lease; never its address or labels.
-type tenantNodeView struct {
-	Name     string               `json:"name"`
-	State    string               `json:"state"`
-	Capacity store.Capacity       `json:"capacity"`
-	Drivers  []store.DriverStatus `json:"drivers"`
-	GuestOS  []string             `json:"guest_os"`
-	Nested   bool                 `json:"nested"`
-	LeaseID  string               `json:"lease_id"`
-	VMs      int                  `json:"vms"`
-}
-
-// leasedNodeView shows n to its lessee, with free capacity as central
-// counts it (running and reserved through central, or what the node
-// reports, whichever is more).
-func (s *Server) leasedNodeView(ctx context.Context, n *store.Node) (tenantNodeView, error) {
-	u, err := s.opts.Store.NodeUsage(ctx, n.Name)
-	if err != nil {
-		return tenantNodeView{}, err
-	}
-	sn := placement.SchedulerNode(n, u)
-	t := n.Capacity.Total
-	v := tenantNodeView{Name: n.Name, State: n.State, Nested: n.Nested, LeaseID: n.LeaseID, VMs: len(n.VMs),
-		Drivers: append([]store.DriverStatus{}, n.Drivers...), GuestOS: append([]string{}, n.GuestOS...),
-		Capacity: store.Capacity{Total: t, Free: store.Resources{
-			VCPUs:      max(t.VCPUs-sn.Used.VCPUs, 0),
-			MemoryMiB:  max(t.MemoryMiB-sn.Used.MemoryMiB, 0),
-			MacOSSlots: max(t.MacOSSlots-sn.Used.MacOSSlots, 0),
-		}}}
-	return v, nil
 }

@@ -134,6 +134,44 @@ func (dr *Drainer) node(ctx context.Context, name string) (*store.Node, error) {
 	return n, nil
 }
 
+// Cordon cordons node name: no new VM or lease lands there; what runs
+// stays. It returns the node as changed (ErrNoNode, or a *StoreError).
+func (dr *Drainer) Cordon(ctx context.Context, name string) (*store.Node, error) {
+	n, err := dr.setFlags(ctx, name, func(n *store.Node) { n.Cordoned = true })
+	if err != nil {
+		return nil, err
+	}
+	dr.log.Info("node cordoned", "node", n.Name)
+	return n, nil
+}
+
+// Uncordon ends node name's cordon and drain (the drain's record stays for
+// Status). It returns the node as changed (ErrNoNode, or a *StoreError).
+func (dr *Drainer) Uncordon(ctx context.Context, name string) (*store.Node, error) {
+	n, err := dr.setFlags(ctx, name, func(n *store.Node) { n.Cordoned, n.Draining = false, false })
+	if err != nil {
+		return nil, err
+	}
+	dr.log.Info("node uncordoned", "node", n.Name)
+	return n, nil
+}
+
+// setFlags changes the central-owned flags of node name.
+func (dr *Drainer) setFlags(ctx context.Context, name string, fn func(*store.Node)) (*store.Node, error) {
+	n, err := dr.node(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	n, err = dr.st.UpdateNode(ctx, n.Name, false, func(n *store.Node) error { fn(n); return nil })
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoNode, name)
+	}
+	if err != nil {
+		return nil, &StoreError{Op: "update node", Err: err}
+	}
+	return n, nil
+}
+
 // Drain drains node name in mode (empty: sdk.DrainCordon): it cordons the
 // node, marks it draining, records the drain, then handles each VM by mode
 // and records what it did. A leased node needs force (*LeasedError). The
@@ -156,12 +194,9 @@ func (dr *Drainer) Drain(ctx context.Context, name, mode string, force bool) (*s
 	if n.LeasedBy != "" && !force {
 		return nil, &LeasedError{Node: n.Name, Lease: n.LeaseID}
 	}
-	n, err = dr.st.UpdateNode(ctx, n.Name, false, func(n *store.Node) error { n.Cordoned, n.Draining = true, true; return nil })
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNoNode, name)
-	}
+	n, err = dr.setFlags(ctx, n.Name, func(n *store.Node) { n.Cordoned, n.Draining = true, true })
 	if err != nil {
-		return nil, &StoreError{Op: "update node", Err: err}
+		return nil, err
 	}
 	now := dr.now().UTC()
 	d := &store.Drain{Node: n.Name, Mode: mode, Forced: force, StartedAt: now, UpdatedAt: now, VMs: []store.DrainVM{}}

@@ -178,7 +178,8 @@ func TestDrainRefusesBadRequests(t *testing.T) {
 
 // TestEvictEphemeralDeletesOnlyEphemeralVMs: of a VM with a TTL, one
 // labelled ephemeral and a plain one, the drain deletes the first two (their
-// entries end as drained), keeps the third, and finishes.
+// entries end as drained), keeps the third, and finishes; an uncordon then
+// ends the drain and keeps its record.
 func TestEvictEphemeralDeletesOnlyEphemeralVMs(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t, "src")
@@ -212,6 +213,13 @@ func TestEvictEphemeralDeletesOnlyEphemeralVMs(t *testing.T) {
 	}
 	if n, _ := f.st.GetNode(ctx, "src"); !n.Cordoned || !n.Draining {
 		t.Fatalf("src after the drain: %+v; want cordoned and draining", n)
+	}
+	// An uncordon ends the drain; its record stays.
+	if n, err := f.dr.Uncordon(ctx, "src"); err != nil || n.Cordoned || n.Draining {
+		t.Fatalf("uncordon = %+v, %v", n, err)
+	}
+	if saved, draining, err := f.dr.Status(ctx, "src"); err != nil || draining || !saved.Finished {
+		t.Fatalf("status after the uncordon = %+v draining %v, %v", saved, draining, err)
 	}
 }
 
