@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/leases"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
@@ -130,6 +131,7 @@ type Server struct {
 	lister    *vms.Lister
 	leases    *leases.Service
 	recon     *reconciler.Reconciler
+	drainer   *drainer.Drainer
 	// events records what tenants and the operator are to be told
 	// (Options.Events, else the store).
 	events notify.Sink
@@ -154,10 +156,11 @@ func New(opts Options) *Server {
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
 	s.lister = vms.NewLister(opts.Store, s.nodes)
 	s.launch = vms.NewLauncher(opts.Store, s.place, s.nodes, s.fleetProm, opts.Now, opts.Logger)
+	s.drainer = drainer.New(opts.Store, s.nodes, s.place, s.vms, opts.Now, opts.Logger)
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
-	// Drains and budget checks are still Server methods; the reconciler
-	// takes them as it would their packages.
-	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s, Budgets: s,
+	// Budget checks are still a Server method; the reconciler takes them as
+	// it would a package.
+	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s,
 		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
 	s.events = opts.Events

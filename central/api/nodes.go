@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/central/placement"
@@ -234,4 +235,37 @@ func (s *Server) storeError(w http.ResponseWriter, what string, err error) {
 		s.log.Error("store", "op", what, "error", err)
 		jsonapi.WriteError(w, http.StatusServiceUnavailable, "could not "+what+": central's store does not answer", "retry; if it persists, check central's etcd")
 	}
+}
+
+// tenantNodeView is what a tenant sees of a node it leases: its size, what
+// is free, its drivers and the lease; never its address or labels.
+type tenantNodeView struct {
+	Name     string               `json:"name"`
+	State    string               `json:"state"`
+	Capacity store.Capacity       `json:"capacity"`
+	Drivers  []store.DriverStatus `json:"drivers"`
+	GuestOS  []string             `json:"guest_os"`
+	Nested   bool                 `json:"nested"`
+	LeaseID  string               `json:"lease_id"`
+	VMs      int                  `json:"vms"`
+}
+
+// leasedNodeView shows n to its lessee, with free capacity as central
+// counts it (running and reserved through central, or what the node
+// reports, whichever is more).
+func (s *Server) leasedNodeView(ctx context.Context, n *store.Node) (tenantNodeView, error) {
+	u, err := s.opts.Store.NodeUsage(ctx, n.Name)
+	if err != nil {
+		return tenantNodeView{}, err
+	}
+	sn := placement.SchedulerNode(n, u)
+	t := n.Capacity.Total
+	v := tenantNodeView{Name: n.Name, State: n.State, Nested: n.Nested, LeaseID: n.LeaseID, VMs: len(n.VMs),
+		Drivers: append([]store.DriverStatus{}, n.Drivers...), GuestOS: append([]string{}, n.GuestOS...),
+		Capacity: store.Capacity{Total: t, Free: store.Resources{
+			VCPUs:      max(t.VCPUs-sn.Used.VCPUs, 0),
+			MemoryMiB:  max(t.MemoryMiB-sn.Used.MemoryMiB, 0),
+			MacOSSlots: max(t.MacOSSlots-sn.Used.MacOSSlots, 0),
+		}}}
+	return v, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/vms"
@@ -21,6 +22,10 @@ import (
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
+
+// ReservedLabelPrefix starts the labels FluxVM sets itself (PoolLabel):
+// tenants may not set them, but for EphemeralLabel.
+const ReservedLabelPrefix = "fluxvm.dev/"
 
 // The node agent's rules for names and labels, checked here too so that a
 // bad request is refused before anything is reserved.
@@ -79,8 +84,8 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	if body.Reschedulable {
 		// Only a reschedulable VM's spec is kept (in etcd, never logged):
 		// create bodies can carry secrets.
-		kept := keptSpec{Spec: spec, Image: imageName, NodeSelector: req.NodeSelector, Nested: req.Nested}
-		launch.Kept = kept.encode()
+		kept := drainer.KeptSpec{Spec: spec, Image: imageName, NodeSelector: req.NodeSelector, Nested: req.Nested}
+		launch.Kept = kept.Encode()
 	}
 	l, err := s.launch.Launch(r.Context(), launch)
 	if err != nil {

@@ -41,7 +41,21 @@ type Node struct {
 type Option func(*options)
 
 type options struct {
-	qemuImage string
+	qemuImage  string
+	adminToken string
+	simImage   string
+}
+
+// WithAdminToken has the node accept token as an admin token (Node.AdminToken),
+// so that one client, like central's, can call several nodes.
+func WithAdminToken(token string) Option {
+	return func(o *options) { o.adminToken = token }
+}
+
+// WithImage has the sim node take image, an existing file, as Node.Image and
+// allow its directory, so that one create spec fits several nodes.
+func WithImage(image string) Option {
+	return func(o *options) { o.simImage = image }
 }
 
 // WithQEMU runs the built-in qemu driver (TCG, no acceleration probe)
@@ -74,6 +88,9 @@ func Start(t testing.TB, opts ...Option) *Node {
 		t.Fatalf("build fluxvm-agent: %v\n%s", err, out)
 	}
 	n := &Node{Dir: dir, AdminToken: randomHex(t), ReadOnlyToken: randomHex(t)}
+	if o.adminToken != "" {
+		n.AdminToken = o.adminToken
+	}
 	images := filepath.Join(dir, "images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
@@ -81,6 +98,9 @@ func Start(t testing.TB, opts ...Option) *Node {
 	n.Image = filepath.Join(images, "test.img")
 	if err := os.WriteFile(n.Image, []byte("sim image"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if o.simImage != "" {
+		n.Image, images = o.simImage, filepath.Dir(o.simImage)
 	}
 	plugin := `plugin "sim" {
   config { boot_delay_ms = 100 }
