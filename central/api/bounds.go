@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -26,20 +24,13 @@ func inBounds(rt Route, next http.HandlerFunc) http.HandlerFunc {
 		panic("central's fleet API description does not load: " + err.Error()) // it is embedded and tested: a broken build
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		var body []byte
-		if r.Body != nil && r.Body != http.NoBody {
-			data, err := io.ReadAll(io.LimitReader(r.Body, jsonapi.MaxBodyBytes+1))
-			// The handler reads the body again from the start, and what is
-			// left of a body too large, to answer 413 as it always has.
-			r.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.MultiReader(bytes.NewReader(data), r.Body), r.Body}
-			if err != nil || len(data) > jsonapi.MaxBodyBytes {
-				next(w, r)
-				return
-			}
-			body = data
+		// The body is held once (jsonapi.BufferBody) for this look, the
+		// activity log's and the handler's. One too large, or unreadable,
+		// is the handler's to answer (413, 400) as it always has.
+		body, err := jsonapi.BufferBody(r)
+		if err != nil || len(body) > jsonapi.MaxBodyBytes {
+			next(w, r)
+			return
 		}
 		if e := spec.Bounds(rt.Method, rt.Path, r.URL.Query(), body); e != nil {
 			jsonapi.WriteError(w, http.StatusBadRequest, e.Error(), limitsHint)
