@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"github.com/fluxvm/fluxvm/central/leases"
+	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
@@ -128,10 +129,8 @@ type Server struct {
 	launch    *vms.Launcher
 	lister    *vms.Lister
 	leases    *leases.Service
+	metering  *metering.Service
 	recon     *reconciler.Reconciler
-	// events records what tenants and the operator are to be told
-	// (Options.Events, else the store).
-	events notify.Sink
 }
 
 // New makes the fleet API.
@@ -154,14 +153,15 @@ func New(opts Options) *Server {
 	s.lister = vms.NewLister(opts.Store, s.nodes)
 	s.launch = vms.NewLauncher(opts.Store, s.place, s.nodes, s.fleetProm, opts.Now, opts.Logger)
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
-	// Drains and budget checks are still Server methods; the reconciler
-	// takes them as it would their packages.
-	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s, Budgets: s,
-		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
-	s.events = opts.Events
-	if s.events == nil {
-		s.events = opts.Store
+	events := opts.Events
+	if events == nil {
+		events = opts.Store
 	}
+	s.metering = metering.New(opts.Store, events, opts.Now, opts.Logger)
+	// Drains are still Server methods; the reconciler takes them as it
+	// would their package.
+	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s, Budgets: s.metering,
+		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	for _, rt := range Routes() {
 		rt := rt
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)
