@@ -11,6 +11,7 @@ import (
 	"errors"
 	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/leases"
+	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
@@ -130,11 +131,9 @@ type Server struct {
 	launch    *vms.Launcher
 	lister    *vms.Lister
 	leases    *leases.Service
+	metering  *metering.Service
 	recon     *reconciler.Reconciler
 	drainer   *drainer.Drainer
-	// events records what tenants and the operator are to be told
-	// (Options.Events, else the store).
-	events notify.Sink
 }
 
 // New makes the fleet API.
@@ -158,15 +157,14 @@ func New(opts Options) *Server {
 	s.launch = vms.NewLauncher(opts.Store, s.place, s.nodes, s.fleetProm, opts.Now, opts.Logger)
 	s.drainer = drainer.New(opts.Store, s.nodes, s.place, s.vms, opts.Now, opts.Logger)
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
-	// Budget checks are still a Server method; the reconciler takes them as
-	// it would a package.
-	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s,
-		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
-	s.events = opts.Events
-	if s.events == nil {
-		s.events = opts.Store
+	events := opts.Events
+	if events == nil {
+		events = opts.Store
 	}
+	s.metering = metering.New(opts.Store, events, opts.Now, opts.Logger)
+	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s.metering,
+		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	for _, rt := range Routes() {
 		rt := rt
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,15 +9,15 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/billing"
-	"github.com/fluxvm/fluxvm/central/notify"
+	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
 )
 
 // Metering and billing (docs/billing.md): the ledger of VMs and the leases
 // become usage figures and monthly statements, priced by the operator's price
-// list. The arithmetic is package billing's; this file reads the rows from
-// etcd, checks who may see what, and answers.
+// list. The arithmetic is package billing's and reading the rows is package
+// metering's; this file checks who may see what, decodes and answers.
 
 // ---- prices ----
 
@@ -34,26 +33,21 @@ func (s *Server) getPrices(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	version, err := s.opts.Store.PricesVersion(r.Context())
+	pl, err := s.metering.Prices(r.Context())
 	if err != nil {
-		s.storeError(w, "read the prices", err)
+		s.meteringError(w, err)
 		return
 	}
-	vs, err := s.opts.Store.PriceHistory(r.Context())
-	if err != nil {
-		s.storeError(w, "read the prices", err)
-		return
-	}
-	setETag(w, version)
+	setETag(w, pl.Version)
 	if history {
 		if PrincipalOf(r.Context()).Tenant != nil {
 			jsonapi.WriteError(w, http.StatusForbidden, "the price history is for the operator", "leave history out for the prices in effect now")
 			return
 		}
-		jsonapi.Write(w, http.StatusOK, priceHistory{Versions: vs})
+		jsonapi.Write(w, http.StatusOK, priceHistory{Versions: pl.Versions})
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, vs[len(vs)-1])
+	jsonapi.Write(w, http.StatusOK, pl.Versions[len(pl.Versions)-1])
 }
 
 // putPrices is PUT /fleet/prices: a new price list, in effect from now. A
@@ -69,38 +63,21 @@ func (s *Server) putPrices(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
-	if p.MacClasses == nil {
-		p.MacClasses = []billing.MacClass{}
-	}
-	v, err := s.opts.Store.PutPrices(r.Context(), p, s.opts.Now(), version...)
+	v, etag, err := s.metering.PutPrices(r.Context(), p, version...)
 	if stale(w, err, "price list") {
 		return
 	}
 	if err != nil {
-		s.storeError(w, "set the prices", err)
+		s.meteringError(w, err)
 		return
 	}
-	if now, err := s.opts.Store.PricesVersion(r.Context()); err == nil {
-		setETag(w, now)
+	if etag != 0 {
+		setETag(w, etag)
 	}
 	jsonapi.Write(w, http.StatusOK, v)
 }
 
 // ---- usage ----
-
-// usageRow is one tenant's usage.
-type usageRow struct {
-	TenantName string `json:"tenant_name"`
-	billing.Usage
-}
-
-// usageReport is GET /fleet/usage.
-type usageReport struct {
-	From    time.Time  `json:"from"`
-	To      time.Time  `json:"to"`
-	AsOf    time.Time  `json:"as_of"`
-	Tenants []usageRow `json:"tenants"`
-}
 
 // usage is GET /fleet/usage?from=&to=&tenant=&format=json|csv: per tenant over
 // [from, to) (default: this month so far).
@@ -128,64 +105,30 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	vms, leases, names, err := s.billingRows(r.Context(), who, from, to)
+	rep, err := s.metering.Usage(r.Context(), who, from, to)
 	if err != nil {
-		s.storeError(w, "read the ledger", err)
+		s.meteringError(w, err)
 		return
 	}
-	us := billing.ComputeUsage(vms, leases, from, to, now)
-	if format == "csv" {
-		named := make([]billing.Usage, len(us))
-		for i, u := range us {
-			u.Tenant = names[u.Tenant]
-			named[i] = u
-		}
-		var buf bytes.Buffer
-		if err := billing.WriteUsageCSV(&buf, named); err != nil {
-			s.storeError(w, "write the usage", err)
-			return
-		}
-		writeCSV(w, fmt.Sprintf("usage-%s-%s.csv", from.Format("20060102T150405Z"), to.Format("20060102T150405Z")), buf.Bytes())
+	if format == "json" {
+		jsonapi.Write(w, http.StatusOK, rep)
 		return
 	}
-	rep := usageReport{From: from, To: to, AsOf: earliest(now, to), Tenants: make([]usageRow, 0, len(us))}
-	for _, u := range us {
-		rep.Tenants = append(rep.Tenants, usageRow{TenantName: names[u.Tenant], Usage: u})
+	// The CSV names each tenant in its tenant column.
+	named := make([]billing.Usage, len(rep.Tenants))
+	for i, row := range rep.Tenants {
+		named[i] = row.Usage
+		named[i].Tenant = row.TenantName
 	}
-	jsonapi.Write(w, http.StatusOK, rep)
+	var buf bytes.Buffer
+	if err := billing.WriteUsageCSV(&buf, named); err != nil {
+		s.storeError(w, "write the usage", err)
+		return
+	}
+	writeCSV(w, fmt.Sprintf("usage-%s-%s.csv", from.Format("20060102T150405Z"), to.Format("20060102T150405Z")), buf.Bytes())
 }
 
 // ---- statements ----
-
-// budgetView is a tenant's budget and this month's spend against it.
-type budgetView struct {
-	// Monthly is the budget (absent: none).
-	Monthly *billing.Micros `json:"monthly,omitempty"`
-	Month   string          `json:"month"`
-	// MonthToDate is what the month has cost so far; State is "", "ok",
-	// "near" (80 %) or "over".
-	MonthToDate        billing.Micros `json:"month_to_date"`
-	MonthToDateDisplay string         `json:"month_to_date_display"`
-	State              string         `json:"state,omitempty"`
-	Currency           string         `json:"currency"`
-}
-
-// statementView is one tenant's statement as the API shows it.
-type statementView struct {
-	TenantName string `json:"tenant_name"`
-	billing.Statement
-	// Budget is set on the month under way.
-	Budget *budgetView `json:"budget,omitempty"`
-}
-
-// statementList is GET /fleet/billing for every tenant (operator).
-type statementList struct {
-	Month      string          `json:"month"`
-	Statements []statementView `json:"statements"`
-	// Total is the sum over the tenants.
-	Total        billing.Micros `json:"total"`
-	TotalDisplay string         `json:"total_display"`
-}
 
 // billingStatement is GET /fleet/billing?month=YYYY-MM&tenant=T&format=csv.
 // A tenant gets its own statement; the operator one tenant's, or every
@@ -209,156 +152,36 @@ func (s *Server) billingStatement(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx := r.Context()
-	prices, err := s.opts.Store.PriceHistory(ctx)
+	list, err := s.metering.Statements(r.Context(), metering.StatementQuery{Tenant: who, Month: month, Budgets: format == "json"})
 	if err != nil {
-		s.storeError(w, "read the prices", err)
+		s.meteringError(w, err)
 		return
 	}
-	vms, leases, names, err := s.billingRows(ctx, who, month, month.AddDate(0, 1, 0))
-	if err != nil {
-		s.storeError(w, "read the ledger", err)
+	switch {
+	case format == "json" && who != "":
+		jsonapi.Write(w, http.StatusOK, list.Statements[0])
+		return
+	case format == "json":
+		jsonapi.Write(w, http.StatusOK, list)
 		return
 	}
-	var sts []billing.Statement
+	// The CSV names each tenant in its tenant column, and the file the one
+	// asked for.
+	named := make([]billing.Statement, len(list.Statements))
+	for i, st := range list.Statements {
+		named[i] = st.Statement
+		named[i].Tenant = st.TenantName
+	}
+	var buf bytes.Buffer
+	if err := billing.WriteStatementsCSV(&buf, named); err != nil {
+		s.storeError(w, "write the statement", err)
+		return
+	}
+	name := "statement-" + list.Month
 	if who != "" {
-		sts = []billing.Statement{billing.ComputeStatement(who, month, prices, vms, leases, now)}
-	} else {
-		sts = billing.ComputeStatements(month, prices, vms, leases, now)
+		name += "-" + list.Statements[0].TenantName
 	}
-	if format == "csv" {
-		named := make([]billing.Statement, len(sts))
-		for i, st := range sts {
-			st.Tenant = names[st.Tenant]
-			named[i] = st
-		}
-		var buf bytes.Buffer
-		if err := billing.WriteStatementsCSV(&buf, named); err != nil {
-			s.storeError(w, "write the statement", err)
-			return
-		}
-		name := "statement-" + month.Format("2006-01")
-		if who != "" {
-			name += "-" + names[who]
-		}
-		writeCSV(w, name+".csv", buf.Bytes())
-		return
-	}
-	current := !now.Before(month) && now.Before(month.AddDate(0, 1, 0))
-	views := make([]statementView, 0, len(sts))
-	var total billing.Micros
-	for _, st := range sts {
-		v := statementView{TenantName: names[st.Tenant], Statement: st}
-		if current {
-			v.Budget = s.budgetOf(ctx, st)
-		}
-		views = append(views, v)
-		total += st.Total
-	}
-	if who != "" {
-		jsonapi.Write(w, http.StatusOK, views[0])
-		return
-	}
-	jsonapi.Write(w, http.StatusOK, statementList{Month: month.Format("2006-01"), Statements: views, Total: total, TotalDisplay: total.Cents()})
-}
-
-// budgetOf reads the statement's tenant's budget and, for a budget near or
-// over, records the month's budget.near / budget.over event (once each). It
-// returns nil when the tenant is gone.
-func (s *Server) budgetOf(ctx context.Context, st billing.Statement) *budgetView {
-	t, err := s.opts.Store.GetTenant(ctx, st.Tenant)
-	if err != nil {
-		return nil
-	}
-	return s.budgetFor(ctx, t, st)
-}
-
-// budgetFor is t's budget against st, the statement of the month under way,
-// recording the budget events due.
-func (s *Server) budgetFor(ctx context.Context, t *store.Tenant, st billing.Statement) *budgetView {
-	b := &budgetView{Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
-		State: billing.BudgetState(st.Total, t.Budget), Currency: st.Currency}
-	if t.Budget > 0 {
-		budget := t.Budget
-		b.Monthly = &budget
-	}
-	s.noteBudget(ctx, t, b)
-	return b
-}
-
-// noteBudget emits budget.near (from 80 %) and budget.over (from 100 %) once
-// per tenant and month. A tenant that jumps past both gets both.
-func (s *Server) noteBudget(ctx context.Context, t *store.Tenant, b *budgetView) {
-	if b.Monthly == nil || (b.State != billing.BudgetNear && b.State != billing.BudgetOver) {
-		return
-	}
-	kinds := []string{notify.BudgetNear}
-	if b.State == billing.BudgetOver {
-		kinds = append(kinds, notify.BudgetOver)
-	}
-	for _, kind := range kinds {
-		what := "reached 80 % of"
-		if kind == notify.BudgetOver {
-			what = "reached"
-		}
-		e := notify.Event{Kind: kind, At: s.opts.Now(), Tenant: t.ID,
-			Summary: fmt.Sprintf("tenant %s's spend in %s (%s %s) %s its monthly budget of %s %s",
-				t.Name, b.Month, b.MonthToDateDisplay, b.Currency, what, b.Monthly.Cents(), b.Currency),
-			Data: map[string]string{"month": b.Month, "month_to_date": b.MonthToDate.String(), "budget": b.Monthly.String(), "currency": b.Currency}}
-		if _, err := s.events.Emit(ctx, e, kind+"/"+t.ID+"/"+b.Month); err != nil {
-			s.log.Warn("record budget event; the next check records it", "tenant", t.ID, "kind", kind, "error", err)
-		}
-	}
-}
-
-// CheckBudgets computes this month's spend of every tenant with a budget and
-// records the budget events due (the leader runs it with each reconcile
-// pass, so an event does not wait for someone to read a statement).
-func (s *Server) CheckBudgets(ctx context.Context) error {
-	ts, err := s.opts.Store.ListTenants(ctx)
-	if err != nil {
-		return err
-	}
-	budgeted := map[string]*store.Tenant{}
-	for i := range ts {
-		if ts[i].Budget > 0 {
-			budgeted[ts[i].ID] = &ts[i]
-		}
-	}
-	if len(budgeted) == 0 {
-		return nil
-	}
-	now := s.opts.Now().UTC()
-	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	prices, err := s.opts.Store.PriceHistory(ctx)
-	if err != nil {
-		return err
-	}
-	vms, leases, _, err := s.billingRows(ctx, "", month, month.AddDate(0, 1, 0))
-	if err != nil {
-		return err
-	}
-	for _, st := range billing.ComputeStatements(month, prices, vms, leases, now) {
-		if t := budgeted[st.Tenant]; t != nil {
-			s.budgetFor(ctx, t, st)
-		}
-	}
-	return nil
-}
-
-// monthToDate is a tenant's budget view for the month under way.
-func (s *Server) monthToDate(ctx context.Context, t *store.Tenant) (*budgetView, error) {
-	now := s.opts.Now().UTC()
-	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	prices, err := s.opts.Store.PriceHistory(ctx)
-	if err != nil {
-		return nil, err
-	}
-	vms, leases, _, err := s.billingRows(ctx, t.ID, month, month.AddDate(0, 1, 0))
-	if err != nil {
-		return nil, err
-	}
-	return s.budgetFor(ctx, t, billing.ComputeStatement(t.ID, month, prices, vms, leases, now)), nil
+	writeCSV(w, name+".csv", buf.Bytes())
 }
 
 // ---- budgets ----
@@ -390,6 +213,7 @@ func (s *Server) putTenantBudget(w http.ResponseWriter, r *http.Request) {
 	s.putBudget(w, r, t)
 }
 
+// putBudget decodes a budget for t and sets it.
 func (s *Server) putBudget(w http.ResponseWriter, r *http.Request, t *store.Tenant) {
 	var req budgetRequest
 	if e := jsonapi.ReadBody(w, r, &req, true, `the body is {"monthly": 500} (0 or null removes the budget)`); e != nil {
@@ -408,23 +232,24 @@ func (s *Server) putBudget(w http.ResponseWriter, r *http.Request, t *store.Tena
 			return
 		}
 	}
-	nt, err := s.opts.Store.UpdateTenant(r.Context(), t.ID, func(t *store.Tenant) error {
-		t.Budget = budget
-		return nil
-	})
+	b, err := s.metering.SetBudget(r.Context(), t.ID, budget)
 	if err != nil {
-		s.storeError(w, "set the budget", err)
-		return
-	}
-	b, err := s.monthToDate(r.Context(), nt)
-	if err != nil {
-		s.storeError(w, "read this month's spend", err)
+		s.meteringError(w, err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, b)
 }
 
 // ---- helpers ----
+
+// meteringError answers a metering service's store failure.
+func (s *Server) meteringError(w http.ResponseWriter, err error) {
+	if oe := (*metering.OpError)(nil); errors.As(err, &oe) {
+		s.storeError(w, oe.Op, oe.Err)
+		return
+	}
+	s.storeError(w, "read the ledger", err)
+}
 
 // billedTenant is the tenant whose figures the request asks for ("" all,
 // for the operator without ?tenant=). A tenant sees only its own: a
@@ -452,67 +277,6 @@ func (s *Server) billedTenant(w http.ResponseWriter, r *http.Request, what strin
 		return "", false
 	}
 	return t.ID, true
-}
-
-// billingRows reads the ledger entries and leases of tenant ("" every
-// tenant) that may count in [from, to), as package billing's rows, and the
-// tenants' names by id. The operator's own VMs are not billed and not read.
-// A released lease counts up to its minimum term, so it is read if that
-// reaches into the window.
-func (s *Server) billingRows(ctx context.Context, tenant string, from, to time.Time) ([]billing.VM, []billing.Lease, map[string]string, error) {
-	es, err := s.opts.Store.ListEntries(ctx, func(e *store.LedgerEntry) bool {
-		return e.Tenant != "" && (tenant == "" || e.Tenant == tenant) && e.StartedAt.Before(to) && (e.Running() || e.EndedAt.After(from))
-	})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ls, err := s.opts.Store.ListLeases(ctx, func(l *store.Lease) bool {
-		if tenant != "" && l.Tenant != tenant || !l.StartedAt.Before(to) {
-			return false
-		}
-		return l.Active() || l.ReleasedAt.After(from) || l.MinEnd.After(from)
-	})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	vms := make([]billing.VM, 0, len(es))
-	for _, e := range es {
-		vms = append(vms, billingVM(&e))
-	}
-	leases := make([]billing.Lease, 0, len(ls))
-	for _, l := range ls {
-		leases = append(leases, billingLease(&l))
-	}
-	names := map[string]string{}
-	ts, err := s.opts.Store.ListTenants(ctx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	for _, t := range ts {
-		names[t.ID] = t.Name
-	}
-	// A deleted tenant's rows stay billable under its id.
-	for _, v := range vms {
-		if names[v.Tenant] == "" {
-			names[v.Tenant] = v.Tenant
-		}
-	}
-	for _, l := range leases {
-		if names[l.Tenant] == "" {
-			names[l.Tenant] = l.Tenant
-		}
-	}
-	return vms, leases, names, nil
-}
-
-func billingVM(e *store.LedgerEntry) billing.VM {
-	return billing.VM{ID: e.ID, Tenant: e.Tenant, Node: e.Node, Name: e.Name, Image: e.Image, VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB,
-		MacOS: e.GuestOS == store.GuestMacOS, Start: e.StartedAt, End: e.EndedAt}
-}
-
-func billingLease(l *store.Lease) billing.Lease {
-	return billing.Lease{ID: l.ID, Tenant: l.Tenant, Node: l.Node, Class: l.PriceClass, PricePerHour: l.PricePerHour,
-		Start: l.StartedAt, MinEnd: l.MinEnd, EndsAt: l.EndsAt, ReleasedAt: l.ReleasedAt}
 }
 
 // timeParam parses an RFC 3339 query parameter (def when empty).
@@ -547,11 +311,4 @@ func writeCSV(w http.ResponseWriter, filename string, data []byte) {
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", filename))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(data)
-}
-
-func earliest(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

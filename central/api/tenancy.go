@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/gorilla/mux"
@@ -137,7 +138,7 @@ type tenantMeView struct {
 	// the policy's.
 	MaxSnapshotsPerVM int64 `json:"max_snapshots_per_vm"`
 	// Billing is this month's spend so far and the budget.
-	Billing *budgetView `json:"billing,omitempty"`
+	Billing *metering.Budget `json:"billing,omitempty"`
 }
 
 // tenantUsed is what a tenant has in use, checked against its quota:
@@ -399,9 +400,9 @@ func (s *Server) tenantMe(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "read the policy", err)
 		return
 	}
-	b, err := s.monthToDate(r.Context(), p.Tenant)
+	b, err := s.metering.MonthToDate(r.Context(), p.Tenant)
 	if err != nil {
-		s.storeError(w, "read this month's spend", err)
+		s.meteringError(w, err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, tenantMeView{

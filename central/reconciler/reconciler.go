@@ -50,7 +50,7 @@ type DrainResumer interface {
 	ResumeDrains(ctx context.Context) error
 }
 
-// BudgetChecker records the budget events due.
+// BudgetChecker records the budget events due (central/metering).
 type BudgetChecker interface {
 	// CheckBudgets records budget.near and budget.over for this month.
 	CheckBudgets(ctx context.Context) error

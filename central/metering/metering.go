@@ -1,0 +1,394 @@
+// Package metering reads central's ledger of VMs and its leases into usage
+// reports and monthly statements, priced by the operator's price list and
+// named by tenant. It keeps each tenant's monthly budget and records
+// budget.near and budget.over once a month when the spend reaches them.
+package metering
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/notify"
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Store is what metering needs of central's store.
+type Store interface {
+	// PriceHistory reads every version of the price list, oldest first.
+	PriceHistory(ctx context.Context) ([]billing.PriceVersion, error)
+	// PricesVersion reads the price list's store version (its ETag).
+	PricesVersion(ctx context.Context) (int64, error)
+	// PutPrices adds a price list in effect from at (store.ErrStale when ifVersion is not the list's version).
+	PutPrices(ctx context.Context, p billing.Prices, at time.Time, ifVersion ...int64) (*billing.PriceVersion, error)
+	// GetTenant reads one tenant by id.
+	GetTenant(ctx context.Context, id string) (*store.Tenant, error)
+	// ListTenants reads every tenant.
+	ListTenants(ctx context.Context) ([]store.Tenant, error)
+	// UpdateTenant rewrites a tenant in one transaction.
+	UpdateTenant(ctx context.Context, id string, fn func(*store.Tenant) error) (*store.Tenant, error)
+	// ListEntries reads the ledger entries keep accepts.
+	ListEntries(ctx context.Context, keep func(*store.LedgerEntry) bool) ([]store.LedgerEntry, error)
+	// ListLeases reads the leases keep accepts.
+	ListLeases(ctx context.Context, keep func(*store.Lease) bool) ([]store.Lease, error)
+}
+
+// OpError is a store failure that is not the caller's fault, with what was
+// being done (the API answers it as a store error).
+type OpError struct {
+	Op  string
+	Err error
+}
+
+func (e *OpError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Service meters the fleet and keeps the budgets. It is safe for concurrent
+// use.
+type Service struct {
+	st     Store
+	events notify.Sink
+	now    func() time.Time
+	log    hclog.Logger
+}
+
+// New makes a Service over st that records budget events in events.
+func New(st Store, events notify.Sink, now func() time.Time, log hclog.Logger) *Service {
+	return &Service{st: st, events: events, now: now, log: log}
+}
+
+// ---- prices ----
+
+// PriceList is every version of the price list, oldest first, and the
+// list's store version.
+type PriceList struct {
+	Versions []billing.PriceVersion
+	// Version is the ETag of the whole list.
+	Version int64
+}
+
+// Prices reads the price list.
+func (s *Service) Prices(ctx context.Context) (*PriceList, error) {
+	version, err := s.st.PricesVersion(ctx)
+	if err != nil {
+		return nil, &OpError{"read the prices", err}
+	}
+	vs, err := s.st.PriceHistory(ctx)
+	if err != nil {
+		return nil, &OpError{"read the prices", err}
+	}
+	return &PriceList{Versions: vs, Version: version}, nil
+}
+
+// PutPrices publishes p, in effect from now; given ifVersion, only while the
+// list is still at that version (an error wrapping store.ErrStale
+// otherwise). It returns the new version and the list's store version after
+// the write, 0 when that could not be read: the write stands all the same.
+func (s *Service) PutPrices(ctx context.Context, p billing.Prices, ifVersion ...int64) (*billing.PriceVersion, int64, error) {
+	if p.MacClasses == nil {
+		p.MacClasses = []billing.MacClass{}
+	}
+	v, err := s.st.PutPrices(ctx, p, s.now(), ifVersion...)
+	if err != nil {
+		return nil, 0, &OpError{"set the prices", err}
+	}
+	version, err := s.st.PricesVersion(ctx)
+	if err != nil {
+		version = 0
+	}
+	return v, version, nil
+}
+
+// ---- usage ----
+
+// UsageRow is one tenant's usage.
+type UsageRow struct {
+	TenantName string `json:"tenant_name"`
+	billing.Usage
+}
+
+// UsageReport is the usage of every tenant (or one) over [From, To).
+type UsageReport struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// AsOf is when the figures stop: now, or To when it is past.
+	AsOf    time.Time  `json:"as_of"`
+	Tenants []UsageRow `json:"tenants"`
+}
+
+// Usage is the usage of tenant (by id; "" every tenant) over [from, to).
+func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) (*UsageReport, error) {
+	now := s.now().UTC()
+	vms, leases, names, err := s.billingRows(ctx, tenant, from, to)
+	if err != nil {
+		return nil, &OpError{"read the ledger", err}
+	}
+	us := billing.ComputeUsage(vms, leases, from, to, now)
+	asOf := now
+	if to.Before(now) {
+		asOf = to
+	}
+	rep := &UsageReport{From: from, To: to, AsOf: asOf, Tenants: make([]UsageRow, 0, len(us))}
+	for _, u := range us {
+		rep.Tenants = append(rep.Tenants, UsageRow{TenantName: names[u.Tenant], Usage: u})
+	}
+	return rep, nil
+}
+
+// ---- statements ----
+
+// Budget is a tenant's budget and this month's spend against it.
+type Budget struct {
+	// Monthly is the budget (absent: none).
+	Monthly *billing.Micros `json:"monthly,omitempty"`
+	Month   string          `json:"month"`
+	// MonthToDate is what the month has cost so far; State is "", "ok",
+	// "near" (80 %) or "over".
+	MonthToDate        billing.Micros `json:"month_to_date"`
+	MonthToDateDisplay string         `json:"month_to_date_display"`
+	State              string         `json:"state,omitempty"`
+	Currency           string         `json:"currency"`
+}
+
+// TenantStatement is one tenant's statement, with its name.
+type TenantStatement struct {
+	TenantName string `json:"tenant_name"`
+	billing.Statement
+	// Budget is set on the month under way.
+	Budget *Budget `json:"budget,omitempty"`
+}
+
+// StatementList is a month's statements.
+type StatementList struct {
+	Month      string            `json:"month"`
+	Statements []TenantStatement `json:"statements"`
+	// Total is the sum over the tenants.
+	Total        billing.Micros `json:"total"`
+	TotalDisplay string         `json:"total_display"`
+}
+
+// StatementQuery asks for a month's statements.
+type StatementQuery struct {
+	// Tenant is the tenant's id; "" asks for every tenant's statement.
+	Tenant string
+	// Month is the first instant of the month, in UTC.
+	Month time.Time
+	// Budgets adds to the statements of the month under way each tenant's
+	// budget, and records the budget events due (the CSV export goes
+	// without).
+	Budgets bool
+}
+
+// Statements computes the statements q asks for: exactly one with a
+// tenant, else one per tenant billed in the month.
+func (s *Service) Statements(ctx context.Context, q StatementQuery) (*StatementList, error) {
+	now := s.now().UTC()
+	prices, err := s.st.PriceHistory(ctx)
+	if err != nil {
+		return nil, &OpError{"read the prices", err}
+	}
+	end := q.Month.AddDate(0, 1, 0)
+	vms, leases, names, err := s.billingRows(ctx, q.Tenant, q.Month, end)
+	if err != nil {
+		return nil, &OpError{"read the ledger", err}
+	}
+	var sts []billing.Statement
+	if q.Tenant != "" {
+		sts = []billing.Statement{billing.ComputeStatement(q.Tenant, q.Month, prices, vms, leases, now)}
+	} else {
+		sts = billing.ComputeStatements(q.Month, prices, vms, leases, now)
+	}
+	current := !now.Before(q.Month) && now.Before(end)
+	list := &StatementList{Month: q.Month.Format("2006-01"), Statements: make([]TenantStatement, 0, len(sts))}
+	for _, st := range sts {
+		v := TenantStatement{TenantName: names[st.Tenant], Statement: st}
+		if current && q.Budgets {
+			v.Budget = s.budgetOf(ctx, st)
+		}
+		list.Statements = append(list.Statements, v)
+		list.Total += st.Total
+	}
+	list.TotalDisplay = list.Total.Cents()
+	return list, nil
+}
+
+// ---- budgets ----
+
+// SetBudget sets tenant's monthly budget (0 removes it) and answers it
+// against this month's spend, recording the budget events due.
+func (s *Service) SetBudget(ctx context.Context, tenant string, monthly billing.Micros) (*Budget, error) {
+	t, err := s.st.UpdateTenant(ctx, tenant, func(t *store.Tenant) error {
+		t.Budget = monthly
+		return nil
+	})
+	if err != nil {
+		return nil, &OpError{"set the budget", err}
+	}
+	return s.MonthToDate(ctx, t)
+}
+
+// MonthToDate is t's budget against its spend in the month under way,
+// recording the budget events due.
+func (s *Service) MonthToDate(ctx context.Context, t *store.Tenant) (*Budget, error) {
+	now := s.now().UTC()
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	prices, err := s.st.PriceHistory(ctx)
+	if err != nil {
+		return nil, &OpError{"read this month's spend", err}
+	}
+	vms, leases, _, err := s.billingRows(ctx, t.ID, month, month.AddDate(0, 1, 0))
+	if err != nil {
+		return nil, &OpError{"read this month's spend", err}
+	}
+	return s.budgetFor(ctx, t, billing.ComputeStatement(t.ID, month, prices, vms, leases, now)), nil
+}
+
+// CheckBudgets computes this month's spend of every tenant with a budget and
+// records the budget events due (the leader runs it with each reconcile
+// pass, so an event does not wait for someone to read a statement).
+func (s *Service) CheckBudgets(ctx context.Context) error {
+	ts, err := s.st.ListTenants(ctx)
+	if err != nil {
+		return err
+	}
+	budgeted := map[string]*store.Tenant{}
+	for i := range ts {
+		if ts[i].Budget > 0 {
+			budgeted[ts[i].ID] = &ts[i]
+		}
+	}
+	if len(budgeted) == 0 {
+		return nil
+	}
+	now := s.now().UTC()
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	prices, err := s.st.PriceHistory(ctx)
+	if err != nil {
+		return err
+	}
+	vms, leases, _, err := s.billingRows(ctx, "", month, month.AddDate(0, 1, 0))
+	if err != nil {
+		return err
+	}
+	for _, st := range billing.ComputeStatements(month, prices, vms, leases, now) {
+		if t := budgeted[st.Tenant]; t != nil {
+			s.budgetFor(ctx, t, st)
+		}
+	}
+	return nil
+}
+
+// budgetOf reads the statement's tenant's budget and records the budget
+// events due. It returns nil when the tenant is gone.
+func (s *Service) budgetOf(ctx context.Context, st billing.Statement) *Budget {
+	t, err := s.st.GetTenant(ctx, st.Tenant)
+	if err != nil {
+		return nil
+	}
+	return s.budgetFor(ctx, t, st)
+}
+
+// budgetFor is t's budget against st, the statement of the month under way,
+// recording the budget events due.
+func (s *Service) budgetFor(ctx context.Context, t *store.Tenant, st billing.Statement) *Budget {
+	b := &Budget{Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
+		State: billing.BudgetState(st.Total, t.Budget), Currency: st.Currency}
+	if t.Budget > 0 {
+		budget := t.Budget
+		b.Monthly = &budget
+	}
+	s.noteBudget(ctx, t, b)
+	return b
+}
+
+// noteBudget emits budget.near (from 80 %) and budget.over (from 100 %) once
+// per tenant and month. A tenant that jumps past both gets both.
+func (s *Service) noteBudget(ctx context.Context, t *store.Tenant, b *Budget) {
+	if b.Monthly == nil || (b.State != billing.BudgetNear && b.State != billing.BudgetOver) {
+		return
+	}
+	kinds := []string{notify.BudgetNear}
+	if b.State == billing.BudgetOver {
+		kinds = append(kinds, notify.BudgetOver)
+	}
+	for _, kind := range kinds {
+		what := "reached 80 % of"
+		if kind == notify.BudgetOver {
+			what = "reached"
+		}
+		e := notify.Event{Kind: kind, At: s.now(), Tenant: t.ID,
+			Summary: fmt.Sprintf("tenant %s's spend in %s (%s %s) %s its monthly budget of %s %s",
+				t.Name, b.Month, b.MonthToDateDisplay, b.Currency, what, b.Monthly.Cents(), b.Currency),
+			Data: map[string]string{"month": b.Month, "month_to_date": b.MonthToDate.String(), "budget": b.Monthly.String(), "currency": b.Currency}}
+		if _, err := s.events.Emit(ctx, e, kind+"/"+t.ID+"/"+b.Month); err != nil {
+			s.log.Warn("record budget event; the next check records it", "tenant", t.ID, "kind", kind, "error", err)
+		}
+	}
+}
+
+// ---- rows ----
+
+// billingRows reads the ledger entries and leases of tenant ("" every
+// tenant) that may count in [from, to), as package billing's rows, and the
+// tenants' names by id. The operator's own VMs are not billed and not read.
+// A released lease counts up to its minimum term, so it is read if that
+// reaches into the window.
+func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.Time) ([]billing.VM, []billing.Lease, map[string]string, error) {
+	es, err := s.st.ListEntries(ctx, func(e *store.LedgerEntry) bool {
+		return e.Tenant != "" && (tenant == "" || e.Tenant == tenant) && e.StartedAt.Before(to) && (e.Running() || e.EndedAt.After(from))
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ls, err := s.st.ListLeases(ctx, func(l *store.Lease) bool {
+		if tenant != "" && l.Tenant != tenant || !l.StartedAt.Before(to) {
+			return false
+		}
+		return l.Active() || l.ReleasedAt.After(from) || l.MinEnd.After(from)
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	vms := make([]billing.VM, 0, len(es))
+	for _, e := range es {
+		vms = append(vms, billingVM(&e))
+	}
+	leases := make([]billing.Lease, 0, len(ls))
+	for _, l := range ls {
+		leases = append(leases, billingLease(&l))
+	}
+	names := map[string]string{}
+	ts, err := s.st.ListTenants(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, t := range ts {
+		names[t.ID] = t.Name
+	}
+	// A deleted tenant's rows stay billable under its id.
+	for _, v := range vms {
+		if names[v.Tenant] == "" {
+			names[v.Tenant] = v.Tenant
+		}
+	}
+	for _, l := range leases {
+		if names[l.Tenant] == "" {
+			names[l.Tenant] = l.Tenant
+		}
+	}
+	return vms, leases, names, nil
+}
+
+// billingVM is a ledger entry as package billing's row.
+func billingVM(e *store.LedgerEntry) billing.VM {
+	return billing.VM{ID: e.ID, Tenant: e.Tenant, Node: e.Node, Name: e.Name, Image: e.Image, VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB,
+		MacOS: e.GuestOS == store.GuestMacOS, Start: e.StartedAt, End: e.EndedAt}
+}
+
+// billingLease is a lease as package billing's row.
+func billingLease(l *store.Lease) billing.Lease {
+	return billing.Lease{ID: l.ID, Tenant: l.Tenant, Node: l.Node, Class: l.PriceClass, PricePerHour: l.PricePerHour,
+		Start: l.StartedAt, MinEnd: l.MinEnd, EndsAt: l.EndsAt, ReleasedAt: l.ReleasedAt}
+}
