@@ -99,24 +99,24 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), nodecall.CallTimeout)
 	defer cancel()
-	vm, err := nc.GetVM(ctx, t.id)
+	vm, err := nc.GetVM(ctx, t.ID)
 	if err != nil {
 		if sdk.IsNotFound(err) {
-			jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", jsonapi.Echo(mux.Vars(r)["id"]), t.node.Name),
+			jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", jsonapi.Echo(mux.Vars(r)["id"]), t.Node.Name),
 				"it may have been returned already; GET /fleet/vms lists the VMs")
 			return
 		}
-		s.nodeError(w, PrincipalOf(r.Context()), t.node, "read the vm", err)
+		s.nodeError(w, PrincipalOf(r.Context()), t.Node, "read the vm", err)
 		return
 	}
 	pool := vm.Labels[PoolLabel]
 	if pool == "" || vm.GuestOS != store.GuestMacOS {
-		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s is not a macOS pool VM", vm.Name, t.node.Name),
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s is not a macOS pool VM", vm.Name, t.Node.Name),
 			"only VMs from POST /fleet/macos-pool/checkout are returned; DELETE /fleet/vms/{node}/{id} deletes any other")
 		return
 	}
-	if t.entry != nil && t.entry.Tenant != "" {
-		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s belongs to a tenant now", vm.Name, t.node.Name),
+	if t.Entry != nil && t.Entry.Tenant != "" {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("vm %s on node %s belongs to a tenant now", vm.Name, t.Node.Name),
 			"a tenant that launched it from a shared pool deletes it with DELETE /fleet/vms/{node}/{id}")
 		return
 	}
@@ -125,11 +125,11 @@ func (s *Server) returnMacOS(w http.ResponseWriter, r *http.Request) {
 			"check it out first with POST /fleet/macos-pool/checkout")
 		return
 	}
-	if _, err := s.vms.Delete(ctx, t.node, vm.ID, t.entry, "returned"); err != nil {
-		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the returned vm", err)
+	if _, err := s.vms.Delete(ctx, t.Node, vm.ID, t.Entry, "returned"); err != nil {
+		s.nodeError(w, PrincipalOf(r.Context()), t.Node, "delete the returned vm", err)
 		return
 	}
 	s.pools.Kick()
-	jsonapi.Write(w, http.StatusOK, macOSReturn{Node: t.node.Name, ID: vm.ID, Pool: pool, Returned: true,
+	jsonapi.Write(w, http.StatusOK, macOSReturn{Node: t.Node.Name, ID: vm.ID, Pool: pool, Returned: true,
 		Note: "deleted; the pool boots a clean VM in its place"})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/scheduler"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -29,7 +30,7 @@ const DownAfterIntervals = 3
 const (
 	maxHeartbeatVMs     = 10000
 	maxHeartbeatDrivers = 64
-	maxLabels           = 64
+	maxLabels           = vms.MaxLabels
 )
 
 // heartbeat records a node's report: its address, capacity, drivers and VMs.

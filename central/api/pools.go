@@ -9,6 +9,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
@@ -202,7 +203,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		MemoryMiB: req.MemoryMiB, Size: *req.Size, MaxSize: req.MaxSize, NodeSelector: req.NodeSelector})
 	switch {
 	case errors.Is(err, pools.ErrNoImage):
-		names, err := s.catalogNames(r.Context())
+		names, err := vms.CatalogNames(r.Context(), s.opts.Store)
 		if err != nil {
 			jsonapi.WriteError(w, http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment")
 			return

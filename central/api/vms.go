@@ -11,9 +11,6 @@ import (
 	"github.com/fluxvm/fluxvm/central/vms"
 	"math"
 	"net/http"
-	"path/filepath"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
@@ -23,16 +20,8 @@ import (
 	"github.com/gorilla/mux"
 )
 
-// ReservedLabelPrefix starts the labels FluxVM sets itself (PoolLabel):
-// tenants may not set them, but for EphemeralLabel.
-const ReservedLabelPrefix = "fluxvm.dev/"
-
-// The node agent's rules for names and labels, checked here too so that a
-// bad request is refused before anything is reserved.
-var (
-	vmNameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
-)
+// ReservedLabelPrefix starts the labels FluxVM sets itself (central/vms).
+const ReservedLabelPrefix = vms.ReservedLabelPrefix
 
 // createVM places a VM: the scheduler picks a node, the tenant's quota and
 // the node's capacity are reserved in one etcd transaction, the node creates
@@ -53,9 +42,9 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := body
-	spec, imageName, status, msg, hint := s.resolveCreate(r.Context(), p, &req)
-	if status != 0 {
-		jsonapi.WriteError(w, status, msg, hint)
+	spec, imageName, err := vms.Resolve(r.Context(), s.opts.Store, tenantID(p), &req)
+	if err != nil {
+		s.refusal(w, err)
 		return
 	}
 	pol, err := s.opts.Store.GetPolicy(r.Context())
@@ -95,6 +84,18 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/fleet/vms/"+l.Node.Name+"/"+l.VM.ID)
 	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: l.Node.Name, VM: *l.VM,
 		Placement: sdk.Placement{Reason: l.Decision.Reason, Considered: verdicts(l.Decision.Considered)}})
+}
+
+// refusal answers a create refused before anything was reserved.
+func (s *Server) refusal(w http.ResponseWriter, err error) {
+	var rf *vms.Refusal
+	if !errors.As(err, &rf) {
+		s.storeError(w, "check the request", err)
+		return
+	}
+	status := map[vms.RefusalKind]int{vms.Invalid: http.StatusBadRequest, vms.Forbidden: http.StatusForbidden,
+		vms.Unavailable: http.StatusServiceUnavailable}[rf.Kind]
+	jsonapi.WriteError(w, status, rf.Msg, rf.Hint)
 }
 
 // launchError answers a launch that did not happen.
@@ -143,113 +144,6 @@ func verdicts(vs []scheduler.Verdict) []sdk.PlacementVerdict {
 	return out
 }
 
-// resolveCreate checks a create request and turns it into the node's
-// request (image path, guest OS and size filled from the catalog). It
-// returns the image's name for the ledger, or a status with a message and a
-// hint when the request is refused.
-func (s *Server) resolveCreate(ctx context.Context, p Principal, req *sdk.FleetCreateVMRequest) (spec sdk.CreateVMRequest, image string, status int, msg, hint string) {
-	bad := func(m, h string) (sdk.CreateVMRequest, string, int, string, string) {
-		return sdk.CreateVMRequest{}, "", http.StatusBadRequest, m, h
-	}
-	if !vmNameRE.MatchString(req.Name) {
-		return bad(fmt.Sprintf("name %q is not a valid vm name", jsonapi.Echo(req.Name)), "use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
-	}
-	spec = sdk.CreateVMRequest{Name: req.Name, GuestOS: req.GuestOS, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
-		Display: req.Display, Network: req.Network, TTLSeconds: req.TTLSeconds, Labels: req.Labels, Tenant: tenantID(p)}
-	switch {
-	case req.Image != "" && req.ImagePath != "":
-		return bad("give image or image_path, not both", "image names a catalog image; image_path a disk on the nodes")
-	case req.ImagePath != "":
-		if !p.Operator {
-			names, _ := s.catalogNames(ctx)
-			return sdk.CreateVMRequest{}, "", http.StatusForbidden, "image_path is for the operator",
-				"launch a catalog image by name instead (\"image\"): " + names
-		}
-		if !filepath.IsAbs(req.ImagePath) {
-			return bad("image_path must be an absolute path on the nodes", "or launch a catalog image by name (\"image\")")
-		}
-		spec.Image, image = req.ImagePath, req.ImagePath
-	default:
-		names, err := s.catalogNames(ctx)
-		if err != nil {
-			return sdk.CreateVMRequest{}, "", http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment"
-		}
-		if req.Image == "" {
-			return bad("image is required: a catalog image's name", "catalog images: "+names)
-		}
-		im, err := s.opts.Store.GetImage(ctx, req.Image)
-		if !store.ValidName(req.Image) || errors.Is(err, store.ErrNotFound) {
-			return bad(fmt.Sprintf("no image %q in the catalog", jsonapi.Echo(req.Image)), "catalog images: "+names)
-		}
-		if err != nil {
-			return sdk.CreateVMRequest{}, "", http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment"
-		}
-		if spec.GuestOS != "" && spec.GuestOS != im.GuestOS {
-			return bad(fmt.Sprintf("guest_os %q does not match image %s, a %s image", jsonapi.Echo(spec.GuestOS), im.Name, im.GuestOS),
-				"leave guest_os out: the catalog image sets it")
-		}
-		spec.GuestOS, spec.Image, image = im.GuestOS, im.Image, im.Name
-		if spec.VCPUs == 0 {
-			spec.VCPUs = im.VCPUs
-		}
-		if spec.MemoryMiB == 0 {
-			spec.MemoryMiB = im.MemoryMiB
-		}
-	}
-	if spec.GuestOS == "" {
-		spec.GuestOS = store.GuestLinux
-	}
-	switch {
-	case spec.GuestOS != store.GuestLinux && spec.GuestOS != store.GuestMacOS:
-		return bad(fmt.Sprintf("guest_os %q is not known", jsonapi.Echo(spec.GuestOS)), `use "linux" or "macos"`)
-	case spec.VCPUs < 1 || spec.VCPUs > 1024:
-		return bad(fmt.Sprintf("vcpus must be between 1 and 1024, not %d", spec.VCPUs), "ask for 1 or more vCPUs")
-	case spec.MemoryMiB < 64 || spec.MemoryMiB > 16<<20:
-		return bad(fmt.Sprintf("memory_mib must be between 64 and 16777216, not %d", spec.MemoryMiB), "ask for at least 64 MiB")
-	case spec.TTLSeconds < 0:
-		return bad("ttl_seconds must not be negative", "leave it out for a VM that lives until deleted")
-	case spec.Network != "" && spec.Network != "user" && spec.Network != "none":
-		return bad(fmt.Sprintf("network %q is not known", jsonapi.Echo(spec.Network)), `use "user" (NAT) or "none"`)
-	case req.Node != "" && !store.ValidName(req.Node):
-		return bad(fmt.Sprintf("node %q is not a valid node name", jsonapi.Echo(req.Node)), "GET /fleet/capacity lists the nodes you may use")
-	case len(req.Labels) > maxLabels || len(req.NodeSelector) > maxLabels:
-		return bad(fmt.Sprintf("at most %d labels and %d node_selector entries", maxLabels, maxLabels), "trim them")
-	}
-	for _, m := range []map[string]string{req.Labels, req.NodeSelector} {
-		for k, v := range m {
-			if !labelKeyRE.MatchString(k) || len(v) > 256 {
-				return bad(fmt.Sprintf("label %q is not valid", jsonapi.Echo(k)),
-					"label keys are 1-63 letters, digits, '.', '_', '/' or '-'; values at most 256 characters")
-			}
-		}
-	}
-	if p.Tenant != nil {
-		for k := range req.Labels {
-			if strings.HasPrefix(k, ReservedLabelPrefix) && k != EphemeralLabel {
-				return bad(fmt.Sprintf("label %q uses the reserved prefix %s", k, ReservedLabelPrefix),
-					"FluxVM sets those labels itself; of them a tenant may set only "+EphemeralLabel+"=true")
-			}
-		}
-	}
-	return spec, image, 0, "", ""
-}
-
-// catalogNames lists the catalog for hints.
-func (s *Server) catalogNames(ctx context.Context) (string, error) {
-	ims, err := s.opts.Store.ListImages(ctx)
-	if err != nil {
-		return "", err
-	}
-	if len(ims) == 0 {
-		return "(none yet: the operator adds them with PUT /fleet/images/{name})", nil
-	}
-	names := make([]string, len(ims))
-	for i, im := range ims {
-		names[i] = im.Name
-	}
-	return strings.Join(names, ", "), nil
-}
-
 // listVMs merges every node's VM list (central/vms: List).
 func (s *Server) listVMs(w http.ResponseWriter, r *http.Request) {
 	out, err := s.lister.List(r.Context(), tenantID(PrincipalOf(r.Context())))
@@ -260,111 +154,37 @@ func (s *Server) listVMs(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, out)
 }
 
-// target is a VM named by a /fleet/vms/{node}/{id} route, resolved for the
-// caller.
-type target struct {
-	node  *store.Node
-	entry *store.LedgerEntry // nil: not created through central (or not yet recorded)
-	id    string             // the VM's id on the node (the route's id or name when the node did not answer)
-}
-
-// resolve finds the VM of a /fleet/vms/{node}/{id} route. A tenant gets 404
-// for a VM that is not its own, exactly as for one that does not exist: the
-// ledger says whose a VM is, and for a VM the ledger has not recorded yet
-// (a crash between the node's create and the ledger write), the node's
-// tenant stamp does.
-func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (*target, bool) {
-	p := PrincipalOf(r.Context())
+// resolve finds the VM of a /fleet/vms/{node}/{id} route for the caller
+// (central/vms: Find). A tenant gets 404 for a VM that is not its own,
+// exactly as for one that does not exist.
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (*vms.Target, bool) {
 	v := mux.Vars(r)
-	nodeName, id := v["node"], v["id"]
-	notFound := func() (*target, bool) {
-		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", jsonapi.Echo(id), jsonapi.Echo(nodeName)), "GET /fleet/vms lists your VMs with their nodes")
-		return nil, false
-	}
-	if !store.ValidName(nodeName) || id == "" || len(id) > 128 {
-		return notFound()
-	}
-	n, err := s.opts.Store.GetNode(r.Context(), nodeName)
-	if errors.Is(err, store.ErrNotFound) {
-		return notFound()
-	}
-	if err != nil {
-		s.storeError(w, "read node "+nodeName, err)
-		return nil, false
-	}
-	es, err := s.opts.Store.RunningOnNode(r.Context(), nodeName)
-	if err != nil {
-		s.storeError(w, "read the ledger", err)
-		return nil, false
-	}
-	t := &target{node: n, id: id}
-	// Names are per tenant: a tenant's name finds only its own entry; the
-	// operator's finds any, unless several tenants use it.
-	named := 0
-	for i := range es {
-		e := &es[i]
-		if p.Tenant != nil && e.Tenant != p.Tenant.ID {
-			continue
-		}
-		if e.VMID == id {
-			t.entry, t.id, named = e, e.VMID, 1
-			break
-		}
-		if e.Name == id {
-			t.entry, t.id = e, e.VMID
-			named++
-		}
-	}
-	if named > 1 {
-		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("several VMs are named %s on node %s", id, nodeName),
-			"name the VM by its id: GET /fleet/vms lists them with their tenants")
-		return nil, false
-	}
-	if t.entry != nil {
+	t, err := s.lister.Find(r.Context(), v["node"], v["id"], tenantID(PrincipalOf(r.Context())))
+	var amb *vms.AmbiguousError
+	switch {
+	case errors.Is(err, vms.ErrNoVM):
+		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", jsonapi.Echo(v["id"]), jsonapi.Echo(v["node"])),
+			"GET /fleet/vms lists your VMs with their nodes")
+	case errors.As(err, &amb):
+		jsonapi.WriteError(w, http.StatusConflict, amb.Error(), "name the VM by its id: GET /fleet/vms lists them with their tenants")
+	case err != nil:
+		s.storeError(w, "find the vm", err)
+	default:
 		return t, true
 	}
-	// Not in the ledger (its create is in flight, or central died before
-	// writing it): the node knows its id, and for a tenant only the node's
-	// stamp can make it the tenant's. The operator may still act on a VM
-	// the node does not list now (the node's answer then says so).
-	unlisted := func() (*target, bool) {
-		if p.Tenant != nil {
-			return notFound()
-		}
-		return t, true
-	}
-	if n.State != store.NodeUp {
-		return unlisted()
-	}
-	nc, err := s.nodes.Client(n)
-	if err != nil {
-		return unlisted()
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), nodecall.ListTimeout)
-	defer cancel()
-	vms, err := nc.ListVMs(ctx)
-	if err != nil {
-		return unlisted()
-	}
-	for _, vm := range vms {
-		if (vm.ID == id || vm.Name == id) && (p.Tenant == nil || vm.Tenant == p.Tenant.ID) {
-			t.id = vm.ID
-			return t, true
-		}
-	}
-	return unlisted()
+	return nil, false
 }
 
 // nodeClient is the client for a target's node, or an answer when the node
 // is down.
-func (s *Server) nodeClient(w http.ResponseWriter, t *target) (*sdk.NodeClient, bool) {
-	if t.node.State != store.NodeUp {
+func (s *Server) nodeClient(w http.ResponseWriter, t *vms.Target) (*sdk.NodeClient, bool) {
+	if t.Node.State != store.NodeUp {
 		jsonapi.WriteError(w, http.StatusServiceUnavailable,
-			fmt.Sprintf("node %s is down: no heartbeat since %s", t.node.Name, t.node.LastHeartbeat.Format(time.RFC3339)),
+			fmt.Sprintf("node %s is down: no heartbeat since %s", t.Node.Name, t.Node.LastHeartbeat.Format(time.RFC3339)),
 			"its VMs are unreachable, not lost; retry once the node reports again")
 		return nil, false
 	}
-	nc, err := s.nodes.Client(t.node)
+	nc, err := s.nodes.Client(t.Node)
 	if err != nil {
 		jsonapi.WriteError(w, http.StatusBadGateway, err.Error(), "the node's heartbeat must carry its API address")
 		return nil, false
@@ -410,17 +230,17 @@ func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
-	gone, err := s.vms.Delete(ctx, t.node, t.id, t.entry, "deleted")
+	gone, err := s.vms.Delete(ctx, t.Node, t.ID, t.Entry, "deleted")
 	switch {
 	case errors.Is(err, vms.ErrNotRecorded):
 		// The VM is gone from its node; the reconciler ends its entry.
-		s.log.Error("record a deleted vm", "node", t.node.Name, "vm", t.id, "error", err)
+		s.log.Error("record a deleted vm", "node", t.Node.Name, "vm", t.ID, "error", err)
 	case err != nil:
-		s.nodeError(w, PrincipalOf(r.Context()), t.node, "delete the vm", err)
+		s.nodeError(w, PrincipalOf(r.Context()), t.Node, "delete the vm", err)
 		return
 	}
 	if gone {
-		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", t.id, t.node.Name), "GET /fleet/vms lists your VMs")
+		jsonapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no vm %s on node %s", t.ID, t.Node.Name), "GET /fleet/vms lists your VMs")
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -505,9 +325,9 @@ func (s *Server) execVM(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	res, err := nc.Exec(ctx, t.id, req)
+	res, err := nc.Exec(ctx, t.ID, req)
 	if err != nil {
-		s.nodeError(w, PrincipalOf(r.Context()), t.node, "run the command", err)
+		s.nodeError(w, PrincipalOf(r.Context()), t.Node, "run the command", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, res)
@@ -540,23 +360,23 @@ func vmAction(action string) func(*Server, http.ResponseWriter, *http.Request) {
 		var err error
 		switch action {
 		case "start":
-			vm, err = nc.StartVM(ctx, t.id)
+			vm, err = nc.StartVM(ctx, t.ID)
 		case "stop":
-			vm, err = nc.StopVM(ctx, t.id, time.Duration(stop.TimeoutSeconds)*time.Second)
+			vm, err = nc.StopVM(ctx, t.ID, time.Duration(stop.TimeoutSeconds)*time.Second)
 		case "restart":
-			vm, err = nc.RestartVM(ctx, t.id)
+			vm, err = nc.RestartVM(ctx, t.ID)
 		case "pause":
-			vm, err = nc.PauseVM(ctx, t.id)
+			vm, err = nc.PauseVM(ctx, t.ID)
 		case "resume":
-			vm, err = nc.ResumeVM(ctx, t.id)
+			vm, err = nc.ResumeVM(ctx, t.ID)
 		default:
 			err = fmt.Errorf("unknown action %s", action)
 		}
 		if err != nil {
-			s.nodeError(w, PrincipalOf(r.Context()), t.node, action+" the vm", err)
+			s.nodeError(w, PrincipalOf(r.Context()), t.Node, action+" the vm", err)
 			return
 		}
-		jsonapi.Write(w, http.StatusOK, sdk.FleetVM{Node: t.node.Name, VM: *vm})
+		jsonapi.Write(w, http.StatusOK, sdk.FleetVM{Node: t.Node.Name, VM: *vm})
 	}
 }
 
@@ -585,9 +405,9 @@ func (s *Server) fromNode(w http.ResponseWriter, r *http.Request, what, contentT
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), nodecall.CallTimeout)
 	defer cancel()
-	b, err := get(ctx, nc, t.id)
+	b, err := get(ctx, nc, t.ID)
 	if err != nil {
-		s.nodeError(w, PrincipalOf(r.Context()), t.node, what, err)
+		s.nodeError(w, PrincipalOf(r.Context()), t.Node, what, err)
 		return
 	}
 	w.Header().Set("Content-Type", contentType)

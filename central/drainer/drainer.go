@@ -21,8 +21,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// EphemeralLabel marks a VM that a drain may delete, like one with a TTL.
-const EphemeralLabel = "fluxvm.dev/ephemeral"
+// EphemeralLabel marks a VM that a drain may delete, like one with a TTL
+// (defined with the other label rules, in central/vms).
+const EphemeralLabel = vms.EphemeralLabel
 
 // Timeout bounds one drain's (or scrub's) work on the node.
 const Timeout = 5 * time.Minute

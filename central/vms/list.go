@@ -15,6 +15,8 @@ import (
 
 // ListStore is what the fleet-wide list needs of central's store.
 type ListStore interface {
+	// GetNode reads one node record.
+	GetNode(ctx context.Context, name string) (*store.Node, error)
 	// ListNodes reads every node record.
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	// RunningForTenant reads a tenant's running ledger entries.
@@ -23,7 +25,7 @@ type ListStore interface {
 	RunningOnNode(ctx context.Context, node string) ([]store.LedgerEntry, error)
 }
 
-// Lister lists VMs across the fleet.
+// Lister lists and finds VMs across the fleet.
 type Lister struct {
 	st    ListStore
 	nodes *nodecall.Caller
@@ -137,4 +139,105 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 		return out.VMs[i].CreatedAt.Before(out.VMs[j].CreatedAt)
 	})
 	return &out, nil
+}
+
+// ErrNoVM: no VM of the caller's by that id or name on that node.
+var ErrNoVM = errors.New("no such vm")
+
+// AmbiguousError is a name several tenants' VMs share on a node, asked by
+// the operator, who must use an id.
+type AmbiguousError struct{ Name, Node string }
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("several VMs are named %s on node %s", e.Name, e.Node)
+}
+
+// Target is a VM a route names, found for its caller.
+type Target struct {
+	Node  *store.Node
+	Entry *store.LedgerEntry // nil: not created through central (or not yet recorded)
+	ID    string             // the VM's id on the node (the route's id or name when the node did not answer)
+}
+
+// Find finds the VM a route names by id or name on node, for tenant ("" is
+// the operator). Names are per tenant: a tenant's name finds only its own
+// VM. The ledger says whose a VM is; for a VM it has not recorded yet (its
+// create in flight, or a central that died before writing it), the node's
+// tenant stamp does. Anything not the caller's is ErrNoVM, as for a VM that
+// does not exist. The operator may act on a VM the node does not list now
+// (the node's answer then says so).
+func (l *Lister) Find(ctx context.Context, node, id, tenant string) (*Target, error) {
+	if !store.ValidName(node) || id == "" || len(id) > 128 {
+		return nil, ErrNoVM
+	}
+	n, err := l.st.GetNode(ctx, node)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrNoVM
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", node, err)
+	}
+	es, err := l.st.RunningOnNode(ctx, node)
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", err)
+	}
+	t := &Target{Node: n, ID: id}
+	named := 0
+	for i := range es {
+		e := &es[i]
+		if tenant != "" && e.Tenant != tenant {
+			continue
+		}
+		if e.VMID == id {
+			t.Entry, t.ID, named = e, e.VMID, 1
+			break
+		}
+		if e.Name == id {
+			t.Entry, t.ID = e, e.VMID
+			named++
+		}
+	}
+	if named > 1 {
+		return nil, &AmbiguousError{Name: id, Node: node}
+	}
+	if t.Entry != nil {
+		return t, nil
+	}
+	unlisted := func() (*Target, error) {
+		if tenant != "" {
+			return nil, ErrNoVM
+		}
+		return t, nil
+	}
+	if n.State != store.NodeUp {
+		return unlisted()
+	}
+	nc, err := l.nodes.Client(n)
+	if err != nil {
+		return unlisted()
+	}
+	lctx, cancel := context.WithTimeout(ctx, nodecall.ListTimeout)
+	defer cancel()
+	vms, err := nc.ListVMs(lctx)
+	if err != nil {
+		return unlisted()
+	}
+	found := 0
+	for _, vm := range vms {
+		if vm.ID == id && (tenant == "" || vm.Tenant == tenant) {
+			t.ID = vm.ID
+			return t, nil
+		}
+		if vm.Name == id && (tenant == "" || vm.Tenant == tenant) {
+			t.ID = vm.ID
+			found++
+		}
+	}
+	switch {
+	case found > 1:
+		return nil, &AmbiguousError{Name: id, Node: node}
+	case found == 1:
+		return t, nil
+	}
+	return unlisted()
 }

@@ -2,6 +2,7 @@ package vms
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -65,5 +66,34 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 	op, err := l.List(ctx, "")
 	if err != nil || len(op.VMs) != 3 || len(op.UnreachableNodes) != 1 || op.UnreachableNodes[0].Error == "" {
 		t.Fatalf("the operator's list = %+v, %v; want all three VMs and the down node's error", op, err)
+	}
+
+	// Find: names are per tenant; another tenant's VM is not there; the
+	// operator must use an id for a name two tenants share.
+	var sameA *sdk.VM
+	for _, tenant := range []string{"t-alice", "t-bob"} {
+		vm, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: "same", Image: node.Image, VCPUs: 1, MemoryMiB: 64, Tenant: tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tenant == "t-alice" {
+			sameA = vm
+		}
+	}
+	if got, err := l.Find(ctx, "up", "same", "t-alice"); err != nil || got.ID != sameA.ID {
+		t.Fatalf("alice finding same = %+v, %v; want her own", got, err)
+	}
+	if _, err := l.Find(ctx, "up", sameA.ID, "t-bob"); !errors.Is(err, ErrNoVM) {
+		t.Fatalf("bob finding alice's vm by id: %v, want ErrNoVM", err)
+	}
+	var amb *AmbiguousError
+	if _, err := l.Find(ctx, "up", "same", ""); !errors.As(err, &amb) {
+		t.Fatalf("the operator finding same: %v, want an AmbiguousError", err)
+	}
+	if got, err := l.Find(ctx, "up", sameA.ID, ""); err != nil || got.ID != sameA.ID {
+		t.Fatalf("the operator finding by id = %+v, %v", got, err)
+	}
+	if _, err := l.Find(ctx, "nope", "same", "t-alice"); !errors.Is(err, ErrNoVM) {
+		t.Fatalf("a VM on an unknown node: %v, want ErrNoVM", err)
 	}
 }
