@@ -218,3 +218,53 @@ func TestClaimHandsOutAWarmMember(t *testing.T) {
 		t.Fatalf("status after the claim = %+v, %v; want 1 recent claim, none warm", st, err)
 	}
 }
+
+// TestADeposedLeadersLoopWritesNothing runs the pool loop as the leader
+// runs it (a context fenced by its election), lets it fill a pool, then
+// takes the leadership away mid-loop and grows the pool: the old loop, still
+// running, writes nothing (no member, no reservation, no VM). A loop of a
+// new leader then fills the pool, so there was work to do.
+func TestADeposedLeadersLoopWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	f := newFleet(t)
+	pool, err := f.svc.Create(ctx, store.Pool{Name: "ci", Image: "tiny", Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead := func() (*store.Leader, func()) {
+		l, err := f.st.Campaign(ctx, "loops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx, cancel := context.WithCancel(store.Fenced(ctx, l))
+		done := make(chan struct{})
+		go func() { defer close(done); f.svc.Loop(lctx, 50*time.Millisecond) }()
+		return l, func() { cancel(); <-done }
+	}
+	old, stopOld := lead()
+	defer stopOld()
+	waitFor(t, "1 warm member", func() bool { return f.members(t, "", "ci")[store.MemberWarm] == 1 })
+
+	if err := old.Resign(ctx); err != nil { // the election is lost; the loop goes on
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Resize(ctx, pool, size(3), nil); err != nil {
+		t.Fatal(err)
+	}
+	f.svc.Kick()
+	time.Sleep(2 * time.Second) // the old loop has had 40 ticks to act
+	if m := f.members(t, "", "ci"); len(m) != 1 || m[store.MemberWarm] != 1 {
+		t.Fatalf("members after the leader was deposed: %v; want the one warm member only", m)
+	}
+	if n := f.vmsOf(t, "ci"); n != 1 {
+		t.Fatalf("the node runs %d vms of the pool after the leader was deposed, want 1", n)
+	}
+	if rs, err := f.st.ListReservations(ctx); err != nil || len(rs) != 0 {
+		t.Fatalf("reservations after the leader was deposed: %+v, %v", rs, err)
+	}
+
+	stopOld()
+	_, stopNew := lead()
+	defer stopNew()
+	waitFor(t, "3 warm members under the new leader", func() bool { return f.members(t, "", "ci")[store.MemberWarm] == 3 })
+}
