@@ -13,6 +13,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/fluxvm/fluxvm/sdk/nodetest"
@@ -47,11 +48,7 @@ type fleet struct {
 func newFleet(t *testing.T, names ...string) *fleet {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	f := &fleet{st: st, clock: &clock{t: time.Now().UTC()}, nodes: map[string]*nodetest.Node{}}
 	for i, name := range names {
 		var n *nodetest.Node

@@ -11,21 +11,12 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/fluxvm/fluxvm/sdk/nodetest"
 	"github.com/hashicorp/go-hclog"
 )
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 // clock is a settable clock.
 type clock struct {
@@ -66,7 +57,7 @@ func newTenant(t *testing.T, st *store.Store, name string) *store.Tenant {
 // once both idle Macs are leased, the refusal counts the reasons.
 func TestCreateRefusesLeasedAndBusyNodesAndTakesTheSmallestMac(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	acme, other := newTenant(t, st, "acme"), newTenant(t, st, "other")
 	putMac(t, st, "tiny-busy", "http://tiny-busy:7777", 2, 4096, func(n *store.Node) {
 		n.VMs = []store.VMSummary{{ID: "vm-1", Name: "x", State: "running", VCPUs: 1, MemoryMiB: 512}}
@@ -129,7 +120,7 @@ func TestCreateRefusesLeasedAndBusyNodesAndTakesTheSmallestMac(t *testing.T) {
 func TestEndExpiredEndsALeasePastItsEndAndDeletesTheLesseesVMs(t *testing.T) {
 	ctx := context.Background()
 	node := nodetest.Start(t)
-	st := openStore(t)
+	st := storetest.Open(t)
 	acme := newTenant(t, st, "acme")
 	putMac(t, st, "mac1", node.URL, 8, 16384, nil)
 	clk := &clock{t: time.Now().UTC()}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -34,16 +35,6 @@ var (
 	vmFrom    = time.Date(2026, 10, 12, 8, 0, 0, 0, time.UTC)
 	vmTo      = time.Date(2026, 10, 12, 18, 0, 0, 0, time.UTC)
 )
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 // clock is a settable clock.
 type clock struct {
@@ -134,7 +125,7 @@ func example(t *testing.T, st *store.Store) (*store.Tenant, *store.Lease) {
 // month under way carries a budget only when asked.
 func TestStatementOfLedgerAndLeaseIsBillingsOwn(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	clk := &clock{t: time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)}
 	acme, studio := example(t, st)
 	other := newTenant(t, st, "other")
@@ -207,7 +198,7 @@ func TestStatementOfLedgerAndLeaseIsBillingsOwn(t *testing.T) {
 // month, however often the budget is checked, and again in the next month.
 func TestBudgetCrossingIsRecordedOncePerMonth(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	clk := &clock{t: time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)}
 	acme, _ := example(t, st)
 	m := New(st, st, clk.now, hclog.NewNullLogger())
@@ -285,7 +276,7 @@ func TestBudgetCrossingIsRecordedOncePerMonth(t *testing.T) {
 // under its id, and the figures stop at now.
 func TestUsageOverARange(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	clk := &clock{t: time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)}
 	acme, _ := example(t, st)
 	gone := newTenant(t, st, "gone")
@@ -349,7 +340,7 @@ func TestUsageOverARange(t *testing.T) {
 // version it is refused as stale, as a store failure the API can name.
 func TestPricesPublishOnlyOnTheVersionRead(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	clk := &clock{t: october}
 	m := New(st, st, clk.now, hclog.NewNullLogger())
 	pl, err := m.Prices(ctx)

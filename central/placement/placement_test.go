@@ -7,18 +7,9 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/scheduler"
 )
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 func putNode(t *testing.T, st *store.Store, name string, vcpus int64) {
 	t.Helper()
@@ -57,7 +48,7 @@ func (r *raceOnce) Reserve(ctx context.Context, req store.ReserveRequest) (*stor
 // is the store's error, not a retry.
 func TestPlaceAndReserve(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	putNode(t, st, "big", 16)
 	putNode(t, st, "small", 8)
 	tenant := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: store.Quotas{MaxVMs: 2}}

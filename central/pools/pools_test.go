@@ -9,6 +9,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/fluxvm/fluxvm/sdk/nodetest"
 	"github.com/hashicorp/go-hclog"
@@ -27,11 +28,7 @@ func newFleet(t *testing.T) *fleet {
 	t.Helper()
 	ctx := context.Background()
 	agent := nodetest.Start(t)
-	st, err := store.Open(ctx, store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	room := store.Resources{VCPUs: 16, MemoryMiB: 16384}
 	if err := st.PutNode(ctx, &store.Node{Name: "n1", URL: agent.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
 		Drivers: []store.DriverStatus{{Name: "sim", Health: "healthy"}}, Capacity: store.Capacity{Total: room, Free: room},

@@ -10,21 +10,12 @@ import (
 	"github.com/fluxvm/fluxvm/central/leases"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/fluxvm/fluxvm/sdk/nodetest"
 	"github.com/hashicorp/go-hclog"
 )
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(context.Background(), store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 // TestReconcileMakesTheLedgerAgreeWithARealNode runs a pass against a real
 // node agent and a real etcd: an entry whose VM the node no longer lists
@@ -34,7 +25,7 @@ func openStore(t *testing.T) *store.Store {
 func TestReconcileMakesTheLedgerAgreeWithARealNode(t *testing.T) {
 	ctx := context.Background()
 	node := nodetest.Start(t)
-	st := openStore(t)
+	st := storetest.Open(t)
 	acme := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: store.Quotas{MaxVMs: 1}}
 	if err := st.CreateTenant(ctx, acme); err != nil {
 		t.Fatal(err)
@@ -105,7 +96,7 @@ func TestReconcileMakesTheLedgerAgreeWithARealNode(t *testing.T) {
 // once; a node that heartbeated within it stays up.
 func TestMarkDownMarksOnlySilentNodes(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := storetest.Open(t)
 	now := time.Now().UTC()
 	for name, last := range map[string]time.Time{"quiet": now.Add(-time.Minute), "chatty": now.Add(-time.Second)} {
 		if err := st.PutNode(ctx, &store.Node{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, LastHeartbeat: last}); err != nil {

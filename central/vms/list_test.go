@@ -8,6 +8,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/fluxvm/fluxvm/sdk/nodetest"
 )
@@ -19,11 +20,7 @@ import (
 func TestListShowsEachTenantItsOwn(t *testing.T) {
 	ctx := context.Background()
 	node := nodetest.Start(t)
-	st, err := store.Open(ctx, store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	now := time.Now().UTC()
 	for _, n := range []*store.Node{
 		{Name: "up", URL: node.URL, State: store.NodeUp, LastHeartbeat: now},

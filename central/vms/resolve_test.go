@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -15,11 +16,7 @@ import (
 // repeating more than a bounded piece of what was sent.
 func TestResolve(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	if err := st.PutImage(ctx, &store.Image{Name: "deb", GuestOS: store.GuestLinux, Image: "/img/deb", VCPUs: 2, MemoryMiB: 512}); err != nil {
 		t.Fatal(err)
 	}

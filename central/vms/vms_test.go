@@ -7,6 +7,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/fluxvm/fluxvm/sdk/nodetest"
 	"github.com/hashicorp/go-hclog"
@@ -20,11 +21,7 @@ import (
 func TestRemoverKeepsTheLedgerInStep(t *testing.T) {
 	ctx := context.Background()
 	node := nodetest.Start(t)
-	st, err := store.Open(ctx, store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatalf("open the embedded etcd: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.Open(t)
 	n := &store.Node{Name: "n1", URL: node.URL, State: store.NodeUp}
 	nc, err := sdk.NewNodeClient(node.URL, sdk.WithToken(node.AdminToken))
 	if err != nil {
