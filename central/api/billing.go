@@ -244,7 +244,7 @@ func (s *Server) putBudget(w http.ResponseWriter, r *http.Request, t *store.Tena
 
 // meteringError answers a metering service's store failure.
 func (s *Server) meteringError(w http.ResponseWriter, err error) {
-	if oe := (*metering.OpError)(nil); errors.As(err, &oe) {
+	if oe := (*store.OpError)(nil); errors.As(err, &oe) {
 		s.storeError(w, oe.Op, oe.Err)
 		return
 	}

@@ -68,7 +68,7 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 // drainerError answers the drainer's errors that every drain route shares:
 // a node that is not there, and the store's failures.
 func (s *Server) drainerError(w http.ResponseWriter, r *http.Request, err error) {
-	var se *drainer.StoreError
+	var se *store.OpError
 	switch {
 	case errors.Is(err, drainer.ErrNoNode):
 		jsonapi.WriteError(w, http.StatusNotFound, "no node "+jsonapi.Echo(mux.Vars(r)["name"]), "GET /fleet/nodes lists the nodes")

@@ -147,7 +147,7 @@ func (s *Server) leaseError(w http.ResponseWriter, p Principal, req *leases.Requ
 
 // leaseStoreError answers a lease service's store failure.
 func (s *Server) leaseStoreError(w http.ResponseWriter, err error) {
-	if oe := (*leases.OpError)(nil); errors.As(err, &oe) {
+	if oe := (*store.OpError)(nil); errors.As(err, &oe) {
 		s.storeError(w, oe.Op, oe.Err)
 		return
 	}
@@ -218,7 +218,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
 	l, err := s.leases.Release(r.Context(), id, tenantID(p), force)
 	var ended *leases.EndedError
 	var early *leases.EarlyError
-	var oe *leases.OpError
+	var oe *store.OpError
 	switch {
 	case err == nil:
 		jsonapi.Write(w, http.StatusOK, viewLease(*l))

@@ -101,7 +101,7 @@ func (s *Server) PoolLoop(ctx context.Context, every time.Duration) { s.pools.Lo
 // poolsError answers a failure of central/pools that has no answer of its
 // own: a store that failed, in the words of what was being done.
 func (s *Server) poolsError(w http.ResponseWriter, what string, err error) {
-	var se *pools.StoreError
+	var se *store.OpError
 	if errors.As(err, &se) {
 		what, err = se.Op, se.Err
 	}

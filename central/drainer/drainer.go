@@ -88,16 +88,6 @@ func (e *LeasedError) Error() string {
 	return fmt.Sprintf("node %s is leased (lease %s)", e.Node, e.Lease)
 }
 
-// StoreError is a failure of central's store while doing Op ("record the
-// drain"); Err is the store's error.
-type StoreError struct {
-	Op  string
-	Err error
-}
-
-func (e *StoreError) Error() string { return "could not " + e.Op + ": " + e.Err.Error() }
-func (e *StoreError) Unwrap() error { return e.Err }
-
 // Drainer drains and scrubs nodes. It is safe for concurrent use.
 type Drainer struct {
 	st      Store
@@ -120,7 +110,7 @@ func isEphemeral(vm *sdk.VM) bool {
 	return vm.ExpiresAt != nil || vm.Labels[EphemeralLabel] == "true"
 }
 
-// node reads node name: ErrNoNode, or a *StoreError.
+// node reads node name: ErrNoNode, or a *store.OpError.
 func (dr *Drainer) node(ctx context.Context, name string) (*store.Node, error) {
 	if !store.ValidName(name) {
 		return nil, fmt.Errorf("%w: %s", ErrNoNode, name)
@@ -130,13 +120,13 @@ func (dr *Drainer) node(ctx context.Context, name string) (*store.Node, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoNode, name)
 	}
 	if err != nil {
-		return nil, &StoreError{Op: "read node " + name, Err: err}
+		return nil, &store.OpError{Op: "read node " + name, Err: err}
 	}
 	return n, nil
 }
 
 // Cordon cordons node name: no new VM or lease lands there; what runs
-// stays. It returns the node as changed (ErrNoNode, or a *StoreError).
+// stays. It returns the node as changed (ErrNoNode, or a *store.OpError).
 func (dr *Drainer) Cordon(ctx context.Context, name string) (*store.Node, error) {
 	n, err := dr.setFlags(ctx, name, func(n *store.Node) { n.Cordoned = true })
 	if err != nil {
@@ -147,7 +137,7 @@ func (dr *Drainer) Cordon(ctx context.Context, name string) (*store.Node, error)
 }
 
 // Uncordon ends node name's cordon and drain (the drain's record stays for
-// Status). It returns the node as changed (ErrNoNode, or a *StoreError).
+// Status). It returns the node as changed (ErrNoNode, or a *store.OpError).
 func (dr *Drainer) Uncordon(ctx context.Context, name string) (*store.Node, error) {
 	n, err := dr.setFlags(ctx, name, func(n *store.Node) { n.Cordoned, n.Draining = false, false })
 	if err != nil {
@@ -168,7 +158,7 @@ func (dr *Drainer) setFlags(ctx context.Context, name string, fn func(*store.Nod
 		return nil, fmt.Errorf("%w: %s", ErrNoNode, name)
 	}
 	if err != nil {
-		return nil, &StoreError{Op: "update node", Err: err}
+		return nil, &store.OpError{Op: "update node", Err: err}
 	}
 	return n, nil
 }
@@ -202,7 +192,7 @@ func (dr *Drainer) Drain(ctx context.Context, name, mode string, force bool) (*s
 	now := dr.now().UTC()
 	d := &store.Drain{Node: n.Name, Mode: mode, Forced: force, StartedAt: now, UpdatedAt: now, VMs: []store.DrainVM{}}
 	if err := dr.st.PutDrain(ctx, d); err != nil {
-		return nil, &StoreError{Op: "record the drain", Err: err}
+		return nil, &store.OpError{Op: "record the drain", Err: err}
 	}
 	dr.log.Info("drain started", "node", n.Name, "mode", mode, "forced", force)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Timeout)
@@ -215,7 +205,7 @@ func (dr *Drainer) Drain(ctx context.Context, name, mode string, force bool) (*s
 
 // Status reads node name's latest drain and whether the node is still
 // draining (an uncordon ends that): ErrNoNode, ErrNotDrained or a
-// *StoreError.
+// *store.OpError.
 func (dr *Drainer) Status(ctx context.Context, name string) (*store.Drain, bool, error) {
 	n, err := dr.node(ctx, name)
 	if err != nil {
@@ -226,7 +216,7 @@ func (dr *Drainer) Status(ctx context.Context, name string) (*store.Drain, bool,
 		return nil, false, fmt.Errorf("%w: %s", ErrNotDrained, n.Name)
 	}
 	if err != nil {
-		return nil, false, &StoreError{Op: "read the drain", Err: err}
+		return nil, false, &store.OpError{Op: "read the drain", Err: err}
 	}
 	return d, n.Draining, nil
 }

@@ -16,15 +16,15 @@ import (
 // memory use passes highWater, and where each fits, at most maxMoves of
 // them. Nothing is changed. An overloaded node that does not answer is
 // skipped for its ephemeral VMs (it is listed in NodesSkipped). Store
-// failures are *StoreError.
+// failures are *store.OpError.
 func (dr *Drainer) Plan(ctx context.Context, highWater float64, maxMoves int) (*sdk.RebalancePlan, error) {
 	stored, nodes, err := dr.place.Snapshot(ctx)
 	if err != nil {
-		return nil, &StoreError{Op: "read the fleet", Err: err}
+		return nil, &store.OpError{Op: "read the fleet", Err: err}
 	}
 	entries, err := dr.st.ListEntries(ctx, func(e *store.LedgerEntry) bool { return e.Running() })
 	if err != nil {
-		return nil, &StoreError{Op: "read the ledger", Err: err}
+		return nil, &store.OpError{Op: "read the ledger", Err: err}
 	}
 	// Only VMs of nodes above the mark can move: only those nodes are asked
 	// for their VMs and only their entries' kept specs are read.
@@ -45,7 +45,7 @@ func (dr *Drainer) Plan(ctx context.Context, highWater float64, maxMoves int) (*
 		}
 		_, err := dr.st.GetSpec(ctx, e.ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, &StoreError{Op: "read kept specs", Err: err}
+			return nil, &store.OpError{Op: "read kept specs", Err: err}
 		}
 		eph := false
 		if vm := listed[e.Node][e.VMID]; vm != nil {

@@ -62,7 +62,7 @@ func (e *LeftoverError) Unwrap() error { return e.Err }
 // unless force, which deletes them; then the node must list no VM and no VM
 // workspace (force has it destroy leftover workspaces). A node under a lease
 // (*LeasedError) or down (ErrNodeDown) is refused. Node failures are
-// *NodeError, the store's *StoreError. The work goes on past ctx's end,
+// *NodeError, the store's *store.OpError. The work goes on past ctx's end,
 // within Timeout.
 func (dr *Drainer) Scrub(ctx context.Context, name string, force bool) (*sdk.ScrubResult, error) {
 	n, err := dr.node(ctx, name)
@@ -121,7 +121,7 @@ func (dr *Drainer) Scrub(ctx context.Context, name string, force bool) (*sdk.Scr
 	}
 	n, err = dr.st.UpdateNode(ctx, n.Name, false, func(n *store.Node) error { n.ScrubPending = false; return nil })
 	if err != nil {
-		return nil, &StoreError{Op: "clear scrub_pending", Err: err}
+		return nil, &store.OpError{Op: "clear scrub_pending", Err: err}
 	}
 	dr.log.Info("node scrubbed", "node", n.Name, "deleted", len(res.Deleted))
 	res.ScrubPending = n.ScrubPending

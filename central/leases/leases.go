@@ -17,6 +17,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/vms"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -44,21 +45,11 @@ type Store interface {
 	MarkLeaseVMsRemoved(ctx context.Context, id string) error
 }
 
-// OpError is a store failure that is not the caller's fault, with what was
-// being done (the API answers it as a store error).
-type OpError struct {
-	Op  string
-	Err error
-}
-
-func (e *OpError) Error() string { return e.Op + ": " + e.Err.Error() }
-func (e *OpError) Unwrap() error { return e.Err }
-
 // ErrNoNode is a lease asked for a node that is not registered.
 var ErrNoNode = errors.New("no such node")
 
 // ErrDisabled is a lease refused because its tenant is disabled; it comes
-// joined with the store's *OpError.
+// joined with the store's *store.OpError.
 var ErrDisabled = errors.New("tenant is disabled")
 
 // ShortError is a lease asked for fewer hours than min_lease_hours.
@@ -202,7 +193,7 @@ func judge(n *store.Node, used store.Usage, req *Request) string {
 func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, int, error) {
 	pol, err := s.st.GetPolicy(ctx)
 	if err != nil {
-		return nil, 0, &OpError{"read the policy", err}
+		return nil, 0, &store.OpError{Op: "read the policy", Err: err}
 	}
 	minHours := max(pol.MinLeaseHours, store.MinLeaseHoursFloor)
 	if req.Hours > 0 && req.Hours < minHours {
@@ -210,7 +201,7 @@ func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, in
 	}
 	ns, err := s.st.ListNodes(ctx)
 	if err != nil {
-		return nil, 0, &OpError{"list nodes", err}
+		return nil, 0, &store.OpError{Op: "list nodes", Err: err}
 	}
 	var cands []candidate
 	for i := range ns {
@@ -220,7 +211,7 @@ func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, in
 		}
 		u, err := s.st.NodeUsage(ctx, n.Name)
 		if err != nil {
-			return nil, 0, &OpError{"read the fleet", err}
+			return nil, 0, &store.OpError{Op: "read the fleet", Err: err}
 		}
 		cands = append(cands, candidate{node: n, reason: judge(n, u.Total(), req)})
 	}
@@ -239,7 +230,7 @@ func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, in
 // Create leases the smallest eligible node to req.Tenant at the price of its
 // size. A node taken since it was judged is skipped for the next one. The
 // errors are ErrNoNode, *ShortError, *RefusedError, ErrDisabled, the store's
-// *store.QuotaError and *OpError.
+// *store.QuotaError and *store.OpError.
 func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error) {
 	cands, minHours, err := s.candidates(ctx, &req)
 	if err != nil {
@@ -248,7 +239,7 @@ func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error)
 	now := s.now().UTC()
 	prices, err := s.st.CurrentPrices(ctx)
 	if err != nil {
-		return nil, &OpError{"read the prices", err}
+		return nil, &store.OpError{Op: "read the prices", Err: err}
 	}
 	for i := range cands {
 		c := &cands[i]
@@ -273,9 +264,9 @@ func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error)
 		case errors.Is(err, store.ErrNotFound):
 			c.reason = "gone"
 		case errors.Is(err, store.ErrInvalid): // the store's word for a disabled tenant
-			return nil, fmt.Errorf("%w: %w", ErrDisabled, &OpError{"create the lease", err})
+			return nil, fmt.Errorf("%w: %w", ErrDisabled, &store.OpError{Op: "create the lease", Err: err})
 		default:
-			return nil, &OpError{"create the lease", err}
+			return nil, &store.OpError{Op: "create the lease", Err: err}
 		}
 	}
 	return nil, refused(cands, &req)
@@ -292,7 +283,7 @@ func (s *Service) Estimate(ctx context.Context, req Request) (*DryRun, error) {
 	now := s.now().UTC()
 	prices, err := s.st.CurrentPrices(ctx)
 	if err != nil {
-		return nil, &OpError{"read the prices", err}
+		return nil, &store.OpError{Op: "read the prices", Err: err}
 	}
 	i := slices.IndexFunc(cands, func(c candidate) bool { return c.reason == "" })
 	if i < 0 {
@@ -309,7 +300,7 @@ func (s *Service) Estimate(ctx context.Context, req Request) (*DryRun, error) {
 	if q := t.Quota.MaxLeasedHosts; q > 0 {
 		active, err := s.st.ListLeases(ctx, func(l *store.Lease) bool { return l.Tenant == t.ID && l.Active() })
 		if err != nil {
-			return nil, &OpError{"read the leases", err}
+			return nil, &store.OpError{Op: "read the leases", Err: err}
 		}
 		if int64(len(active)) >= q {
 			out.Quota = fmt.Sprintf("max_leased_hosts is %d and %d leases are active: a real request would be refused", q, len(active))
@@ -360,7 +351,7 @@ func (s *Service) List(ctx context.Context, tenant string, onlyActive bool) ([]s
 		return (tenant == "" || l.Tenant == tenant) && (!onlyActive || l.Active())
 	})
 	if err != nil {
-		return nil, &OpError{"list leases", err}
+		return nil, &store.OpError{Op: "list leases", Err: err}
 	}
 	return ls, nil
 }
@@ -373,7 +364,7 @@ func (s *Service) Get(ctx context.Context, id, tenant string) (*store.Lease, err
 		return nil, store.ErrNotFound
 	}
 	if err != nil {
-		return nil, &OpError{"read lease " + id, err}
+		return nil, &store.OpError{Op: "read lease " + jsonapi.Echo(id), Err: err}
 	}
 	return l, nil
 }
@@ -405,7 +396,7 @@ func (s *Service) Release(ctx context.Context, id, tenant string, force bool) (*
 	defer cancel()
 	ended, endedNow, err := s.st.EndLease(ctx, l.ID, reason, now)
 	if err != nil {
-		return nil, &OpError{"end lease " + l.ID, err}
+		return nil, &store.OpError{Op: "end lease " + l.ID, Err: err}
 	}
 	if !endedNow {
 		return nil, &EndedError{Lease: ended}

@@ -35,16 +35,6 @@ type Store interface {
 	ListLeases(ctx context.Context, keep func(*store.Lease) bool) ([]store.Lease, error)
 }
 
-// OpError is a store failure that is not the caller's fault, with what was
-// being done (the API answers it as a store error).
-type OpError struct {
-	Op  string
-	Err error
-}
-
-func (e *OpError) Error() string { return e.Op + ": " + e.Err.Error() }
-func (e *OpError) Unwrap() error { return e.Err }
-
 // Service meters the fleet and keeps the budgets. It is safe for concurrent
 // use.
 type Service struct {
@@ -73,11 +63,11 @@ type PriceList struct {
 func (s *Service) Prices(ctx context.Context) (*PriceList, error) {
 	version, err := s.st.PricesVersion(ctx)
 	if err != nil {
-		return nil, &OpError{"read the prices", err}
+		return nil, &store.OpError{Op: "read the prices", Err: err}
 	}
 	vs, err := s.st.PriceHistory(ctx)
 	if err != nil {
-		return nil, &OpError{"read the prices", err}
+		return nil, &store.OpError{Op: "read the prices", Err: err}
 	}
 	return &PriceList{Versions: vs, Version: version}, nil
 }
@@ -92,7 +82,7 @@ func (s *Service) PutPrices(ctx context.Context, p billing.Prices, ifVersion ...
 	}
 	v, err := s.st.PutPrices(ctx, p, s.now(), ifVersion...)
 	if err != nil {
-		return nil, 0, &OpError{"set the prices", err}
+		return nil, 0, &store.OpError{Op: "set the prices", Err: err}
 	}
 	version, err := s.st.PricesVersion(ctx)
 	if err != nil {
@@ -123,7 +113,7 @@ func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) 
 	now := s.now().UTC()
 	vms, leases, names, err := s.billingRows(ctx, tenant, from, to)
 	if err != nil {
-		return nil, &OpError{"read the ledger", err}
+		return nil, &store.OpError{Op: "read the ledger", Err: err}
 	}
 	us := billing.ComputeUsage(vms, leases, from, to, now)
 	asOf := now
@@ -187,12 +177,12 @@ func (s *Service) Statements(ctx context.Context, q StatementQuery) (*StatementL
 	now := s.now().UTC()
 	prices, err := s.st.PriceHistory(ctx)
 	if err != nil {
-		return nil, &OpError{"read the prices", err}
+		return nil, &store.OpError{Op: "read the prices", Err: err}
 	}
 	end := q.Month.AddDate(0, 1, 0)
 	vms, leases, names, err := s.billingRows(ctx, q.Tenant, q.Month, end)
 	if err != nil {
-		return nil, &OpError{"read the ledger", err}
+		return nil, &store.OpError{Op: "read the ledger", Err: err}
 	}
 	var sts []billing.Statement
 	if q.Tenant != "" {
@@ -224,7 +214,7 @@ func (s *Service) SetBudget(ctx context.Context, tenant string, monthly billing.
 		return nil
 	})
 	if err != nil {
-		return nil, &OpError{"set the budget", err}
+		return nil, &store.OpError{Op: "set the budget", Err: err}
 	}
 	return s.MonthToDate(ctx, t)
 }
@@ -236,11 +226,11 @@ func (s *Service) MonthToDate(ctx context.Context, t *store.Tenant) (*Budget, er
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	prices, err := s.st.PriceHistory(ctx)
 	if err != nil {
-		return nil, &OpError{"read this month's spend", err}
+		return nil, &store.OpError{Op: "read this month's spend", Err: err}
 	}
 	vms, leases, _, err := s.billingRows(ctx, t.ID, month, month.AddDate(0, 1, 0))
 	if err != nil {
-		return nil, &OpError{"read this month's spend", err}
+		return nil, &store.OpError{Op: "read this month's spend", Err: err}
 	}
 	return s.budgetFor(ctx, t, billing.ComputeStatement(t.ID, month, prices, vms, leases, now)), nil
 }

@@ -357,9 +357,9 @@ func TestPricesPublishOnlyOnTheVersionRead(t *testing.T) {
 	}
 	clk.add(time.Hour)
 	_, _, err = m.PutPrices(ctx, p, pl.Version)
-	var oe *OpError
+	var oe *store.OpError
 	if !errors.Is(err, store.ErrStale) || !errors.As(err, &oe) || oe.Op != "set the prices" {
-		t.Fatalf("put on an old version: %v, want a stale *OpError", err)
+		t.Fatalf("put on an old version: %v, want a stale *store.OpError", err)
 	}
 	now, err := m.Prices(ctx)
 	if err != nil || now.Version != etag || len(now.Versions) != 2 {

@@ -47,17 +47,7 @@ var (
 	ErrNoIdle = errors.New("no warm macOS VM is idle now")
 )
 
-// StoreError is a store call that failed: Op says what was being done, in
-// the words the API's error answers use ("list pools").
-type StoreError struct {
-	Op  string
-	Err error
-}
-
-func (e *StoreError) Error() string { return e.Op + ": " + e.Err.Error() }
-func (e *StoreError) Unwrap() error { return e.Err }
-
-func storeErr(op string, err error) error { return &StoreError{Op: op, Err: err} }
+func storeErr(op string, err error) error { return &store.OpError{Op: op, Err: err} }
 
 // MismatchError is a launch naming a pool whose VMs are of another image
 // or size than it asks for.

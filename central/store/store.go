@@ -43,6 +43,17 @@ var (
 	ErrInvalid = errors.New("invalid")
 )
 
+// OpError is a store call that failed, with what its caller was doing in the
+// words an answer to a person uses ("list pools"): the services return it so
+// that the API can say what could not be done without guessing.
+type OpError struct {
+	Op  string
+	Err error
+}
+
+func (e *OpError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *OpError) Unwrap() error { return e.Err }
+
 // DefaultPrefix is the key prefix every record lives under.
 const DefaultPrefix = "/fluxvm/"
 
