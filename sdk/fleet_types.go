@@ -460,6 +460,9 @@ type ReconcileReport struct {
 	Dropped int `json:"dropped"`
 	// CountersFixed are usage counters the recount found wrong and rewrote.
 	CountersFixed []CounterFix `json:"counters_fixed"`
+	// LeasesEnded are the ids of leases whose end time passed, ended by this
+	// pass (their nodes are scrub pending and the lessee's VMs there deleted).
+	LeasesEnded []string `json:"leases_ended"`
 }
 
 // SkippedNode is a node a reconcile pass could not check.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central"
-	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -352,7 +351,7 @@ func TestNodeGoesDownAndComesBackWithItsVMs(t *testing.T) {
 	if len(list.VMs) != 0 || len(list.UnreachableNodes) != 0 {
 		t.Fatalf("another tenant's list while sim-1 is down: %+v", list)
 	}
-	var rep api.ReconcileReport
+	var rep sdk.ReconcileReport
 	fxMust(t, "POST", url+"/fleet/reconcile", fxToken, nil, http.StatusOK, &rep)
 	if len(rep.Ended) != 0 || len(rep.NodesSkipped) != 1 {
 		t.Fatalf("reconcile while the node is down: %+v, want it skipped and nothing ended", rep)
@@ -498,7 +497,7 @@ func TestCentralKilledMidBurstLeavesNothingUnaccounted(t *testing.T) {
 		rs, err := stA.ListReservations(context.Background())
 		return err == nil && len(rs) == 0
 	})
-	var rep api.ReconcileReport
+	var rep sdk.ReconcileReport
 	fxMust(t, "POST", a.url+"/fleet/reconcile", fxToken, nil, http.StatusOK, &rep)
 	t.Logf("reconcile adopted %d, ended %d, fixed %d counters", len(rep.Adopted), len(rep.Ended), len(rep.CountersFixed))
 	if len(rep.CountersFixed) != 0 {

@@ -10,35 +10,16 @@ import (
 	"github.com/fluxvm/fluxvm/central/leases"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
-// leaseRequest is POST /fleet/leases.
-type leaseRequest struct {
-	// Node names the node to lease; empty picks the smallest eligible one.
-	Node string `json:"node,omitempty"`
-	// Hours sets an end (at least min_lease_hours); 0 is open-ended.
-	Hours        int               `json:"hours,omitempty"`
-	NodeSelector map[string]string `json:"node_selector,omitempty"`
-	Nested       bool              `json:"nested,omitempty"`
-	MinMemoryMiB int64             `json:"min_memory_mib,omitempty"`
-	MinVCPUs     int64             `json:"min_vcpus,omitempty"`
-	// Tenant (id or name), AllowBusy and AnyNode are the operator's.
-	Tenant    string `json:"tenant,omitempty"`
-	AllowBusy bool   `json:"allow_busy,omitempty"`
-	AnyNode   bool   `json:"any_node,omitempty"`
-}
-
-// leaseView is a lease as the API shows it.
-type leaseView struct {
-	store.Lease
-	Active bool `json:"active"`
-}
-
-func viewLease(l store.Lease) leaseView { return leaseView{Lease: l, Active: l.Active()} }
-
-type leaseList struct {
-	Leases []leaseView `json:"leases"`
+// leaseOf is a lease as the API answers it: the one conversion of a
+// store record to sdk.Lease, which adds whether it is still active.
+func leaseOf(l *store.Lease) sdk.Lease {
+	return sdk.Lease{ID: l.ID, Tenant: l.Tenant, Node: l.Node, StartedAt: l.StartedAt, EndsAt: l.EndsAt, MinEnd: l.MinEnd,
+		PricePerHour: l.PricePerHour, PriceClass: l.PriceClass, Currency: l.Currency,
+		ReleasedAt: l.ReleasedAt, EndReason: l.EndReason, VMsRemoved: l.VMsRemoved, Active: l.Active()}
 }
 
 // createLease is POST /fleet/leases: a tenant (or the operator, for a
@@ -49,7 +30,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req leaseRequest
+	var req sdk.CreateLeaseRequest
 	if e := jsonapi.ReadBody(w, r, &req, false, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
@@ -99,13 +80,13 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/fleet/leases/"+l.ID)
-	jsonapi.Write(w, http.StatusCreated, viewLease(*l))
+	jsonapi.Write(w, http.StatusCreated, leaseOf(l))
 }
 
 // checkLeaseRequest validates what the lease service does not judge: the
 // node's name and sizes. It returns a message and a hint, or "" when req is
 // fine.
-func checkLeaseRequest(req *leaseRequest) (msg, hint string) {
+func checkLeaseRequest(req *sdk.CreateLeaseRequest) (msg, hint string) {
 	switch {
 	case req.Node != "" && !store.ValidName(req.Node):
 		return fmt.Sprintf("node %q is not a valid node name", jsonapi.Echo(req.Node)), "leave node out to get the smallest eligible Mac"
@@ -179,9 +160,9 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 		s.leaseStoreError(w, err)
 		return
 	}
-	out := leaseList{Leases: make([]leaseView, len(ls))}
-	for i, l := range ls {
-		out.Leases[i] = viewLease(l)
+	out := sdk.LeaseList{Leases: make([]sdk.Lease, len(ls))}
+	for i := range ls {
+		out.Leases[i] = leaseOf(&ls[i])
 	}
 	jsonapi.Write(w, http.StatusOK, out)
 }
@@ -195,7 +176,7 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.leaseStoreError(w, err)
 	default:
-		jsonapi.Write(w, http.StatusOK, viewLease(*l))
+		jsonapi.Write(w, http.StatusOK, leaseOf(l))
 	}
 }
 
@@ -221,7 +202,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request) {
 	var oe *store.OpError
 	switch {
 	case err == nil:
-		jsonapi.Write(w, http.StatusOK, viewLease(*l))
+		jsonapi.Write(w, http.StatusOK, leaseOf(l))
 	case errors.As(err, &ended):
 		jsonapi.WriteError(w, http.StatusConflict, ended.Error(), "GET /fleet/leases?active=true lists the leases still running")
 	case errors.As(err, &early):

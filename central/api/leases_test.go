@@ -302,7 +302,7 @@ func TestLeaseLifecycleWithRealNodes(t *testing.T) {
 	if code, r, body := vm(acme, map[string]any{"name": "mac-4", "image": "macos"}); code != http.StatusCreated || r.Node != "mac-small" {
 		t.Fatalf("macOS guest on the second lease: %d %s", code, body)
 	}
-	var rep api.ReconcileReport
+	var rep sdk.ReconcileReport
 	fxMust(t, "POST", c.url+"/fleet/reconcile", fxToken, nil, http.StatusOK, &rep)
 	if len(rep.LeasesEnded) != 0 {
 		t.Fatalf("reconcile before the end ended %v", rep.LeasesEnded)

@@ -5,22 +5,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fluxvm/fluxvm/central/reconciler"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 )
-
-// ReconcileReport says what one reconcile pass saw and did
-// (reconciler.Report; the API's description holds it).
-type ReconcileReport = reconciler.Report
-
-// SkippedNode is a node a reconcile pass could not check.
-type SkippedNode = reconciler.SkippedNode
-
-// LedgerChange is one ledger entry a reconcile pass closed or wrote.
-type LedgerChange = reconciler.LedgerChange
-
-// CounterFix is a usage counter the recount rewrote.
-type CounterFix = reconciler.CounterFix
 
 // reconcile is POST /fleet/reconcile: one pass now, on whichever central
 // is asked (passes are safe to run side by side).
@@ -37,7 +24,7 @@ func (s *Server) reconcile(w http.ResponseWriter, r *http.Request) {
 
 // Reconcile runs one reconcile pass (reconciler.Reconciler.Reconcile); the
 // leader runs it every -reconcile-secs with its fenced context.
-func (s *Server) Reconcile(ctx context.Context) (*ReconcileReport, error) {
+func (s *Server) Reconcile(ctx context.Context) (*sdk.ReconcileReport, error) {
 	return s.recon.Reconcile(ctx)
 }
 

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
@@ -138,7 +138,7 @@ type tenantMeView struct {
 	// the policy's.
 	MaxSnapshotsPerVM int64 `json:"max_snapshots_per_vm"`
 	// Billing is this month's spend so far and the budget.
-	Billing *metering.Budget `json:"billing,omitempty"`
+	Billing *sdk.Budget `json:"billing,omitempty"`
 }
 
 // tenantUsed is what a tenant has in use, checked against its quota:

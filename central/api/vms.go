@@ -246,19 +246,9 @@ func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// vmDryRun answers POST /fleet/vms?dry_run=true: where the VM would land
-// now and what an hour of it would cost, without creating anything.
-type vmDryRun struct {
-	DryRun   bool             `json:"dry_run"`
-	Node     string           `json:"node"`
-	Reason   string           `json:"reason"`
-	Estimate billing.Estimate `json:"estimate"`
-	// ForTTL is the cost of the VM's whole life when it has a TTL.
-	ForTTL        *billing.Micros `json:"for_ttl,omitempty"`
-	ForTTLDisplay string          `json:"for_ttl_display,omitempty"`
-	Note          string          `json:"note"`
-}
-
+// vmEstimate answers POST /fleet/vms?dry_run=true (sdk.VMDryRun): where the
+// VM would land now and what an hour of it would cost, without creating
+// anything.
 func (s *Server) vmEstimate(w http.ResponseWriter, r *http.Request, req scheduler.Request, pol store.Policy, spec sdk.CreateVMRequest, ttlSeconds int64) {
 	stored, nodes, err := s.place.Snapshot(r.Context())
 	if err != nil {
@@ -290,7 +280,7 @@ func (s *Server) vmEstimate(w http.ResponseWriter, r *http.Request, req schedule
 			onOwnLease = req.Tenant != "" && stored[i].LeasedBy == req.Tenant
 		}
 	}
-	out := vmDryRun{DryRun: true, Node: d.Node, Reason: d.Reason,
+	out := sdk.VMDryRun{DryRun: true, Node: d.Node, Reason: d.Reason,
 		Estimate: prices.VMEstimate(spec.VCPUs, spec.MemoryMiB, spec.GuestOS == store.GuestMacOS, onOwnLease),
 		Note:     "nothing was created; quotas are checked when the VM is launched, and a warm pool may serve the launch"}
 	if ttlSeconds > 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -113,21 +114,6 @@ type Request struct {
 	AllowBusy bool
 	// AnyNode accepts a node that runs no macOS (the operator's).
 	AnyNode bool
-}
-
-// DryRun is the node a lease would take now and what it would cost,
-// without leasing anything (POST /fleet/leases?dry_run=true).
-type DryRun struct {
-	DryRun   bool             `json:"dry_run"`
-	Tenant   string           `json:"tenant"`
-	Node     string           `json:"node"`
-	Estimate billing.Estimate `json:"estimate"`
-	// EndsAt is when a lease with hours would end; MinEnd the earliest
-	// release.
-	EndsAt *time.Time `json:"ends_at,omitempty"`
-	MinEnd time.Time  `json:"min_end"`
-	// Quota says whether max_leased_hosts leaves room now ("" when it does).
-	Quota string `json:"quota,omitempty"`
 }
 
 // Service creates and ends leases. It is safe for concurrent use.
@@ -275,7 +261,7 @@ func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error)
 // Estimate says which node Create would lease now and what it would cost.
 // Its errors are Create's, but for quota: the estimate says whether
 // max_leased_hosts leaves room.
-func (s *Service) Estimate(ctx context.Context, req Request) (*DryRun, error) {
+func (s *Service) Estimate(ctx context.Context, req Request) (*sdk.LeaseDryRun, error) {
 	cands, minHours, err := s.candidates(ctx, &req)
 	if err != nil {
 		return nil, err
@@ -291,7 +277,7 @@ func (s *Service) Estimate(ctx context.Context, req Request) (*DryRun, error) {
 	}
 	t, n := req.Tenant, cands[i].node
 	size := n.Capacity.Total
-	out := &DryRun{DryRun: true, Tenant: t.ID, Node: n.Name, Estimate: prices.LeaseEstimate(size.VCPUs, size.MemoryMiB, int64(minHours)),
+	out := &sdk.LeaseDryRun{DryRun: true, Tenant: t.ID, Node: n.Name, Estimate: prices.LeaseEstimate(size.VCPUs, size.MemoryMiB, int64(minHours)),
 		MinEnd: now.Add(time.Duration(minHours) * time.Hour)}
 	if req.Hours > 0 {
 		end := now.Add(time.Duration(req.Hours) * time.Hour)

@@ -12,6 +12,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -93,23 +94,8 @@ func (s *Service) PutPrices(ctx context.Context, p billing.Prices, ifVersion ...
 
 // ---- usage ----
 
-// UsageRow is one tenant's usage.
-type UsageRow struct {
-	TenantName string `json:"tenant_name"`
-	billing.Usage
-}
-
-// UsageReport is the usage of every tenant (or one) over [From, To).
-type UsageReport struct {
-	From time.Time `json:"from"`
-	To   time.Time `json:"to"`
-	// AsOf is when the figures stop: now, or To when it is past.
-	AsOf    time.Time  `json:"as_of"`
-	Tenants []UsageRow `json:"tenants"`
-}
-
 // Usage is the usage of tenant (by id; "" every tenant) over [from, to).
-func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) (*UsageReport, error) {
+func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) (*sdk.UsageReport, error) {
 	now := s.now().UTC()
 	vms, leases, names, err := s.billingRows(ctx, tenant, from, to)
 	if err != nil {
@@ -120,44 +106,14 @@ func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) 
 	if to.Before(now) {
 		asOf = to
 	}
-	rep := &UsageReport{From: from, To: to, AsOf: asOf, Tenants: make([]UsageRow, 0, len(us))}
+	rep := &sdk.UsageReport{From: from, To: to, AsOf: asOf, Tenants: make([]sdk.UsageRow, 0, len(us))}
 	for _, u := range us {
-		rep.Tenants = append(rep.Tenants, UsageRow{TenantName: names[u.Tenant], Usage: u})
+		rep.Tenants = append(rep.Tenants, sdk.UsageRow{TenantName: names[u.Tenant], Usage: u})
 	}
 	return rep, nil
 }
 
 // ---- statements ----
-
-// Budget is a tenant's budget and this month's spend against it.
-type Budget struct {
-	// Monthly is the budget (absent: none).
-	Monthly *billing.Micros `json:"monthly,omitempty"`
-	Month   string          `json:"month"`
-	// MonthToDate is what the month has cost so far; State is "", "ok",
-	// "near" (80 %) or "over".
-	MonthToDate        billing.Micros `json:"month_to_date"`
-	MonthToDateDisplay string         `json:"month_to_date_display"`
-	State              string         `json:"state,omitempty"`
-	Currency           string         `json:"currency"`
-}
-
-// TenantStatement is one tenant's statement, with its name.
-type TenantStatement struct {
-	TenantName string `json:"tenant_name"`
-	billing.Statement
-	// Budget is set on the month under way.
-	Budget *Budget `json:"budget,omitempty"`
-}
-
-// StatementList is a month's statements.
-type StatementList struct {
-	Month      string            `json:"month"`
-	Statements []TenantStatement `json:"statements"`
-	// Total is the sum over the tenants.
-	Total        billing.Micros `json:"total"`
-	TotalDisplay string         `json:"total_display"`
-}
 
 // StatementQuery asks for a month's statements.
 type StatementQuery struct {
@@ -173,7 +129,7 @@ type StatementQuery struct {
 
 // Statements computes the statements q asks for: exactly one with a
 // tenant, else one per tenant billed in the month.
-func (s *Service) Statements(ctx context.Context, q StatementQuery) (*StatementList, error) {
+func (s *Service) Statements(ctx context.Context, q StatementQuery) (*sdk.StatementList, error) {
 	now := s.now().UTC()
 	prices, err := s.st.PriceHistory(ctx)
 	if err != nil {
@@ -191,9 +147,9 @@ func (s *Service) Statements(ctx context.Context, q StatementQuery) (*StatementL
 		sts = billing.ComputeStatements(q.Month, prices, vms, leases, now)
 	}
 	current := !now.Before(q.Month) && now.Before(end)
-	list := &StatementList{Month: q.Month.Format("2006-01"), Statements: make([]TenantStatement, 0, len(sts))}
+	list := &sdk.StatementList{Month: q.Month.Format("2006-01"), Statements: make([]sdk.Statement, 0, len(sts))}
 	for _, st := range sts {
-		v := TenantStatement{TenantName: names[st.Tenant], Statement: st}
+		v := sdk.Statement{TenantName: names[st.Tenant], Statement: st}
 		if current && q.Budgets {
 			v.Budget = s.budgetOf(ctx, st)
 		}
@@ -208,7 +164,7 @@ func (s *Service) Statements(ctx context.Context, q StatementQuery) (*StatementL
 
 // SetBudget sets tenant's monthly budget (0 removes it) and answers it
 // against this month's spend, recording the budget events due.
-func (s *Service) SetBudget(ctx context.Context, tenant string, monthly billing.Micros) (*Budget, error) {
+func (s *Service) SetBudget(ctx context.Context, tenant string, monthly billing.Micros) (*sdk.Budget, error) {
 	t, err := s.st.UpdateTenant(ctx, tenant, func(t *store.Tenant) error {
 		t.Budget = monthly
 		return nil
@@ -221,7 +177,7 @@ func (s *Service) SetBudget(ctx context.Context, tenant string, monthly billing.
 
 // MonthToDate is t's budget against its spend in the month under way,
 // recording the budget events due.
-func (s *Service) MonthToDate(ctx context.Context, t *store.Tenant) (*Budget, error) {
+func (s *Service) MonthToDate(ctx context.Context, t *store.Tenant) (*sdk.Budget, error) {
 	now := s.now().UTC()
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	prices, err := s.st.PriceHistory(ctx)
@@ -272,7 +228,7 @@ func (s *Service) CheckBudgets(ctx context.Context) error {
 
 // budgetOf reads the statement's tenant's budget and records the budget
 // events due. It returns nil when the tenant is gone.
-func (s *Service) budgetOf(ctx context.Context, st billing.Statement) *Budget {
+func (s *Service) budgetOf(ctx context.Context, st billing.Statement) *sdk.Budget {
 	t, err := s.st.GetTenant(ctx, st.Tenant)
 	if err != nil {
 		return nil
@@ -282,8 +238,8 @@ func (s *Service) budgetOf(ctx context.Context, st billing.Statement) *Budget {
 
 // budgetFor is t's budget against st, the statement of the month under way,
 // recording the budget events due.
-func (s *Service) budgetFor(ctx context.Context, t *store.Tenant, st billing.Statement) *Budget {
-	b := &Budget{Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
+func (s *Service) budgetFor(ctx context.Context, t *store.Tenant, st billing.Statement) *sdk.Budget {
+	b := &sdk.Budget{Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
 		State: billing.BudgetState(st.Total, t.Budget), Currency: st.Currency}
 	if t.Budget > 0 {
 		budget := t.Budget
@@ -295,7 +251,7 @@ func (s *Service) budgetFor(ctx context.Context, t *store.Tenant, st billing.Sta
 
 // noteBudget emits budget.near (from 80 %) and budget.over (from 100 %) once
 // per tenant and month. A tenant that jumps past both gets both.
-func (s *Service) noteBudget(ctx context.Context, t *store.Tenant, b *Budget) {
+func (s *Service) noteBudget(ctx context.Context, t *store.Tenant, b *sdk.Budget) {
 	if b.Monthly == nil || (b.State != billing.BudgetNear && b.State != billing.BudgetOver) {
 		return
 	}

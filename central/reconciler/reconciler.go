@@ -13,6 +13,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -100,51 +101,6 @@ func New(opts Options) *Reconciler {
 // to be written. It is longer than a create may take.
 const adoptGrace = 2 * nodecall.CreateTimeout
 
-// Report says what one reconcile pass saw and did.
-type Report struct {
-	StartedAt  time.Time `json:"started_at"`
-	DurationMS int64     `json:"duration_ms"`
-	// NodesChecked are the nodes whose VM lists were compared with the ledger.
-	NodesChecked []string `json:"nodes_checked"`
-	// NodesSkipped are down or did not answer: their entries are left alone,
-	// because a VM out of sight is not a VM gone.
-	NodesSkipped []SkippedNode `json:"nodes_skipped"`
-	// Ended are entries closed because their node no longer lists the VM.
-	Ended []LedgerChange `json:"ended"`
-	// Adopted are VMs a node runs with a tenant stamp that the ledger lacked.
-	Adopted []LedgerChange `json:"adopted"`
-	// Dropped counts ended entries older than ledger_retention_days.
-	Dropped int `json:"dropped"`
-	// CountersFixed are usage counters the recount found wrong and rewrote.
-	CountersFixed []CounterFix `json:"counters_fixed"`
-	// LeasesEnded are leases whose end time passed, ended by this pass (their
-	// nodes are scrub pending and the lessee's VMs there deleted).
-	LeasesEnded []string `json:"leases_ended"`
-}
-
-// SkippedNode is a node a reconcile pass could not check.
-type SkippedNode struct {
-	Node   string `json:"node"`
-	Reason string `json:"reason"`
-}
-
-// LedgerChange is one ledger entry a reconcile pass closed or wrote.
-type LedgerChange struct {
-	Entry  string `json:"entry"`
-	Node   string `json:"node"`
-	VMID   string `json:"vm_id"`
-	Name   string `json:"name"`
-	Tenant string `json:"tenant,omitempty"`
-}
-
-// CounterFix is a usage counter the recount rewrote.
-type CounterFix struct {
-	Scope string      `json:"scope"`
-	Name  string      `json:"name"`
-	Was   store.Usage `json:"was"`
-	Now   store.Usage `json:"now"`
-}
-
 // Reconcile first ends leases whose end time passed (deleting the lessee's
 // VMs on the node, which becomes scrub pending), finishes ended leases whose
 // VMs were not all deleted and takes up unfinished drains. Then it makes the
@@ -157,11 +113,11 @@ type CounterFix struct {
 // every -reconcile-secs; two passes at once are harmless (ending is
 // idempotent and a VM's entry id is derived from node and VM, so the
 // second write finds it there).
-func (rc *Reconciler) Reconcile(ctx context.Context) (*Report, error) {
+func (rc *Reconciler) Reconcile(ctx context.Context) (*sdk.ReconcileReport, error) {
 	st, now := rc.opts.Store, rc.opts.Now
 	start := now()
-	rep := &Report{StartedAt: start.UTC(), NodesChecked: []string{}, NodesSkipped: []SkippedNode{},
-		Ended: []LedgerChange{}, Adopted: []LedgerChange{}, CountersFixed: []CounterFix{}, LeasesEnded: []string{}}
+	rep := &sdk.ReconcileReport{StartedAt: start.UTC(), NodesChecked: []string{}, NodesSkipped: []sdk.SkippedNode{},
+		Ended: []sdk.LedgerChange{}, Adopted: []sdk.LedgerChange{}, CountersFixed: []sdk.CounterFix{}, LeasesEnded: []string{}}
 	// Leases first: the VMs an ended lease deletes are then not reported as
 	// vanished below. A node that does not answer keeps them for the next pass.
 	if rc.opts.Leases != nil {
@@ -183,7 +139,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context) (*Report, error) {
 	for i := range ns {
 		n := &ns[i]
 		if n.State != store.NodeUp {
-			rep.NodesSkipped = append(rep.NodesSkipped, SkippedNode{Node: n.Name, Reason: "down"})
+			rep.NodesSkipped = append(rep.NodesSkipped, sdk.SkippedNode{Node: n.Name, Reason: "down"})
 			continue
 		}
 		if err := rc.reconcileNode(ctx, n, rep); err != nil {
@@ -191,7 +147,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context) (*Report, error) {
 			if !errors.As(err, &skip) {
 				return nil, err
 			}
-			rep.NodesSkipped = append(rep.NodesSkipped, SkippedNode{Node: n.Name, Reason: skip.reason})
+			rep.NodesSkipped = append(rep.NodesSkipped, sdk.SkippedNode{Node: n.Name, Reason: skip.reason})
 			continue
 		}
 		rep.NodesChecked = append(rep.NodesChecked, n.Name)
@@ -213,7 +169,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context) (*Report, error) {
 	}
 	for _, f := range counts.Fixed {
 		rc.log.Warn("usage counter was wrong; rewritten from the ledger", "scope", f.Scope, "name", f.Name, "was", f.Was, "now", f.Now)
-		rep.CountersFixed = append(rep.CountersFixed, CounterFix{Scope: f.Scope, Name: f.Name, Was: f.Was, Now: f.Now})
+		rep.CountersFixed = append(rep.CountersFixed, sdk.CounterFix{Scope: f.Scope, Name: f.Name, Was: sdk.Usage(f.Was), Now: sdk.Usage(f.Now)})
 	}
 	if rc.opts.Budgets != nil {
 		if err := rc.opts.Budgets.CheckBudgets(ctx); err != nil {
@@ -233,7 +189,7 @@ type skipError struct{ reason string }
 
 func (e *skipError) Error() string { return e.reason }
 
-func (rc *Reconciler) reconcileNode(ctx context.Context, n *store.Node, rep *Report) error {
+func (rc *Reconciler) reconcileNode(ctx context.Context, n *store.Node, rep *sdk.ReconcileReport) error {
 	st, now := rc.opts.Store, rc.opts.Now
 	// The ledger is read before the node's list: an entry written before
 	// this read is for a VM created before it, so a VM missing from the later
@@ -266,7 +222,7 @@ func (rc *Reconciler) reconcileNode(ctx context.Context, n *store.Node, rep *Rep
 			return fmt.Errorf("end ledger entry %s: %w", e.ID, err)
 		}
 		rc.log.Info("ledger entry ended: its vm is gone from the node", "node", n.Name, "vm", e.VMID, "entry", e.ID)
-		rep.Ended = append(rep.Ended, LedgerChange{Entry: e.ID, Node: n.Name, VMID: e.VMID, Name: e.Name, Tenant: e.Tenant})
+		rep.Ended = append(rep.Ended, sdk.LedgerChange{Entry: e.ID, Node: n.Name, VMID: e.VMID, Name: e.Name, Tenant: e.Tenant})
 	}
 
 	var orphans []int
@@ -322,7 +278,7 @@ func (rc *Reconciler) reconcileNode(ctx context.Context, n *store.Node, rep *Rep
 			return fmt.Errorf("adopt vm %s on node %s: %w", vm.ID, n.Name, err)
 		}
 		rc.log.Warn("adopted a vm the ledger lacked", "node", n.Name, "vm", vm.ID, "tenant", vm.Tenant, "entry", e.ID)
-		rep.Adopted = append(rep.Adopted, LedgerChange{Entry: e.ID, Node: n.Name, VMID: vm.ID, Name: vm.Name, Tenant: vm.Tenant})
+		rep.Adopted = append(rep.Adopted, sdk.LedgerChange{Entry: e.ID, Node: n.Name, VMID: vm.ID, Name: vm.Name, Tenant: vm.Tenant})
 	}
 	return nil
 }
