@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/central/drainer"
 	"net/http"
 
-	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/gorilla/mux"
 )
@@ -61,7 +60,7 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.drainerError(w, r, err)
 	default:
-		jsonapi.Write(w, http.StatusOK, d)
+		jsonapi.Write(w, http.StatusOK, drainer.Wire(*d))
 	}
 }
 
@@ -90,15 +89,10 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.drainerError(w, r, err)
 	default:
-		jsonapi.Write(w, http.StatusOK, drainView{Drain: *d, Draining: draining})
+		out := drainer.Wire(*d)
+		out.Draining = &draining
+		jsonapi.Write(w, http.StatusOK, out)
 	}
-}
-
-// drainView is a drain with whether the node is still draining (uncordon
-// ends that).
-type drainView struct {
-	store.Drain
-	Draining bool `json:"draining"`
 }
 
 // ResumeDrains takes up drains left unfinished (central/drainer); the
