@@ -193,6 +193,10 @@ type FleetNode struct {
 	Cordoned     bool   `json:"cordoned"`
 	Draining     bool   `json:"draining"`
 	ScrubPending bool   `json:"scrub_pending"`
+	// LeasedBy is the tenant holding the node's active lease, and LeaseID
+	// that lease ("" when the node is not leased).
+	LeasedBy string `json:"leased_by,omitempty"`
+	LeaseID  string `json:"lease_id,omitempty"`
 	// GuestOS lists the guests the node's healthy drivers run.
 	GuestOS []string `json:"guest_os,omitempty"`
 	Nested  bool     `json:"nested"`
@@ -212,6 +216,24 @@ type FleetNodeDriver struct {
 	// Health is healthy, unhealthy, undetected or down.
 	Health    string `json:"health"`
 	Simulated bool   `json:"simulated,omitempty"`
+}
+
+// LeasedNode is what a tenant sees of a node it leases (GET
+// /fleet/nodes/{name} with a tenant's token): its size, what central
+// counts free, its drivers and the lease; never its address or labels.
+// The fields it shares with FleetNode decode into one too (GetNode).
+type LeasedNode struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// Capacity's Free is what central counts free: VMs running and
+	// reserved through central, or what the node reports, whichever is more.
+	Capacity FleetNodeCapacity `json:"capacity"`
+	Drivers  []FleetNodeDriver `json:"drivers"`
+	GuestOS  []string          `json:"guest_os"`
+	Nested   bool              `json:"nested"`
+	LeaseID  string            `json:"lease_id"`
+	// VMs counts the VMs of the node's last heartbeat.
+	VMs int `json:"vms"`
 }
 
 // FleetNodeList is GET /fleet/nodes.

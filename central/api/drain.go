@@ -22,7 +22,7 @@ func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) {
 		s.drainerError(w, r, err)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, n)
+	jsonapi.Write(w, http.StatusOK, wireNode(n))
 }
 
 // uncordonNode is POST /fleet/nodes/{name}/uncordon: it ends a cordon and a
@@ -33,7 +33,7 @@ func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
 		s.drainerError(w, r, err)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, n)
+	jsonapi.Write(w, http.StatusOK, wireNode(n))
 }
 
 // drainNode is POST /fleet/nodes/{name}/drain?mode=cordon|evict-ephemeral|
