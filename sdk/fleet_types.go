@@ -248,7 +248,8 @@ type VMSize struct {
 	MemoryMiB int64  `json:"memory_mib"`
 }
 
-// NodeCapacity is one node the caller may place on and what is free there.
+// NodeCapacity is one node the caller may place on and what is free there
+// (built by the scheduler's Capacity, with the same rules as a placement).
 type NodeCapacity struct {
 	Node string `json:"node"`
 	Mac  bool   `json:"mac"`
@@ -270,9 +271,12 @@ type CapacityReport struct {
 	LargestLinux VMSize `json:"largest_linux"`
 	// LargestMacOS is the same for macOS guests, on Macs with a free slot.
 	LargestMacOS VMSize `json:"largest_macos"`
-	// MacOSSlotsFree sums the free macOS slots the caller may use.
+	// MacOSSlotsFree sums the free macOS slots the caller may use: under
+	// require_lease_for_macos, those on the Macs it leases.
 	MacOSSlotsFree int64 `json:"macos_slots_free"`
-	// Nodes lists every node the caller may place on, by name.
+	// Nodes lists every node the caller may place on, sorted by name; nodes
+	// taking nothing (down, cordoned, draining, scrub pending, or barred by
+	// a lease) are left out.
 	Nodes []NodeCapacity `json:"nodes"`
 }
 
