@@ -304,7 +304,7 @@ func TestImageCatalogOperatorWritesTenantsRead(t *testing.T) {
 	}
 	e.must(req{method: "PUT", path: "/fleet/images/debian-13", token: testFleetToken, body: `{"guest_os": "linux", "image": "/d2.raw"}`}, 201)
 
-	var list imageList
+	var list sdk.ImageList
 	e.must(req{method: "GET", path: "/fleet/images", token: token}, 200).decode(t, &list)
 	if len(list.Images) != 2 || list.Images[0].Name != "debian-13" || list.Images[1].Name != "macos-27-xcode" {
 		t.Fatalf("tenant reads %+v", list)
