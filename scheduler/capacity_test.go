@@ -3,6 +3,8 @@ package scheduler
 import (
 	"reflect"
 	"testing"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 func capacityFleet() []Node {
@@ -21,45 +23,45 @@ func TestCapacityForTenants(t *testing.T) {
 		name   string
 		tenant string
 		pol    Policy
-		want   CapacityReport
+		want   sdk.CapacityReport
 	}{
-		{"tenant under the default policy: macOS only on its own Mac", "acme", DefaultPolicy, CapacityReport{
+		{"tenant under the default policy: macOS only on its own Mac", "acme", DefaultPolicy, sdk.CapacityReport{
 			Tenant:         "acme",
-			LargestLinux:   VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
-			LargestMacOS:   VMSize{Node: "acme-mac", VCPUs: 6, MemoryMiB: 32768},
+			LargestLinux:   sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
+			LargestMacOS:   sdk.VMSize{Node: "acme-mac", VCPUs: 6, MemoryMiB: 32768},
 			MacOSSlotsFree: 1,
-			Nodes: []NodeCapacity{
-				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}},
-				{Node: "free-mac", Mac: true, Linux: true, Free: Resources{VCPUs: 12, MemoryMiB: 65536}},
-				{Node: "shared-1", Linux: true, Free: Resources{VCPUs: 8, MemoryMiB: 16384}},
+			Nodes: []sdk.NodeCapacity{
+				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}},
+				{Node: "free-mac", Mac: true, Linux: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536}},
+				{Node: "shared-1", Linux: true, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}},
 			},
 		}},
-		{"tenant without require_lease_for_macos: unleased Macs count too", "acme", Policy{ExclusiveLeasedHosts: true}, CapacityReport{
+		{"tenant without require_lease_for_macos: unleased Macs count too", "acme", Policy{ExclusiveLeasedHosts: true}, sdk.CapacityReport{
 			Tenant:         "acme",
-			LargestLinux:   VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
-			LargestMacOS:   VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
+			LargestLinux:   sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
+			LargestMacOS:   sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
 			MacOSSlotsFree: 3,
-			Nodes: []NodeCapacity{
-				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}},
-				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}},
-				{Node: "shared-1", Linux: true, Free: Resources{VCPUs: 8, MemoryMiB: 16384}},
+			Nodes: []sdk.NodeCapacity{
+				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}},
+				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}},
+				{Node: "shared-1", Linux: true, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}},
 			},
 		}},
-		{"tenant leasing nothing sees no macOS room", "carol", DefaultPolicy, CapacityReport{
+		{"tenant leasing nothing sees no macOS room", "carol", DefaultPolicy, sdk.CapacityReport{
 			Tenant:       "carol",
-			LargestLinux: VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
-			Nodes: []NodeCapacity{
-				{Node: "free-mac", Mac: true, Linux: true, Free: Resources{VCPUs: 12, MemoryMiB: 65536}},
-				{Node: "shared-1", Linux: true, Free: Resources{VCPUs: 8, MemoryMiB: 16384}},
+			LargestLinux: sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
+			Nodes: []sdk.NodeCapacity{
+				{Node: "free-mac", Mac: true, Linux: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536}},
+				{Node: "shared-1", Linux: true, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}},
 			},
 		}},
-		{"operator: unleased nodes only, as an unpinned Place", "", DefaultPolicy, CapacityReport{
-			LargestLinux:   VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
-			LargestMacOS:   VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
+		{"operator: unleased nodes only, as an unpinned Place", "", DefaultPolicy, sdk.CapacityReport{
+			LargestLinux:   sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
+			LargestMacOS:   sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
 			MacOSSlotsFree: 2,
-			Nodes: []NodeCapacity{
-				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}},
-				{Node: "shared-1", Linux: true, Free: Resources{VCPUs: 8, MemoryMiB: 16384}},
+			Nodes: []sdk.NodeCapacity{
+				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}},
+				{Node: "shared-1", Linux: true, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}},
 			},
 		}},
 	}
@@ -78,7 +80,7 @@ func TestCapacityLargestSizesArePlaceable(t *testing.T) {
 	fleet := capacityFleet()
 	rep := Capacity(fleet, "acme", DefaultPolicy)
 	for _, c := range []struct {
-		size VMSize
+		size sdk.VMSize
 		os   string
 	}{{rep.LargestLinux, GuestLinux}, {rep.LargestMacOS, GuestMacOS}} {
 		req := Request{Tenant: "acme", GuestOS: c.os, VCPUs: c.size.VCPUs, MemoryMiB: c.size.MemoryMiB}
@@ -95,7 +97,7 @@ func TestCapacityLargestSizesArePlaceable(t *testing.T) {
 func TestCapacityFullMacHasNoMacOSRoom(t *testing.T) {
 	fleet := []Node{mac("m", leasedBy("acme"), macGuests("acme", 2))}
 	rep := Capacity(fleet, "acme", DefaultPolicy)
-	if rep.MacOSSlotsFree != 0 || rep.LargestMacOS != (VMSize{}) || len(rep.Nodes) != 1 || rep.Nodes[0].Free.MacOSSlots != 0 {
+	if rep.MacOSSlotsFree != 0 || rep.LargestMacOS != (sdk.VMSize{}) || len(rep.Nodes) != 1 || rep.Nodes[0].Free.MacOSSlots != 0 {
 		t.Fatalf("got %+v", rep)
 	}
 }

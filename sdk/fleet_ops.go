@@ -313,8 +313,11 @@ type Pool struct {
 	// Blocked says why the pool could not be filled on the last try.
 	Blocked      string    `json:"blocked,omitempty"`
 	BlockedSince time.Time `json:"blocked_since,omitzero"`
-	Shared       bool      `json:"shared"`
-	Mode         string    `json:"mode"`
+	// Shared: the pool is the operator's, for the tenants the policy lets
+	// claim from shared pools (Tenant is "").
+	Shared bool `json:"shared"`
+	// Mode is "running": members are booted, idle VMs holding their memory.
+	Mode string `json:"mode"`
 }
 
 // PoolList is GET /fleet/pools.
@@ -358,16 +361,18 @@ type PoolStatus struct {
 	MaxSize int    `json:"max_size"`
 	// Target is what the pool keeps now: Size, or more (up to MaxSize)
 	// after recent claims.
-	Target        int          `json:"target"`
-	RecentClaims  int          `json:"recent_claims"`
-	DemandWindowS int          `json:"demand_window_seconds"`
-	Growing       bool         `json:"growing"`
-	Warm          int          `json:"warm"`
-	Booting       int          `json:"booting"`
-	Retiring      int          `json:"retiring"`
-	Deleting      bool         `json:"deleting"`
-	Blocked       string       `json:"blocked,omitempty"`
-	Members       []PoolMember `json:"members"`
+	Target        int    `json:"target"`
+	RecentClaims  int    `json:"recent_claims"`
+	DemandWindowS int    `json:"demand_window_seconds"`
+	Growing       bool   `json:"growing"`
+	Warm          int    `json:"warm"`
+	Booting       int    `json:"booting"`
+	Retiring      int    `json:"retiring"`
+	Deleting      bool   `json:"deleting"`
+	Blocked       string `json:"blocked,omitempty"`
+	// Members are the pool's VMs that are not handed out, and those handed
+	// out within the demand window (state claimed).
+	Members []PoolMember `json:"members"`
 }
 
 func poolPath(name, tenant string, action ...string) (string, url.Values) {

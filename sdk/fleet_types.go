@@ -193,6 +193,10 @@ type FleetNode struct {
 	Cordoned     bool   `json:"cordoned"`
 	Draining     bool   `json:"draining"`
 	ScrubPending bool   `json:"scrub_pending"`
+	// LeasedBy is the tenant holding the node's active lease, and LeaseID
+	// that lease ("" when the node is not leased).
+	LeasedBy string `json:"leased_by,omitempty"`
+	LeaseID  string `json:"lease_id,omitempty"`
 	// GuestOS lists the guests the node's healthy drivers run.
 	GuestOS []string `json:"guest_os,omitempty"`
 	Nested  bool     `json:"nested"`
@@ -214,6 +218,24 @@ type FleetNodeDriver struct {
 	Simulated bool   `json:"simulated,omitempty"`
 }
 
+// LeasedNode is what a tenant sees of a node it leases (GET
+// /fleet/nodes/{name} with a tenant's token): its size, what central
+// counts free, its drivers and the lease; never its address or labels.
+// The fields it shares with FleetNode decode into one too (GetNode).
+type LeasedNode struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// Capacity's Free is what central counts free: VMs running and
+	// reserved through central, or what the node reports, whichever is more.
+	Capacity FleetNodeCapacity `json:"capacity"`
+	Drivers  []FleetNodeDriver `json:"drivers"`
+	GuestOS  []string          `json:"guest_os"`
+	Nested   bool              `json:"nested"`
+	LeaseID  string            `json:"lease_id"`
+	// VMs counts the VMs of the node's last heartbeat.
+	VMs int `json:"vms"`
+}
+
 // FleetNodeList is GET /fleet/nodes.
 type FleetNodeList struct {
 	Nodes []FleetNode `json:"nodes"`
@@ -226,7 +248,8 @@ type VMSize struct {
 	MemoryMiB int64  `json:"memory_mib"`
 }
 
-// NodeCapacity is one node the caller may place on and what is free there.
+// NodeCapacity is one node the caller may place on and what is free there
+// (built by the scheduler's Capacity, with the same rules as a placement).
 type NodeCapacity struct {
 	Node string `json:"node"`
 	Mac  bool   `json:"mac"`
@@ -248,9 +271,12 @@ type CapacityReport struct {
 	LargestLinux VMSize `json:"largest_linux"`
 	// LargestMacOS is the same for macOS guests, on Macs with a free slot.
 	LargestMacOS VMSize `json:"largest_macos"`
-	// MacOSSlotsFree sums the free macOS slots the caller may use.
+	// MacOSSlotsFree sums the free macOS slots the caller may use: under
+	// require_lease_for_macos, those on the Macs it leases.
 	MacOSSlotsFree int64 `json:"macos_slots_free"`
-	// Nodes lists every node the caller may place on, by name.
+	// Nodes lists every node the caller may place on, sorted by name; nodes
+	// taking nothing (down, cordoned, draining, scrub pending, or barred by
+	// a lease) are left out.
 	Nodes []NodeCapacity `json:"nodes"`
 }
 

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/central/drainer"
 	"net/http"
 
-	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/gorilla/mux"
 )
@@ -23,7 +22,7 @@ func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) {
 		s.drainerError(w, r, err)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, n)
+	jsonapi.Write(w, http.StatusOK, wireNode(n))
 }
 
 // uncordonNode is POST /fleet/nodes/{name}/uncordon: it ends a cordon and a
@@ -34,7 +33,7 @@ func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
 		s.drainerError(w, r, err)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, n)
+	jsonapi.Write(w, http.StatusOK, wireNode(n))
 }
 
 // drainNode is POST /fleet/nodes/{name}/drain?mode=cordon|evict-ephemeral|
@@ -61,7 +60,7 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.drainerError(w, r, err)
 	default:
-		jsonapi.Write(w, http.StatusOK, d)
+		jsonapi.Write(w, http.StatusOK, drainer.Wire(*d))
 	}
 }
 
@@ -90,15 +89,10 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.drainerError(w, r, err)
 	default:
-		jsonapi.Write(w, http.StatusOK, drainView{Drain: *d, Draining: draining})
+		out := drainer.Wire(*d)
+		out.Draining = &draining
+		jsonapi.Write(w, http.StatusOK, out)
 	}
-}
-
-// drainView is a drain with whether the node is still draining (uncordon
-// ends that).
-type drainView struct {
-	store.Drain
-	Draining bool `json:"draining"`
 }
 
 // ResumeDrains takes up drains left unfinished (central/drainer); the

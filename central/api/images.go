@@ -7,12 +7,21 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
-// imageList is GET /fleet/images.
-type imageList struct {
-	Images []store.Image `json:"images"`
+// wireImage is a catalog entry as the API shows it (sdk.Image), and
+// storeImage the record a PUT's body becomes: the only two places the
+// record and the wire type meet.
+func wireImage(im store.Image) sdk.Image {
+	return sdk.Image{Name: im.Name, DisplayName: im.DisplayName, GuestOS: im.GuestOS, Image: im.Image,
+		VCPUs: im.VCPUs, MemoryMiB: im.MemoryMiB, Source: im.Source, SSHUser: im.SSHUser}
+}
+
+func storeImage(im sdk.Image) store.Image {
+	return store.Image{Name: im.Name, DisplayName: im.DisplayName, GuestOS: im.GuestOS, Image: im.Image,
+		VCPUs: im.VCPUs, MemoryMiB: im.MemoryMiB, Source: im.Source, SSHUser: im.SSHUser}
 }
 
 const imageNameHint = "image names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -23,10 +32,11 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "list images", err)
 		return
 	}
-	if ims == nil {
-		ims = []store.Image{}
+	out := sdk.ImageList{Images: []sdk.Image{}}
+	for _, im := range ims {
+		out.Images = append(out.Images, wireImage(im))
 	}
-	jsonapi.Write(w, http.StatusOK, imageList{Images: ims})
+	jsonapi.Write(w, http.StatusOK, out)
 }
 
 // putImage adds (201) or replaces (200) a catalog entry. The name is the
@@ -39,11 +49,12 @@ func (s *Server) putImage(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("image name %q is not valid", jsonapi.Echo(name)), imageNameHint)
 		return
 	}
-	var im store.Image
-	if e := jsonapi.ReadBody(w, r, &im, true, specHint); e != nil {
+	var body sdk.Image
+	if e := jsonapi.ReadBody(w, r, &body, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
+	im := storeImage(body)
 	if im.Name != "" && im.Name != name {
 		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("the body names image %q but the path %q", jsonapi.Echo(im.Name), name),
 			"leave name out of the body, or make it the path's; to rename an image, PUT the new name and DELETE the old")
@@ -71,7 +82,7 @@ func (s *Server) putImage(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/fleet/images/"+name)
 	}
 	s.log.Info("catalog image stored", "image", name, "replaced", existed)
-	jsonapi.Write(w, status, im)
+	jsonapi.Write(w, status, wireImage(im))
 }
 
 func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request) {

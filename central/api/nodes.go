@@ -145,25 +145,21 @@ func applyHeartbeat(n *store.Node, hb *sdk.Heartbeat, now time.Time) {
 	n.State = store.NodeUp
 }
 
-// nodeList is GET /fleet/nodes.
-type nodeList struct {
-	Nodes []store.Node `json:"nodes"`
-}
-
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	ns, err := s.opts.Store.ListNodes(r.Context())
 	if err != nil {
 		s.storeError(w, "list nodes", err)
 		return
 	}
-	if ns == nil {
-		ns = []store.Node{}
+	out := sdk.FleetNodeList{Nodes: []sdk.FleetNode{}}
+	for i := range ns {
+		out.Nodes = append(out.Nodes, wireNode(&ns[i]))
 	}
-	jsonapi.Write(w, http.StatusOK, nodeList{Nodes: ns})
+	jsonapi.Write(w, http.StatusOK, out)
 }
 
 // getNode shows one node to the operator. A tenant sees a node it leases,
-// without its address or labels (tenantNodeView); any other is "not found".
+// without its address or labels (sdk.LeasedNode); any other is "not found".
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
 	p := PrincipalOf(r.Context())
@@ -200,7 +196,7 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 		jsonapi.Write(w, http.StatusOK, v)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, n)
+	jsonapi.Write(w, http.StatusOK, wireNode(n))
 }
 
 // capacity is GET /fleet/capacity: what the caller could launch now.
@@ -238,32 +234,51 @@ func (s *Server) storeError(w http.ResponseWriter, what string, err error) {
 	}
 }
 
-// tenantNodeView is what a tenant sees of a node it leases: its size, what
-// is free, its drivers and the lease; never its address or labels.
-type tenantNodeView struct {
-	Name     string               `json:"name"`
-	State    string               `json:"state"`
-	Capacity store.Capacity       `json:"capacity"`
-	Drivers  []store.DriverStatus `json:"drivers"`
-	GuestOS  []string             `json:"guest_os"`
-	Nested   bool                 `json:"nested"`
-	LeaseID  string               `json:"lease_id"`
-	VMs      int                  `json:"vms"`
+// wireNode is a node as the operator sees it (sdk.FleetNode) from its
+// record: every answer that shows a node whole is built here.
+func wireNode(n *store.Node) sdk.FleetNode {
+	out := sdk.FleetNode{Name: n.Name, URL: n.URL, Labels: n.Labels, Capacity: wireCapacity(n.Capacity),
+		Drivers: wireDrivers(n.Drivers), Fingerprint: n.Fingerprint, LastHeartbeat: n.LastHeartbeat, State: n.State,
+		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending, LeasedBy: n.LeasedBy,
+		LeaseID: n.LeaseID, GuestOS: n.GuestOS, Nested: n.Nested}
+	for _, vm := range n.VMs {
+		out.VMs = append(out.VMs, sdk.HeartbeatVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, State: vm.State,
+			VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS})
+	}
+	return out
+}
+
+func wireCapacity(c store.Capacity) sdk.FleetNodeCapacity {
+	return sdk.FleetNodeCapacity{Total: wireResources(c.Total), Free: wireResources(c.Free)}
+}
+
+func wireResources(r store.Resources) sdk.Resources {
+	return sdk.Resources{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, MacOSSlots: r.MacOSSlots}
+}
+
+// wireDrivers keeps no drivers as nil, which the operator's answer leaves
+// out (omitempty); the lessee's answer shows them as [].
+func wireDrivers(ds []store.DriverStatus) []sdk.FleetNodeDriver {
+	var out []sdk.FleetNodeDriver
+	for _, d := range ds {
+		out = append(out, sdk.FleetNodeDriver{Name: d.Name, Health: d.Health, Simulated: d.Simulated})
+	}
+	return out
 }
 
 // leasedNodeView shows n to its lessee, with free capacity as central
 // counts it (running and reserved through central, or what the node
 // reports, whichever is more).
-func (s *Server) leasedNodeView(ctx context.Context, n *store.Node) (tenantNodeView, error) {
+func (s *Server) leasedNodeView(ctx context.Context, n *store.Node) (sdk.LeasedNode, error) {
 	u, err := s.opts.Store.NodeUsage(ctx, n.Name)
 	if err != nil {
-		return tenantNodeView{}, err
+		return sdk.LeasedNode{}, err
 	}
 	sn := placement.SchedulerNode(n, u)
 	t := n.Capacity.Total
-	v := tenantNodeView{Name: n.Name, State: n.State, Nested: n.Nested, LeaseID: n.LeaseID, VMs: len(n.VMs),
-		Drivers: append([]store.DriverStatus{}, n.Drivers...), GuestOS: append([]string{}, n.GuestOS...),
-		Capacity: store.Capacity{Total: t, Free: store.Resources{
+	v := sdk.LeasedNode{Name: n.Name, State: n.State, Nested: n.Nested, LeaseID: n.LeaseID, VMs: len(n.VMs),
+		Drivers: append([]sdk.FleetNodeDriver{}, wireDrivers(n.Drivers)...), GuestOS: append([]string{}, n.GuestOS...),
+		Capacity: sdk.FleetNodeCapacity{Total: wireResources(t), Free: sdk.Resources{
 			VCPUs:      max(t.VCPUs-sn.Used.VCPUs, 0),
 			MemoryMiB:  max(t.MemoryMiB-sn.Used.MemoryMiB, 0),
 			MacOSSlots: max(t.MacOSSlots-sn.Used.MacOSSlots, 0),

@@ -22,78 +22,6 @@ import (
 // PoolLabel is the label every pool VM carries: the pool's name.
 const PoolLabel = pools.Label
 
-// poolRequest is POST /fleet/pools.
-type poolRequest struct {
-	Name         string            `json:"name"`
-	Image        string            `json:"image"`
-	VCPUs        int64             `json:"vcpus,omitempty"`
-	MemoryMiB    int64             `json:"memory_mib,omitempty"`
-	Size         *int              `json:"size,omitempty"`
-	MaxSize      int               `json:"max_size,omitempty"`
-	NodeSelector map[string]string `json:"node_selector,omitempty"`
-	// Tenant (id or name) is the operator's: a pool made for a tenant.
-	// Without it the operator makes a shared pool.
-	Tenant string `json:"tenant,omitempty"`
-}
-
-// poolPatch is PATCH /fleet/pools/{name}: size and max_size only (a pool
-// of another image or size is another pool).
-type poolPatch struct {
-	Size    *int `json:"size,omitempty"`
-	MaxSize *int `json:"max_size,omitempty"`
-}
-
-// poolView is a pool as the API shows it.
-type poolView struct {
-	store.Pool
-	Shared bool   `json:"shared"`
-	Mode   string `json:"mode"`
-}
-
-func viewPool(p store.Pool) poolView {
-	return poolView{Pool: p, Shared: p.Tenant == "", Mode: pools.ModeRunning}
-}
-
-type poolList struct {
-	Pools []poolView `json:"pools"`
-}
-
-// poolMemberView is one member in a pool's status.
-type poolMemberView struct {
-	Name      string     `json:"name"`
-	Node      string     `json:"node"`
-	VMID      string     `json:"vm_id,omitempty"`
-	State     string     `json:"state"`
-	CreatedAt time.Time  `json:"created_at"`
-	ReadyAt   *time.Time `json:"ready_at,omitempty"`
-	ClaimedAt *time.Time `json:"claimed_at,omitempty"`
-}
-
-// poolStatusView is GET /fleet/pools/{name}/status.
-type poolStatusView struct {
-	Name   string `json:"name"`
-	Tenant string `json:"tenant,omitempty"`
-	Shared bool   `json:"shared"`
-	// Mode is "running": members are booted, idle VMs holding their memory.
-	Mode    string `json:"mode"`
-	Size    int    `json:"size"`
-	MaxSize int    `json:"max_size"`
-	// Target is what the loop keeps now: size, or more (up to max_size)
-	// when more were claimed within the demand window.
-	Target        int    `json:"target"`
-	RecentClaims  int    `json:"recent_claims"`
-	DemandWindowS int    `json:"demand_window_seconds"`
-	Growing       bool   `json:"growing"`
-	Warm          int    `json:"warm"`
-	Booting       int    `json:"booting"`
-	Retiring      int    `json:"retiring"`
-	Deleting      bool   `json:"deleting"`
-	Blocked       string `json:"blocked,omitempty"`
-	// Members are the pool's VMs that are not handed out, and those handed
-	// out within the demand window (state claimed).
-	Members []poolMemberView `json:"members"`
-}
-
 // PoolLoop runs the warm pools' loop (pools.Service.Loop) until ctx ends.
 // Only the leader runs it, with the fenced context of its loops.
 func (s *Server) PoolLoop(ctx context.Context, every time.Duration) { s.pools.Loop(ctx, every) }
@@ -167,9 +95,9 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 		s.poolsError(w, "list pools", err)
 		return
 	}
-	out := poolList{Pools: []poolView{}}
+	out := sdk.PoolList{Pools: []sdk.Pool{}}
 	for _, pl := range all {
-		out.Pools = append(out.Pools, viewPool(pl))
+		out.Pools = append(out.Pools, pools.Wire(pl))
 	}
 	jsonapi.Write(w, http.StatusOK, out)
 }
@@ -177,7 +105,7 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 // createPool is POST /fleet/pools.
 func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalOf(r.Context())
-	var req poolRequest
+	var req sdk.CreatePoolRequest
 	if e := jsonapi.ReadBody(w, r, &req, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
@@ -221,7 +149,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/fleet/pools/"+pool.Name)
-	jsonapi.Write(w, http.StatusCreated, viewPool(*pool))
+	jsonapi.Write(w, http.StatusCreated, pools.Wire(*pool))
 }
 
 // poolOwner is whose pool a POST /fleet/pools makes: the calling tenant's,
@@ -249,7 +177,7 @@ func (s *Server) poolOwner(w http.ResponseWriter, r *http.Request, p Principal, 
 
 func (s *Server) getPool(w http.ResponseWriter, r *http.Request) {
 	if pool, ok := s.poolOf(w, r); ok {
-		jsonapi.Write(w, http.StatusOK, viewPool(*pool))
+		jsonapi.Write(w, http.StatusOK, pools.Wire(*pool))
 	}
 }
 
@@ -260,7 +188,7 @@ func (s *Server) patchPool(w http.ResponseWriter, r *http.Request) {
 	if !ok || !mayChange(w, PrincipalOf(r.Context()), pool) {
 		return
 	}
-	var req poolPatch
+	var req sdk.PoolPatch
 	if e := jsonapi.ReadBody(w, r, &req, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
@@ -277,7 +205,7 @@ func (s *Server) patchPool(w http.ResponseWriter, r *http.Request) {
 		s.poolsError(w, "update the pool", err)
 		return
 	}
-	jsonapi.Write(w, http.StatusOK, viewPool(*out))
+	jsonapi.Write(w, http.StatusOK, pools.Wire(*out))
 }
 
 // deletePool is DELETE /fleet/pools/{name}: the pool stops handing out VMs
@@ -313,21 +241,7 @@ func (s *Server) poolStatus(w http.ResponseWriter, r *http.Request) {
 		s.poolsError(w, "read the pool's members", err)
 		return
 	}
-	out := poolStatusView{Name: pool.Name, Tenant: pool.Tenant, Shared: pool.Tenant == "", Mode: pools.ModeRunning,
-		Size: pool.Size, MaxSize: pool.MaxSize, Target: st.Target, RecentClaims: st.RecentClaims,
-		DemandWindowS: int(pools.DemandWindow / time.Second), Growing: st.Growing, Warm: st.Warm, Booting: st.Booting,
-		Retiring: st.Retiring, Deleting: pool.Deleting, Blocked: pool.Blocked, Members: []poolMemberView{}}
-	for _, m := range st.Members {
-		v := poolMemberView{Name: m.ID, Node: m.Node, VMID: m.VMID, State: m.State, CreatedAt: m.CreatedAt}
-		if !m.ReadyAt.IsZero() {
-			v.ReadyAt = &m.ReadyAt
-		}
-		if !m.ClaimedAt.IsZero() {
-			v.ClaimedAt = &m.ClaimedAt
-		}
-		out.Members = append(out.Members, v)
-	}
-	jsonapi.Write(w, http.StatusOK, out)
+	jsonapi.Write(w, http.StatusOK, pools.WireStatus(pool, st))
 }
 
 // ---- claims (the hooks of createVM) ----

@@ -7,11 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/billing"
 	"net/http"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -31,45 +29,18 @@ const tenantNameHint = "tenant names are 1-64 letters, digits, '.', '_' or '-', 
 // reservedTenantName is taken by GET /fleet/tenants/me.
 const reservedTenantName = "me"
 
-// tenantView is a tenant as the API shows it: everything but its token digest.
-type tenantView struct {
-	ID       string `json:"id"`
-	Name     string `json:"name"`
-	Disabled bool   `json:"disabled"`
-	// Quota holds the tenant's limits; an absent field is no limit
-	// (max_snapshots_per_vm absent: the policy's).
-	Quota     store.Quotas `json:"quota"`
-	CreatedAt time.Time    `json:"created_at"`
-	// Budget is the monthly budget (absent: none; PUT .../budget sets it).
-	Budget *billing.Micros `json:"budget_monthly,omitempty"`
-}
-
-func tenantOf(t *store.Tenant) tenantView {
-	v := tenantView{ID: t.ID, Name: t.Name, Disabled: t.Disabled, Quota: t.Quota, CreatedAt: t.CreatedAt}
+// wireTenant is a tenant as the API shows it (sdk.Tenant): everything but
+// its token digest. Every answer that shows a tenant is built here.
+func wireTenant(t *store.Tenant) sdk.Tenant {
+	q := t.Quota
+	v := sdk.Tenant{ID: t.ID, Name: t.Name, Disabled: t.Disabled, CreatedAt: t.CreatedAt,
+		Quota: sdk.Quotas{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
+			MaxLeasedHosts: q.MaxLeasedHosts, MaxSnapshotsPerVM: q.MaxSnapshotsPerVM, MaxVolumeGiB: q.MaxVolumeGiB}}
 	if t.Budget > 0 {
 		b := t.Budget
-		v.Budget = &b
+		v.BudgetMonthly = &b
 	}
 	return v
-}
-
-// tenantList is GET /fleet/tenants.
-type tenantList struct {
-	Tenants []tenantView `json:"tenants"`
-}
-
-// tenantWithToken answers the creation of a tenant or a new token: the
-// token is in no other answer, ever.
-type tenantWithToken struct {
-	Tenant tenantView `json:"tenant"`
-	Token  string     `json:"token"`
-	Note   string     `json:"note"`
-}
-
-// createTenantRequest is POST /fleet/tenants.
-type createTenantRequest struct {
-	Name  string       `json:"name"`
-	Quota store.Quotas `json:"quota"`
 }
 
 // updateTenantRequest is PATCH /fleet/tenants/{id}: fields left out stay as
@@ -132,8 +103,8 @@ func (q *quotaPatch) apply(dst *store.Quotas) {
 // tenantMeView is GET /fleet/tenants/me: the calling tenant, what it uses and
 // its effective snapshot limit.
 type tenantMeView struct {
-	Tenant tenantView `json:"tenant"`
-	Usage  tenantUsed `json:"usage"`
+	Tenant sdk.Tenant      `json:"tenant"`
+	Usage  sdk.TenantUsage `json:"usage"`
 	// MaxSnapshotsPerVM is the limit that applies: the tenant's quota, else
 	// the policy's.
 	MaxSnapshotsPerVM int64 `json:"max_snapshots_per_vm"`
@@ -141,12 +112,12 @@ type tenantMeView struct {
 	Billing *sdk.Budget `json:"billing,omitempty"`
 }
 
-// tenantUsed is what a tenant has in use, checked against its quota:
-// running VMs, creates in flight (reserved), and their sum (total).
-type tenantUsed struct {
-	Running  store.Usage `json:"running"`
-	Reserved store.Usage `json:"reserved"`
-	Total    store.Usage `json:"total"`
+// wireUsage is a tenant's usage as the API shows it (sdk.TenantUsage).
+func wireUsage(u store.UsageView) sdk.TenantUsage {
+	usage := func(u store.Usage) sdk.Usage {
+		return sdk.Usage{VMs: u.VMs, VCPUs: u.VCPUs, MemoryMiB: u.MemoryMiB, MacOS: u.MacOS}
+	}
+	return sdk.TenantUsage{Running: usage(u.Running), Reserved: usage(u.Reserved), Total: usage(u.Total())}
 }
 
 // newTenantToken makes a token: fvt_ and 43 base64url characters (256 random bits).
@@ -217,9 +188,9 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
-	out := tenantList{Tenants: make([]tenantView, 0, len(ts))}
+	out := sdk.TenantList{Tenants: make([]sdk.Tenant, 0, len(ts))}
 	for i := range ts {
-		out.Tenants = append(out.Tenants, tenantOf(&ts[i]))
+		out.Tenants = append(out.Tenants, wireTenant(&ts[i]))
 	}
 	jsonapi.Write(w, http.StatusOK, out)
 }
@@ -233,7 +204,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 			"restart central with -token <fleet token>, then create tenants with that token; the first tenant would otherwise lock the operator out")
 		return
 	}
-	var req createTenantRequest
+	var req sdk.CreateTenantRequest
 	if e := jsonapi.ReadBody(w, r, &req, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
@@ -242,7 +213,10 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := newTenantToken()
-	t := &store.Tenant{Name: req.Name, TokenSHA256: store.HashToken(token), Quota: req.Quota, CreatedAt: s.opts.Now().UTC()}
+	q := req.Quota
+	t := &store.Tenant{Name: req.Name, TokenSHA256: store.HashToken(token), CreatedAt: s.opts.Now().UTC(),
+		Quota: store.Quotas{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
+			MaxLeasedHosts: q.MaxLeasedHosts, MaxSnapshotsPerVM: q.MaxSnapshotsPerVM, MaxVolumeGiB: q.MaxVolumeGiB}}
 	err := s.opts.Store.CreateTenant(r.Context(), t)
 	switch {
 	case errors.Is(err, store.ErrInvalid):
@@ -258,12 +232,12 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("tenant created", "tenant", t.ID, "name", t.Name)
 	w.Header().Set("Location", "/fleet/tenants/"+t.ID)
-	jsonapi.Write(w, http.StatusCreated, tenantWithToken{Tenant: tenantOf(t), Token: token, Note: tokenNote})
+	jsonapi.Write(w, http.StatusCreated, sdk.TenantWithToken{Tenant: wireTenant(t), Token: token, Note: tokenNote})
 }
 
 func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 	if t, ok := s.tenantFromPath(w, r); ok {
-		jsonapi.Write(w, http.StatusOK, tenantOf(t))
+		jsonapi.Write(w, http.StatusOK, wireTenant(t))
 	}
 }
 
@@ -309,7 +283,7 @@ func (s *Server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("tenant updated", "tenant", updated.ID, "name", updated.Name, "disabled", updated.Disabled)
-	jsonapi.Write(w, http.StatusOK, tenantOf(updated))
+	jsonapi.Write(w, http.StatusOK, wireTenant(updated))
 }
 
 // deleteTenant removes a tenant that has no VMs running or being created.
@@ -379,7 +353,7 @@ func (s *Server) rotateTenantToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("tenant token rotated", "tenant", t.ID, "name", t.Name)
-	jsonapi.Write(w, http.StatusOK, tenantWithToken{Tenant: tenantOf(updated), Token: token, Note: tokenNote})
+	jsonapi.Write(w, http.StatusOK, sdk.TenantWithToken{Tenant: wireTenant(updated), Token: token, Note: tokenNote})
 }
 
 // tenantMe shows the calling tenant its record, usage and limits.
@@ -406,8 +380,8 @@ func (s *Server) tenantMe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, tenantMeView{
-		Tenant:            tenantOf(p.Tenant),
-		Usage:             tenantUsed{Running: u.Running, Reserved: u.Reserved, Total: u.Total()},
+		Tenant:            wireTenant(p.Tenant),
+		Usage:             wireUsage(u),
 		MaxSnapshotsPerVM: p.Tenant.Quota.SnapshotsPerVM(pol),
 		Billing:           b,
 	})

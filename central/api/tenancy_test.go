@@ -13,13 +13,14 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 var tokenRE = regexp.MustCompile(`^fvt_[A-Za-z0-9_-]{32,}$`)
 
 func TestTenantLifecycleShowsTheTokenOnceAndRotationCutsTheOldOneOff(t *testing.T) {
 	e := newEnv(t, nil)
-	var created tenantWithToken
+	var created sdk.TenantWithToken
 	out := e.must(req{method: "POST", path: "/fleet/tenants", token: testFleetToken,
 		body: `{"name": "acme", "quota": {"max_vms": 20, "max_memory_mib": 98304}}`}, 201)
 	out.decode(t, &created)
@@ -42,7 +43,7 @@ func TestTenantLifecycleShowsTheTokenOnceAndRotationCutsTheOldOneOff(t *testing.
 			t.Fatalf("GET %s shows the token or its digest: %s", path, body)
 		}
 	}
-	var list tenantList
+	var list sdk.TenantList
 	e.must(req{method: "GET", path: "/fleet/tenants", token: testFleetToken}, 200).decode(t, &list)
 	if len(list.Tenants) != 1 || list.Tenants[0].Name != "acme" {
 		t.Fatalf("list %+v", list)
@@ -55,7 +56,7 @@ func TestTenantLifecycleShowsTheTokenOnceAndRotationCutsTheOldOneOff(t *testing.
 	}
 
 	// PATCH: quota fields (a number sets, null clears), disabled, name.
-	var upd tenantView
+	var upd sdk.Tenant
 	e.must(req{method: "PATCH", path: "/fleet/tenants/acme", token: testFleetToken,
 		body: `{"name": "acme-mobile", "quota": {"max_vms": null, "max_vcpus": 48, "max_snapshots_per_vm": 5}}`}, 200).decode(t, &upd)
 	if upd.Name != "acme-mobile" || upd.Quota.MaxVMs != 0 || upd.Quota.MaxVCPUs != 48 || upd.Quota.MaxMemoryMiB != 98304 ||
@@ -75,7 +76,7 @@ func TestTenantLifecycleShowsTheTokenOnceAndRotationCutsTheOldOneOff(t *testing.
 	e.must(req{method: "PATCH", path: "/fleet/tenants/" + id, token: testFleetToken, body: `{"disabled": false}`}, 200)
 	e.must(req{method: "GET", path: "/fleet/tenants/me", token: created.Token}, 200)
 
-	var rotated tenantWithToken
+	var rotated sdk.TenantWithToken
 	e.must(req{method: "POST", path: "/fleet/tenants/acme-mobile/rotate-token", token: testFleetToken}, 200).decode(t, &rotated)
 	if !tokenRE.MatchString(rotated.Token) || rotated.Token == created.Token || rotated.Tenant.ID != id {
 		t.Fatalf("rotated %+v", rotated)
@@ -136,7 +137,7 @@ func TestTenantSeesItsUsageAgainstItsQuota(t *testing.T) {
 	}
 	var me tenantMeView
 	e.must(req{method: "GET", path: "/fleet/tenants/me", token: token}, 200).decode(t, &me)
-	want := store.Usage{VMs: 1, VCPUs: 4, MemoryMiB: 8192, MacOS: 1}
+	want := sdk.Usage{VMs: 1, VCPUs: 4, MemoryMiB: 8192, MacOS: 1}
 	if me.Usage.Running != want || me.Usage.Total != want || me.Tenant.Quota.MaxVMs != 10 {
 		t.Fatalf("me %+v", me)
 	}
@@ -303,7 +304,7 @@ func TestImageCatalogOperatorWritesTenantsRead(t *testing.T) {
 	}
 	e.must(req{method: "PUT", path: "/fleet/images/debian-13", token: testFleetToken, body: `{"guest_os": "linux", "image": "/d2.raw"}`}, 201)
 
-	var list imageList
+	var list sdk.ImageList
 	e.must(req{method: "GET", path: "/fleet/images", token: token}, 200).decode(t, &list)
 	if len(list.Images) != 2 || list.Images[0].Name != "debian-13" || list.Images[1].Name != "macos-27-xcode" {
 		t.Fatalf("tenant reads %+v", list)
@@ -334,7 +335,7 @@ func TestActivityLogRecordsChangesNotReadsAndNeverBodiesOrTokens(t *testing.T) {
 	// An exec's body is never read for the log, even when the VM is not found.
 	e.call(req{method: "POST", path: "/fleet/vms/node-1/vm-1/exec", token: tokenA,
 		body: `{"command": ["sh", "-c", "echo ` + secret + `"]}`})
-	var rotated tenantWithToken
+	var rotated sdk.TenantWithToken
 	e.must(req{method: "POST", path: "/fleet/tenants/alpha/rotate-token", token: testFleetToken}, 200).decode(t, &rotated)
 	e.must(req{method: "PATCH", path: "/fleet/tenants/beta", token: testFleetToken, body: `{"quota": {"max_vms": 3}}`}, 200)
 

@@ -217,13 +217,13 @@ func (e *env) must(r req, status int) resp {
 }
 
 // createTenant makes a tenant through the API and returns it with its token.
-func (e *env) createTenant(name, quota string) (tenantView, string) {
+func (e *env) createTenant(name, quota string) (sdk.Tenant, string) {
 	e.t.Helper()
 	body := fmt.Sprintf(`{"name": %q}`, name)
 	if quota != "" {
 		body = fmt.Sprintf(`{"name": %q, "quota": %s}`, name, quota)
 	}
-	var out tenantWithToken
+	var out sdk.TenantWithToken
 	e.must(req{method: "POST", path: "/fleet/tenants", token: testFleetToken, body: body}, 201).decode(e.t, &out)
 	return out.Tenant, out.Token
 }

@@ -1,0 +1,39 @@
+package pools
+
+import (
+	"time"
+
+	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
+)
+
+// The answers of the pool routes are sdk types; the store's records stay
+// storage-only and are turned into them here, one function per answer.
+
+// Wire is a pool as the API answers it (sdk.Pool) from its record.
+func Wire(p store.Pool) sdk.Pool {
+	return sdk.Pool{Name: p.Name, Tenant: p.Tenant, Image: p.Image, GuestOS: p.GuestOS, VCPUs: p.VCPUs,
+		MemoryMiB: p.MemoryMiB, Size: p.Size, MaxSize: p.MaxSize, NodeSelector: p.NodeSelector,
+		CreatedAt: p.CreatedAt, Deleting: p.Deleting, Blocked: p.Blocked, BlockedSince: p.BlockedSince,
+		Shared: p.Tenant == "", Mode: ModeRunning}
+}
+
+// WireStatus is GET /fleet/pools/{name}/status (sdk.PoolStatus): the pool
+// and what Status counted of its members.
+func WireStatus(p *store.Pool, st *Status) sdk.PoolStatus {
+	out := sdk.PoolStatus{Name: p.Name, Tenant: p.Tenant, Shared: p.Tenant == "", Mode: ModeRunning,
+		Size: p.Size, MaxSize: p.MaxSize, Target: st.Target, RecentClaims: st.RecentClaims,
+		DemandWindowS: int(DemandWindow / time.Second), Growing: st.Growing, Warm: st.Warm, Booting: st.Booting,
+		Retiring: st.Retiring, Deleting: p.Deleting, Blocked: p.Blocked, Members: []sdk.PoolMember{}}
+	for _, m := range st.Members {
+		v := sdk.PoolMember{Name: m.ID, Node: m.Node, VMID: m.VMID, State: m.State, CreatedAt: m.CreatedAt}
+		if !m.ReadyAt.IsZero() {
+			v.ReadyAt = &m.ReadyAt
+		}
+		if !m.ClaimedAt.IsZero() {
+			v.ClaimedAt = &m.ClaimedAt
+		}
+		out.Members = append(out.Members, v)
+	}
+	return out
+}
