@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/fluxvm/fluxvm/central/drainer"
+	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/gorilla/mux"
 )
