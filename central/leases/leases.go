@@ -138,25 +138,15 @@ type candidate struct {
 // judge says why n cannot be leased for req ("" when it can). used is what
 // central runs and reserves there.
 func judge(n *store.Node, used store.Usage, req *Request) string {
-	healthy := false
-	for _, d := range n.Drivers {
-		healthy = healthy || d.Health == "healthy"
-	}
 	switch {
-	case n.State != store.NodeUp:
-		return "not reporting"
-	case !healthy:
+	case n.Unavailable() != "":
+		return n.Unavailable()
+	case !n.Healthy():
 		return "unhealthy"
 	case !req.AnyNode && !slices.Contains(n.GuestOS, store.GuestMacOS):
 		return "not a Mac"
-	case n.Cordoned:
-		return "cordoned"
-	case n.Draining:
-		return "draining"
 	case n.LeasedBy != "":
 		return "leased"
-	case n.ScrubPending:
-		return "waiting for a scrub"
 	case !req.AllowBusy && (used.VMs > 0 || len(n.VMs) > 0):
 		return "running VMs"
 	case n.Capacity.Total.MemoryMiB < req.MinMemoryMiB:

@@ -124,10 +124,6 @@ func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol
 // the larger of what central counts and what the node reports, plus what is
 // reserved.
 func SchedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
-	healthy := false
-	for _, d := range n.Drivers {
-		healthy = healthy || d.Health == "healthy"
-	}
 	t, f := n.Capacity.Total, n.Capacity.Free
 	reported := store.Usage{VCPUs: t.VCPUs - f.VCPUs, MemoryMiB: t.MemoryMiB - f.MemoryMiB, MacOS: t.MacOSSlots - f.MacOSSlots}
 	used := scheduler.Resources{
@@ -136,7 +132,7 @@ func SchedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
 		MacOSSlots: max(u.Running.MacOS, reported.MacOS) + u.Reserved.MacOS,
 	}
 	sn := scheduler.Node{
-		Name: n.Name, Up: n.State == store.NodeUp, Healthy: healthy, GuestOS: n.GuestOS,
+		Name: n.Name, Up: n.State == store.NodeUp, Healthy: n.Healthy(), GuestOS: n.GuestOS,
 		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending,
 		Labels: n.Labels, Nested: n.Nested, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS), LeasedBy: n.LeasedBy,
 		Total: scheduler.Resources{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, MacOSSlots: t.MacOSSlots},

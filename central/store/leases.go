@@ -50,7 +50,7 @@ var ErrUnavailable = errors.New("node cannot be leased")
 // LeaseRefusal says why a node cannot be leased. It wraps ErrUnavailable.
 type LeaseRefusal struct {
 	Node   string
-	Reason string // "leased", "scrub pending", "running VMs", "down", "cordoned", "draining"
+	Reason string // "leased", "running VMs", or Node.Unavailable's reason
 }
 
 func (e *LeaseRefusal) Error() string {
@@ -237,14 +237,8 @@ func leasable(n *Node, used Usage, allowBusy bool) string {
 	switch {
 	case n.LeasedBy != "":
 		return "leased"
-	case n.ScrubPending:
-		return "scrub pending"
-	case n.State == NodeDown:
-		return "down"
-	case n.Cordoned:
-		return "cordoned"
-	case n.Draining:
-		return "draining"
+	case n.Unavailable() != "":
+		return n.Unavailable()
 	case !allowBusy && (used.VMs > 0 || len(n.VMs) > 0):
 		return "running VMs"
 	}

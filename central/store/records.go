@@ -95,6 +95,35 @@ type Node struct {
 	VMs      []VMSummary `json:"vms,omitempty"`
 }
 
+// Unavailable says why n takes no new VM and no lease now ("" when it
+// does): it is down, cordoned, draining, or waiting for a scrub. It is the
+// one rule for "can this node be used": the reservation and lease
+// transactions (Reserve, CreateLease), lease choice (central/leases) and
+// placement (through placement.SchedulerNode) all decide with it.
+func (n *Node) Unavailable() string {
+	switch {
+	case n.State == NodeDown:
+		return "not reporting"
+	case n.Cordoned:
+		return "cordoned"
+	case n.Draining:
+		return "draining"
+	case n.ScrubPending:
+		return "waiting for a scrub"
+	}
+	return ""
+}
+
+// Healthy says whether one of n's drivers reports itself healthy.
+func (n *Node) Healthy() bool {
+	for _, d := range n.Drivers {
+		if d.Health == "healthy" {
+			return true
+		}
+	}
+	return false
+}
+
 // Validate checks what the store relies on.
 func (n *Node) Validate() error {
 	if err := checkName("node", n.Name); err != nil {

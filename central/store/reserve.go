@@ -427,19 +427,8 @@ func checkQuota(q Quotas, used, ask Usage) error {
 // ledger runs there minus what is reserved there. The node's own "free" figure is not used:
 // it already subtracts central's VMs, so combining the two would count them twice.
 func checkNode(n *Node, used, ask Usage) error {
-	reason := ""
-	switch {
-	case n.State == NodeDown:
-		reason = "it is down"
-	case n.Cordoned:
-		reason = "it is cordoned"
-	case n.Draining:
-		reason = "it is draining"
-	case n.ScrubPending:
-		reason = "it waits for a scrub"
-	}
-	if reason != "" {
-		return &CapacityError{Node: n.Name, Resource: "state", Reason: reason}
+	if reason := n.Unavailable(); reason != "" {
+		return &CapacityError{Node: n.Name, Resource: "state", Reason: "it is " + reason}
 	}
 	t := n.Capacity.Total
 	for _, c := range []struct {
