@@ -192,7 +192,8 @@ func TestExecContextCancelKillsCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for {
-			if _, err := os.Stat(pidFile); err == nil {
+			// The shell creates the file before it writes the pid: wait for the line.
+			if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
 				cancel()
 				return
 			}
