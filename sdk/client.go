@@ -77,6 +77,11 @@ func newClient(service, baseURL string, opts []Option) (*client, error) {
 // status becomes an *APIError and a failed round trip a *ConnectError.
 // path must already be escaped. in, when not nil, is sent as JSON.
 func (c *client) do(ctx context.Context, method, path string, query url.Values, in any) (*http.Response, error) {
+	return c.doWith(ctx, method, path, query, in, nil)
+}
+
+// doWith is do with extra request headers (If-Match).
+func (c *client) doWith(ctx context.Context, method, path string, query url.Values, in any, header http.Header) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -101,6 +106,9 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	if c.opts.userAgent != "" {
 		req.Header.Set("User-Agent", c.opts.userAgent)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	resp, err := c.opts.hc.Do(req)
 	if err != nil {
@@ -149,10 +157,21 @@ func (c *client) decodeError(resp *http.Response) error {
 
 // call sends a request and decodes a JSON reply into out (when not nil).
 func (c *client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	resp, err := c.do(ctx, method, path, query, in)
+	_, err := c.callWith(ctx, method, path, query, in, out, nil)
+	return err
+}
+
+// callWith is call with extra request headers; it returns the reply's headers.
+func (c *client) callWith(ctx context.Context, method, path string, query url.Values, in, out any, header http.Header) (http.Header, error) {
+	resp, err := c.doWith(ctx, method, path, query, in, header)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return resp.Header, c.decodeReply(resp, method, path, out)
+}
+
+// decodeReply decodes a 2xx reply's JSON into out (when not nil) and closes it.
+func (c *client) decodeReply(resp *http.Response, method, path string, out any) error {
 	defer resp.Body.Close()
 	if out == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorReply))

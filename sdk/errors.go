@@ -58,6 +58,10 @@ func hasStatus(err error, status ...int) bool {
 // IsNotFound reports a 404: no such VM (or one that is not yours).
 func IsNotFound(err error) bool { return hasStatus(err, http.StatusNotFound) }
 
+// IsStale reports a 412: a write for a version of a document (If-Match)
+// that has changed since it was read. Read it again and redo the change.
+func IsStale(err error) bool { return hasStatus(err, http.StatusPreconditionFailed) }
+
 // IsConflict reports a 409: the object is in the wrong state for the call
 // (a name already taken, pausing a stopped VM, a screenshot without display).
 func IsConflict(err error) bool { return hasStatus(err, http.StatusConflict) }

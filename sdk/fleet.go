@@ -227,6 +227,30 @@ func (f *FleetClient) PutPolicy(ctx context.Context, p Policy) (*Policy, error) 
 	return &out, nil
 }
 
+// GetPolicyVersion returns the policy with its version (the ETag central
+// answered), to hand back to PutPolicyIfMatch.
+func (f *FleetClient) GetPolicyVersion(ctx context.Context) (*Policy, string, error) {
+	var out Policy
+	h, err := f.c.callWith(ctx, http.MethodGet, "/fleet/policy", nil, nil, &out, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	return &out, h.Get("ETag"), nil
+}
+
+// PutPolicyIfMatch replaces the policy only if it is still at version (from
+// GetPolicyVersion): a policy changed since is an *APIError that IsStale
+// reports, and nothing changes. It returns the policy as stored and its new
+// version.
+func (f *FleetClient) PutPolicyIfMatch(ctx context.Context, p Policy, version string) (*Policy, string, error) {
+	var out Policy
+	h, err := f.c.callWith(ctx, http.MethodPut, "/fleet/policy", nil, p, &out, http.Header{"If-Match": {version}})
+	if err != nil {
+		return nil, "", err
+	}
+	return &out, h.Get("ETag"), nil
+}
+
 // ListImages returns the image catalog.
 func (f *FleetClient) ListImages(ctx context.Context) ([]Image, error) {
 	var out ImageList

@@ -274,6 +274,25 @@ func TestFleetClientOperatorCallsAndRefusals(t *testing.T) {
 	if _, err := op.PutPolicy(ctx, was); err != nil {
 		t.Fatal(err)
 	}
+	// Two operators edit from one version: the second write is stale.
+	_, v, err := op.GetPolicyVersion(ctx)
+	if err != nil || v == "" {
+		t.Fatalf("policy version = %q, %v", v, err)
+	}
+	edited := was
+	edited.MaxSnapshotsPerVM = 9
+	if _, v2, err := op.PutPolicyIfMatch(ctx, edited, v); err != nil || v2 == "" || v2 == v {
+		t.Fatalf("put at the version read = %q, %v; want a new version", v2, err)
+	}
+	if _, _, err := op.PutPolicyIfMatch(ctx, was, v); !sdk.IsStale(err) {
+		t.Fatalf("put at a stale version: %v; want IsStale", err)
+	}
+	if got, _ := op.GetPolicy(ctx); got == nil || got.MaxSnapshotsPerVM != 9 {
+		t.Fatalf("policy after the stale write = %+v; want the first edit kept", got)
+	}
+	if _, err := op.PutPolicy(ctx, was); err != nil {
+		t.Fatal(err)
+	}
 
 	refused := unique("refused")
 	_, token := liveFleet.Tenant(t, refused, nil)
