@@ -165,19 +165,19 @@ func judge(n *store.Node, used store.Usage, req *Request) string {
 }
 
 // candidates reads the policy and the nodes req may lease, judged and
-// smallest first, with the minimum lease in hours.
-func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, int, error) {
+// smallest first, with the minimum lease in hours and the prices in force.
+func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, int, *billing.PriceVersion, error) {
 	pol, err := s.st.GetPolicy(ctx)
 	if err != nil {
-		return nil, 0, &store.OpError{Op: "read the policy", Err: err}
+		return nil, 0, nil, &store.OpError{Op: "read the policy", Err: err}
 	}
 	minHours := max(pol.MinLeaseHours, store.MinLeaseHoursFloor)
 	if req.Hours > 0 && req.Hours < minHours {
-		return nil, 0, &ShortError{Hours: req.Hours, Min: minHours}
+		return nil, 0, nil, &ShortError{Hours: req.Hours, Min: minHours}
 	}
 	ns, err := s.st.ListNodes(ctx)
 	if err != nil {
-		return nil, 0, &store.OpError{Op: "list nodes", Err: err}
+		return nil, 0, nil, &store.OpError{Op: "list nodes", Err: err}
 	}
 	var cands []candidate
 	for i := range ns {
@@ -187,12 +187,12 @@ func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, in
 		}
 		u, err := s.st.NodeUsage(ctx, n.Name)
 		if err != nil {
-			return nil, 0, &store.OpError{Op: "read the fleet", Err: err}
+			return nil, 0, nil, &store.OpError{Op: "read the fleet", Err: err}
 		}
 		cands = append(cands, candidate{node: n, reason: judge(n, u.Total(), req)})
 	}
 	if req.Node != "" && len(cands) == 0 {
-		return nil, 0, ErrNoNode
+		return nil, 0, nil, ErrNoNode
 	}
 	// Smallest first: whole big hosts stay free for those who need them.
 	sort.SliceStable(cands, func(i, j int) bool {
@@ -200,7 +200,11 @@ func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, in
 		return cmp.Or(cmp.Compare(a.MemoryMiB, b.MemoryMiB), cmp.Compare(a.VCPUs, b.VCPUs),
 			strings.Compare(cands[i].node.Name, cands[j].node.Name)) < 0
 	})
-	return cands, minHours, nil
+	prices, err := s.st.CurrentPrices(ctx)
+	if err != nil {
+		return nil, 0, nil, &store.OpError{Op: "read the prices", Err: err}
+	}
+	return cands, minHours, prices, nil
 }
 
 // Create leases the smallest eligible node to req.Tenant at the price of its
@@ -208,15 +212,11 @@ func (s *Service) candidates(ctx context.Context, req *Request) ([]candidate, in
 // errors are ErrNoNode, *ShortError, *RefusedError, ErrDisabled, the store's
 // *store.QuotaError and *store.OpError.
 func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error) {
-	cands, minHours, err := s.candidates(ctx, &req)
+	cands, minHours, prices, err := s.candidates(ctx, &req)
 	if err != nil {
 		return nil, err
 	}
 	now := s.now().UTC()
-	prices, err := s.st.CurrentPrices(ctx)
-	if err != nil {
-		return nil, &store.OpError{Op: "read the prices", Err: err}
-	}
 	for i := range cands {
 		c := &cands[i]
 		if c.reason != "" {
@@ -231,7 +231,7 @@ func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error)
 		var lr *store.LeaseRefusal
 		switch {
 		case err == nil:
-			s.log.Info("lease created", "lease", l.ID, "tenant", req.Tenant.ID, "node", l.Node, "ends_at", l.EndsAt)
+			s.log.Info("lease created", "lease", l.ID, "tenant", req.Tenant.Name, "node", l.Node, "ends_at", l.EndsAt)
 			return l, nil
 		case errors.As(err, &qe):
 			return nil, err
@@ -252,15 +252,11 @@ func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error)
 // Its errors are Create's, but for quota: the estimate says whether
 // max_leased_hosts leaves room.
 func (s *Service) Estimate(ctx context.Context, req Request) (*sdk.LeaseDryRun, error) {
-	cands, minHours, err := s.candidates(ctx, &req)
+	cands, minHours, prices, err := s.candidates(ctx, &req)
 	if err != nil {
 		return nil, err
 	}
 	now := s.now().UTC()
-	prices, err := s.st.CurrentPrices(ctx)
-	if err != nil {
-		return nil, &store.OpError{Op: "read the prices", Err: err}
-	}
 	i := slices.IndexFunc(cands, func(c candidate) bool { return c.reason == "" })
 	if i < 0 {
 		return nil, refused(cands, &req)
