@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -95,10 +94,6 @@ func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request) {
 		jsonapi.Write(w, http.StatusOK, out)
 	}
 }
-
-// ResumeDrains takes up drains left unfinished (central/drainer); the
-// leader runs it with each reconcile pass.
-func (s *Server) ResumeDrains(ctx context.Context) error { return s.drainer.ResumeDrains(ctx) }
 
 // scrubNode is POST /fleet/nodes/{name}/scrub[?force=true]: refused while
 // VMs remain on the node (force deletes them); then the node must prove
