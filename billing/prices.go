@@ -43,7 +43,13 @@ type Prices struct {
 	// ChargeVMsOnLeasedMacs charges VM time on a Mac its tenant leases too; by
 	// default the lease covers it.
 	ChargeVMsOnLeasedMacs bool `json:"charge_vms_on_leased_macs"`
+	// Note is the operator's word on the list, shown with it (for example
+	// that it is a sample); at most MaxNoteLength characters, one line.
+	Note string `json:"note,omitempty"`
 }
+
+// MaxNoteLength bounds Prices.Note.
+const MaxNoteLength = 200
 
 // DefaultPrices is the price list of a fleet whose operator has set none: US
 // dollars and every rate zero, so metering runs from the first day but nothing
@@ -101,6 +107,12 @@ func (p *Prices) Validate() error {
 		if f.v < 0 {
 			bad("%s is %s; it must be 0 or more", f.name, f.v)
 		}
+	}
+	switch n := utf8.RuneCountInString(p.Note); {
+	case n > MaxNoteLength:
+		bad("note is %d characters; at most %d are allowed", n, MaxNoteLength)
+	case !utf8.ValidString(p.Note) || strings.IndexFunc(p.Note, unicode.IsControl) >= 0:
+		bad("note has a control character or invalid UTF-8; it is one line of text")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w price list: %s", ErrInvalid, strings.Join(problems, "; "))

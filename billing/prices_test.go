@@ -73,6 +73,8 @@ func TestValidateNamesTheFieldAndWrapsErrInvalid(t *testing.T) {
 		{"negative memory", func(p *Prices) { p.MacClasses[0].MinMemoryGiB = -16 }, `mac_classes[0].min_memory_gib is -16`},
 		{"negative class price", func(p *Prices) { p.MacClasses[0].PerHour = -1 }, `mac_classes[0].per_hour is -0.000001`},
 		{"negative rate", func(p *Prices) { p.MemoryGiBPerHour = -4000 }, `memory_gib_per_hour is -0.004`},
+		{"long note", func(p *Prices) { p.Note = strings.Repeat("n", MaxNoteLength+1) }, `note is 201 characters; at most 200`},
+		{"note on two lines", func(p *Prices) { p.Note = "sample\nprices" }, `note has a control character`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := specPrices()

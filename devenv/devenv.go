@@ -56,7 +56,9 @@ const (
 	LogFile = "dev.log"
 )
 
-// demoQuota is what the demo tenant may use: room for a few small VMs.
+// demoQuota is the most the demo tenant may use; fitQuota lowers it to what
+// the dev node holds, so each refusal the demo meets is the quota's, with a
+// hint that fits.
 var demoQuota = store.Quotas{MaxVMs: 5, MaxVCPUs: 8, MaxMemoryMiB: 8192}
 
 // heartbeatInterval is short so that the node is up a moment after start
@@ -246,35 +248,24 @@ func Run(ctx context.Context, opts Options) error {
 		return nil
 	}
 
-	// Three commands that work as printed: launch, use, delete. A sim VM
-	// runs no guest, so with sim the second lists VMs instead of running one.
-	auth := "curl -sS --fail-with-body -H 'Authorization: Bearer " + st.TenantToken + "'"
-	use := fmt.Sprintf(`%s --json '{"command":["uname","-a"]}' %s/fleet/vms/%s/hello/exec`, auth, centralURL, NodeName)
-	if plugin == "sim" {
-		use = fmt.Sprintf("%s %s/fleet/vms", auth, centralURL)
+	quota, err := fitQuota(ctx, op, st.TenantID)
+	var prices string
+	if err == nil {
+		prices, err = samplePrices(ctx, op)
 	}
-	try := []string{
-		fmt.Sprintf(`%s --json '{"name":"hello","image":"%s"}' %s/fleet/vms`, auth, catalogImage, centralURL),
-		use,
-		fmt.Sprintf("%s -X DELETE %s/fleet/vms/%s/hello", auth, centralURL, NodeName),
+	var name string
+	if err == nil {
+		name, err = freeName(ctx, op, st.TenantToken)
 	}
-	fmt.Fprintf(out, `FluxVM dev is up. State: %s  Logs: %s
-%s
-
-  central URL     %s
-  operator token  %s
-  tenant token    %s   (tenant %s: %d VMs, %d vCPUs, %d MiB)
-  node            %s at %s (admin token: the operator token)
-  catalog image   %s
-
-Try, as tenant %s:
-  %s
-The node directly: %s vm list --node %s --token %s
-
-Ctrl-C stops FluxVM; VMs keep running and the next fluxvm-agent dev picks them up.
-`, dir, logs, driverLine,
-		centralURL, st.FleetToken, st.TenantToken, TenantName, demoQuota.MaxVMs, demoQuota.MaxVCPUs, demoQuota.MaxMemoryMiB,
-		NodeName, nodeURL, catalogImage, TenantName, strings.Join(try, "\n  "), fluxctl(opts.Executable), nodeURL, st.FleetToken)
+	if parent.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w (logs: %s)", err, logs)
+	}
+	fmt.Fprint(out, banner{dir: dir, logs: logs, driver: driverLine, central: centralURL, node: nodeURL,
+		operator: st.FleetToken, tenant: st.TenantToken, quota: quota, image: catalogImage, prices: prices, vm: name,
+		sim: plugin == "sim", fluxctlDir: fluxctlDir(opts.Executable)}.String())
 
 	select {
 	case <-parent.Done():
@@ -322,17 +313,18 @@ func chooseDriver() (plugin, why string) {
 	return "qemu", ""
 }
 
-// fluxctl is how to run fluxctl here: by name when it is on PATH, else the
-// one built next to this binary (make dev puts both in bin/).
-func fluxctl(executable string) string {
-	if _, err := exec.LookPath("fluxctl"); err == nil || executable == "" {
-		return "fluxctl"
+// fluxctlDir is the directory to put on PATH for fluxctl: the one beside
+// this binary when make dev built both into bin/ ("" when there is none, and
+// fluxctl must already be on PATH).
+func fluxctlDir(executable string) string {
+	if executable == "" {
+		return ""
 	}
-	sibling := filepath.Join(filepath.Dir(executable), "fluxctl")
-	if fi, err := os.Stat(sibling); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-		return sibling
+	dir := filepath.Dir(executable)
+	if fi, err := os.Stat(filepath.Join(dir, "fluxctl")); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return dir
 	}
-	return "fluxctl"
+	return ""
 }
 
 // describeDriver is the line that says which driver the node runs and why:

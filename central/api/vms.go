@@ -113,7 +113,7 @@ func (s *Server) launchError(w http.ResponseWriter, r *http.Request, err error) 
 		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
 	case errors.As(err, &qe):
 		jsonapi.WriteError(w, http.StatusTooManyRequests, qe.Error(),
-			fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too); delete VMs you no longer need, or ask the operator to raise %s",
+			fmt.Sprintf("%s is a quota of tenant %s (VMs being created count too): fluxctl fleet vms lists its VMs and fluxctl fleet rm NAME frees one; or ask the operator to raise %s",
 				qe.Field, p.Tenant.Name, qe.Field))
 	case errors.Is(err, store.ErrNotFound) && p.Tenant != nil && s.tenantGone(r.Context(), p.Tenant.ID):
 		jsonapi.WriteError(w, http.StatusUnauthorized, "tenant no longer exists", "ask the operator for a new token")

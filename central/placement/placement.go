@@ -24,6 +24,8 @@ type Store interface {
 	NodeUsage(ctx context.Context, node string) (store.UsageView, error)
 	// Reserve holds room for one VM (see store.Reserve).
 	Reserve(ctx context.Context, req store.ReserveRequest) (*store.Reservation, error)
+	// QuotaLeft is a *store.QuotaError when the tenant's quota has no room.
+	QuotaLeft(ctx context.Context, req store.ReserveRequest) error
 }
 
 // Tries bounds how often a placement is made again when the node it chose
@@ -77,6 +79,10 @@ func (p *Placer) Snapshot(ctx context.Context) ([]store.Node, []scheduler.Node, 
 // and ErrNoRoom.
 func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol store.Policy, rr store.ReserveRequest,
 	keep func(*store.Node) bool) (scheduler.Decision, *store.Node, *store.Reservation, error) {
+	// The quota first: a tenant that filled it hears that, not "no node fits".
+	if err := p.st.QuotaLeft(ctx, rr); err != nil {
+		return scheduler.Decision{}, nil, nil, err
+	}
 	var last error
 	for range Tries {
 		stored, nodes, err := p.Snapshot(ctx)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -211,6 +212,35 @@ func (s *Store) UpdateNode(ctx context.Context, name string, create bool, fn fun
 	})
 	return out, err
 }
+
+// ForgetVM takes a VM its node has just deleted out of the node's record:
+// off its VM list, and its size back into the free capacity the node last
+// reported. Placement then sees the room at once instead of at the node's
+// next heartbeat, which rewrites the record from the node's own count. A
+// node or VM the record does not hold is no error.
+func (s *Store) ForgetVM(ctx context.Context, node, vmID string) error {
+	_, err := s.UpdateNode(ctx, node, false, func(n *Node) error {
+		i := slices.IndexFunc(n.VMs, func(v VMSummary) bool { return v.ID == vmID })
+		if i < 0 {
+			return errNothingToForget
+		}
+		vm := n.VMs[i]
+		n.VMs = slices.Delete(n.VMs, i, i+1)
+		f := &n.Capacity.Free
+		f.VCPUs = min(f.VCPUs+vm.VCPUs, n.Capacity.Total.VCPUs)
+		f.MemoryMiB = min(f.MemoryMiB+vm.MemoryMiB, n.Capacity.Total.MemoryMiB)
+		if vm.GuestOS == GuestMacOS {
+			f.MacOSSlots = min(f.MacOSSlots+1, n.Capacity.Total.MacOSSlots)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrNotFound) || errors.Is(err, errNothingToForget) {
+		return nil
+	}
+	return err
+}
+
+var errNothingToForget = errors.New("the node record does not list the vm")
 
 // DeleteNode removes a node record. Its usage counter stays (it is zero once its ledger
 // entries have ended) so a node that comes back keeps exact counts.

@@ -262,10 +262,7 @@ func admit(req ReserveRequest, snap *reserveSnapshot, what string) error {
 		}
 		quotas = &snap.tenant.Quota
 	}
-	ask := Usage{VMs: 1, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}
-	if req.MacOS {
-		ask.MacOS = 1
-	}
+	ask := req.ask()
 	if quotas != nil {
 		used := snap.tenantUsage.Usage.add(snap.tenantReserved)
 		if snap.replaced != nil {
@@ -405,6 +402,36 @@ func sumReservations(kvs []*mvccpb.KeyValue) (Usage, error) {
 		u = u.add(r.usage())
 	}
 	return u, nil
+}
+
+// ask is what the VM of req takes.
+func (req ReserveRequest) ask() Usage {
+	u := Usage{VMs: 1, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}
+	if req.MacOS {
+		u.MacOS = 1
+	}
+	return u
+}
+
+// QuotaLeft tells, before any node is chosen, whether the tenant's quota
+// has room for req's VM: a *QuotaError when it has none. Placement asks it
+// first, so a tenant at its quota is told about its quota (and how to free
+// some) rather than about a node that is full of its own VMs. It reads
+// outside a transaction; Reserve still decides atomically. The operator, a
+// replacement (a drain's) and a request carrying its quotas pass.
+func (s *Store) QuotaLeft(ctx context.Context, req ReserveRequest) error {
+	if req.Tenant == "" || req.Replaces != "" || req.Quotas != nil {
+		return nil
+	}
+	t, err := s.GetTenant(ctx, req.Tenant)
+	if err != nil {
+		return nil // Reserve says what is wrong with the tenant
+	}
+	u, err := s.TenantUsage(ctx, req.Tenant)
+	if err != nil {
+		return err
+	}
+	return checkQuota(t.Quota, u.Running.add(u.Reserved), req.ask())
 }
 
 func checkQuota(q Quotas, used, ask Usage) error {

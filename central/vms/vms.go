@@ -28,6 +28,8 @@ type Ledger interface {
 	EndEntry(ctx context.Context, id, reason string, at time.Time) (*store.LedgerEntry, error)
 	// MarkDeleted marks a VM without entry deleted (and ends one that arrived meanwhile).
 	MarkDeleted(ctx context.Context, node, vmID, reason string, at time.Time) (*store.LedgerEntry, error)
+	// ForgetVM takes a deleted VM out of its node's record and frees its room.
+	ForgetVM(ctx context.Context, node, vmID string) error
 }
 
 // Remover deletes VMs. It is safe for concurrent use.
@@ -55,6 +57,11 @@ func (r *Remover) Delete(ctx context.Context, n *store.Node, vmID string, e *sto
 	}
 	if gone {
 		reason = "vanished" // the entry says the VM was already gone
+	}
+	// Its room is placeable as soon as the caller hears it is deleted, not
+	// at the node's next heartbeat. Failing that costs only the wait.
+	if err := r.ledger.ForgetVM(ctx, n.Name, vmID); err != nil {
+		r.log.Warn("vm deleted; its room shows at the next heartbeat", "node", n.Name, "vm", vmID, "error", err)
 	}
 	if e != nil {
 		if _, err := r.ledger.EndEntry(ctx, e.ID, reason, r.now()); err != nil {

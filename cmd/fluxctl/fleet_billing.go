@@ -136,7 +136,11 @@ func (f *fleet) printPrices(v *billing.PriceVersion) error {
 	if v.EffectiveFrom.IsZero() {
 		since = "the default: no prices were published, nothing is charged"
 	}
-	fmt.Fprintf(a.stdout, "Prices in %s an hour (%s)\n\n", v.Currency, since)
+	fmt.Fprintf(a.stdout, "Prices in %s an hour (%s)\n", v.Currency, since)
+	if v.Note != "" {
+		fmt.Fprintf(a.stdout, "Note: %s\n", v.Note)
+	}
+	fmt.Fprintln(a.stdout)
 	tw := newTable(a.stdout)
 	row(tw, "LEASED MAC", "MIN VCPUS", "MIN MEMORY", "PER HOUR")
 	for _, mc := range v.MacClasses {

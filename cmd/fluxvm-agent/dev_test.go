@@ -34,15 +34,17 @@ type dev struct {
 	central  string // the printed central URL
 	operator string // the printed operator token
 	tenant   string // the printed tenant token
-	try      []string
-	fluxctl  string // the printed fluxctl command
+	export   string   // the printed export line
+	try      []string // the printed commands to try
+	fluxctl  string   // the printed fluxctl command for the node
 }
 
 var (
 	devCentralRE  = regexp.MustCompile(`(?m)^  central URL +(http://\S+)$`)
 	devOperatorRE = regexp.MustCompile(`(?m)^  operator token +(\S+)$`)
 	devTenantRE   = regexp.MustCompile(`(?m)^  tenant token +(fvt_\S+) `)
-	devTryRE      = regexp.MustCompile(`(?m)^  (curl .*)$`)
+	devExportRE   = regexp.MustCompile(`(?m)^  (export .*FLUXVM_AGENT_TOKEN=fvt_\S+)$`)
+	devTryRE      = regexp.MustCompile(`(?m)^  (fluxctl fleet .*)$`)
 	devFluxctlRE  = regexp.MustCompile(`(?m)^The node directly: (\S*fluxctl .*)$`)
 )
 
@@ -84,7 +86,7 @@ func startDev(t *testing.T, bin string, env []string, args ...string) *dev {
 		t.Fatalf("fluxvm-agent dev printed no banner within 60s:\n%s", d.stdout())
 	}
 	out := d.stdout()
-	for re, dst := range map[*regexp.Regexp]*string{devCentralRE: &d.central, devOperatorRE: &d.operator, devTenantRE: &d.tenant, devFluxctlRE: &d.fluxctl} {
+	for re, dst := range map[*regexp.Regexp]*string{devCentralRE: &d.central, devOperatorRE: &d.operator, devTenantRE: &d.tenant, devFluxctlRE: &d.fluxctl, devExportRE: &d.export} {
 		m := re.FindStringSubmatch(out)
 		if m == nil {
 			t.Fatalf("the banner has no match for %s:\n%s", re, out)
@@ -122,6 +124,13 @@ func (d *dev) stop() {
 	if d.t.Failed() {
 		d.t.Logf("dev stdout:\n%s\ndev stderr:\n%s", d.stdout(), d.stderr.String())
 	}
+}
+
+// paste runs a printed command after the printed export line, as a person
+// who pasted both into a shell would, with extra directories on PATH.
+func (d *dev) paste(command string, path ...string) string {
+	d.t.Helper()
+	return d.run(d.export+"\n"+command, path...)
 }
 
 // run runs a printed command through sh -c, with extra directories on PATH.
@@ -194,16 +203,34 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 		t.Fatalf("uname -a through central = %+v", res)
 	}
 
-	// The printed commands: launch hello, run uname -a in it.
+	// The printed lines, pasted: the export line, then launch hello and
+	// run uname -a in it (fluxctl prints JSON into a pipe).
 	var hello sdk.FleetCreateVMResponse
-	if err := json.Unmarshal([]byte(d.run(d.try[0])), &hello); err != nil || hello.VM.Name != "hello" {
+	if err := json.Unmarshal([]byte(d.paste(d.try[0], fluxctlDir)), &hello); err != nil || hello.VM.Name != "hello" {
 		t.Fatalf("the first printed command made %+v (%v)", hello, err)
 	}
-	if err := json.Unmarshal([]byte(d.run(d.try[1])), &res); err != nil || res.ExitCode != 0 || !strings.Contains(res.Stdout, "Linux") {
-		t.Fatalf("the second printed command ran %+v (%v)", res, err)
+	if out := d.paste(d.try[1], fluxctlDir); !strings.Contains(out, "Linux") {
+		t.Fatalf("the second printed command printed %q, want uname's Linux", out)
 	}
 	if out := d.run(d.fluxctl+" -o json", fluxctlDir); !strings.Contains(out, `"hello"`) || !strings.Contains(out, `"t1"`) {
 		t.Fatalf("the printed fluxctl command lists:\n%s", out)
+	}
+	// The demo quota fits the dev node: the quota, not the node, says no
+	// first, so its hint is the one that fits.
+	var devNode sdk.FleetNode
+	d.api("GET", "/fleet/nodes/dev", d.operator, nil, http.StatusOK, &devNode)
+	var me sdk.TenantMe
+	d.api("GET", "/fleet/tenants/me", d.tenant, nil, http.StatusOK, &me)
+	if q := me.Tenant.Quota; q.MaxVCPUs == 0 || q.MaxVCPUs > devNode.Capacity.Total.VCPUs || q.MaxVMs == 0 || q.MaxVMs > q.MaxVCPUs {
+		t.Fatalf("demo quota %+v does not fit node dev's %+v", q, devNode.Capacity.Total)
+	}
+	if me.Tenant.Quota.MaxVMs == 2 { // t1 and hello run
+		var e sdk.ErrorBody
+		c := &node{t: t, url: d.central, admin: d.tenant}
+		code, body := c.call("POST", "/fleet/vms", map[string]any{"name": "third", "image": "debian-minimal"}, d.tenant)
+		if json.Unmarshal(body, &e); code != http.StatusTooManyRequests || !strings.Contains(e.Error, "max_vms") || !strings.Contains(e.Hint, "fluxctl fleet rm") {
+			t.Fatalf("a third VM on a quota of 2 = %d %s; want 429 naming max_vms with a hint to remove one", code, body)
+		}
 	}
 	var list sdk.FleetVMList
 	d.api("GET", "/fleet/vms", d.tenant, nil, http.StatusOK, &list)
@@ -228,7 +255,11 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 	if len(list.VMs) != 1 || list.VMs[0].Name != "hello" {
 		t.Fatalf("after a restart the tenant lists %+v, want hello", list.VMs)
 	}
-	again.run(again.try[2]) // delete hello
+	// hello is taken now: the printed commands use another name.
+	if !strings.HasPrefix(again.try[0], "fluxctl fleet launch hello-2 ") || again.try[2] != "fluxctl fleet rm hello-2 -y" {
+		t.Fatalf("after a restart with hello running the banner offers %q", again.try)
+	}
+	again.paste("fluxctl fleet rm hello -y", fluxctlDir)
 	again.api("GET", "/fleet/vms", again.tenant, nil, http.StatusOK, &list)
 	if len(list.VMs) != 0 {
 		t.Fatalf("after the printed delete the tenant lists %+v", list.VMs)
@@ -257,13 +288,18 @@ func TestDevFallsBackToSimWithoutTheGuestImage(t *testing.T) {
 		!strings.Contains(d.stdout(), "catalog image   sim-linux") {
 		t.Fatalf("want the sim driver, why, and the sim-linux image:\n%s", d.stdout())
 	}
-	if out := d.run(d.try[0]); !strings.Contains(out, `"driver":"sim"`) {
+	fluxctlDir := filepath.Dir(drivertest.Build(t, "../..", "./cmd/fluxctl"))
+	var hello sdk.FleetCreateVMResponse
+	if out := d.paste(d.try[0], fluxctlDir); json.Unmarshal([]byte(out), &hello) != nil || hello.VM.Driver != "sim" {
 		t.Fatalf("the first printed command: %s", out)
 	}
-	if out := d.run(d.try[1]); !strings.Contains(out, `"name":"hello"`) {
+	if !strings.Contains(d.stdout(), "prices          a sample list") {
+		t.Fatalf("the banner does not say the price list is a sample:\n%s", d.stdout())
+	}
+	if out := d.paste(d.try[1], fluxctlDir); !strings.Contains(out, `"name": "hello"`) {
 		t.Fatalf("the second printed command: %s", out)
 	}
-	d.run(d.try[2])
+	d.paste(d.try[2], fluxctlDir)
 }
 
 // TestDevSaysWhatToChangeWhenItCannotStart proves each refusal names its

@@ -1,0 +1,50 @@
+package devenv
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/fluxvm/fluxvm/central/store"
+)
+
+func TestFitToTheNode(t *testing.T) {
+	for _, c := range []struct {
+		total store.Resources
+		want  store.Quotas
+	}{
+		{store.Resources{VCPUs: 2, MemoryMiB: 20000}, store.Quotas{MaxVMs: 2, MaxVCPUs: 2, MaxMemoryMiB: 8192}},
+		{store.Resources{VCPUs: 64, MemoryMiB: 1 << 20}, demoQuota},
+		{store.Resources{VCPUs: 16, MemoryMiB: 1536}, store.Quotas{MaxVMs: 3, MaxVCPUs: 8, MaxMemoryMiB: 1536}},
+		{store.Resources{VCPUs: 0, MemoryMiB: 100}, store.Quotas{MaxVMs: 1, MaxVCPUs: 1, MaxMemoryMiB: 512}},
+	} {
+		if got := fitTo(demoQuota, c.total); got != c.want {
+			t.Errorf("fitTo(%+v) = %+v, want %+v", c.total, got, c.want)
+		}
+	}
+}
+
+// TestBannerLinesPasteIntoASh: the export line the banner prints is valid
+// sh that sets what fluxctl reads, even for a directory with a space or a
+// quote in its name.
+func TestBannerLinesPasteIntoASh(t *testing.T) {
+	b := banner{central: "http://127.0.0.1:7799", tenant: "fvt_abc", fluxctlDir: "/tmp/it's a dir/bin", vm: "hello", image: "debian-minimal"}
+	out, err := exec.Command("sh", "-c", b.export(b.tenant)+`; printf '%s\n' "$PATH" "$CENTRAL_URL" "$FLUXVM_AGENT_TOKEN"`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", b.export(b.tenant), err, out)
+	}
+	lines := strings.Split(string(out), "\n")
+	if !strings.HasPrefix(lines[0], "/tmp/it's a dir/bin:") || lines[1] != b.central || lines[2] != "fvt_abc" {
+		t.Fatalf("after the export line: %q", lines)
+	}
+	try := strings.Join(b.try(), "\n")
+	for _, want := range []string{"fluxctl fleet launch hello --image debian-minimal --wait", "fluxctl fleet run hello -- uname -a", "fluxctl fleet rm hello -y"} {
+		if !strings.Contains(try, want) {
+			t.Errorf("the commands to try lack %q:\n%s", want, try)
+		}
+	}
+	b.sim = true
+	if strings.Contains(strings.Join(b.try(), "\n"), "run hello") {
+		t.Errorf("with sim, which runs no guest, the banner still offers fleet run")
+	}
+}
