@@ -31,9 +31,9 @@ type dev struct {
 	stderr   bytes.Buffer
 	up       chan struct{} // closed once the whole banner is printed
 	exited   chan struct{}
-	central  string // the printed central URL
-	operator string // the printed operator token
-	tenant   string // the printed tenant token
+	central  string   // the printed central URL
+	operator string   // the printed operator token
+	tenant   string   // the printed tenant token
 	export   string   // the printed export line
 	try      []string // the printed commands to try
 	fluxctl  string   // the printed fluxctl command for the node
