@@ -139,6 +139,9 @@ type NoPlacementBody struct {
 type FleetVM struct {
 	Node        string `json:"node"`
 	Unreachable bool   `json:"unreachable,omitempty"`
+	// ImageName is the catalog image the VM was launched from (empty for a
+	// VM central did not launch); VM.Image is the node's path of it.
+	ImageName string `json:"image_name,omitempty"`
 	VM
 }
 
@@ -443,16 +446,22 @@ type Event struct {
 	Who string `json:"who"`
 	// Tenant is the tenant's id, for a tenant's event.
 	Tenant string `json:"tenant,omitempty"`
+	// Actor names who did it for people: "operator", or the tenant's name
+	// when the event was recorded.
+	Actor  string `json:"actor,omitempty"`
 	Method string `json:"method"`
 	Path   string `json:"path"`
 	// Target is the name or id the change was about.
 	Target string `json:"target,omitempty"`
+	// Action is what was asked, in words: "launch vm web-1", "run in
+	// web-1", "cordon node mac-3".
+	Action string `json:"action,omitempty"`
 	// Status is the HTTP status central answered.
 	Status int `json:"status"`
 	// Suppressed, when set, makes the event a summary: the principal went
 	// over its activity budget and this many requests, from Time to Until,
-	// were counted rather than recorded; Method, Path and Status are the
-	// last one's.
+	// were counted rather than recorded; Method, Path, Action and Status are
+	// the last one's.
 	Suppressed int       `json:"suppressed,omitempty"`
 	Until      time.Time `json:"until,omitzero"`
 }

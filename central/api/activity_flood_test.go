@@ -8,6 +8,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // TestRefusedRequestsWithHugeNamesLeaveEarlierActivityInPlace is issue #12:
@@ -27,7 +28,7 @@ func TestRefusedRequestsWithHugeNamesLeaveEarlierActivityInPlace(t *testing.T) {
 	e.must(req{method: "GET", path: "/fleet/policy", token: tokenB}, 403)
 	e.must(req{method: "GET", path: "/fleet/policy", token: tokenA}, 403) // alpha's own earlier 403
 	e.must(req{method: "PUT", path: "/fleet/tenants/me/budget", token: tokenB, body: `{"monthly": 5}`}, 200)
-	var before eventList
+	var before sdk.EventList
 	e.must(req{method: "GET", path: "/fleet/events", token: testFleetToken}, 200).decode(t, &before)
 	if len(before.Events) != 6 {
 		t.Fatalf("%d events before the flood: %+v", len(before.Events), before.Events)
@@ -49,7 +50,7 @@ func TestRefusedRequestsWithHugeNamesLeaveEarlierActivityInPlace(t *testing.T) {
 	}
 
 	// GET /fleet/events: everything from before, small, and the flood summed up.
-	var after eventList
+	var after sdk.EventList
 	resp := e.must(req{method: "GET", path: "/fleet/events?limit=5000", token: testFleetToken}, 200)
 	resp.decode(t, &after)
 	if len(resp.body) > 200<<10 {
@@ -80,7 +81,7 @@ func TestRefusedRequestsWithHugeNamesLeaveEarlierActivityInPlace(t *testing.T) {
 	}
 
 	// The tenants still see their own, and only their own.
-	var mine eventList
+	var mine sdk.EventList
 	e.must(req{method: "GET", path: "/fleet/events?limit=5000", token: tokenB}, 200).decode(t, &mine)
 	if len(mine.Events) != 2 || mine.Events[0].Tenant != b.ID || mine.Events[1].Status != 403 {
 		t.Fatalf("beta sees %+v", mine.Events)

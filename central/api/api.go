@@ -87,6 +87,9 @@ type Route struct {
 	// NoActivity keeps a changing route out of the activity log (node
 	// heartbeats).
 	NoActivity bool
+	// Action says in words what a changing route does, for the activity
+	// log: "launch vm", "run in"; the target's name follows it there.
+	Action string
 	handler    func(*Server) http.HandlerFunc
 }
 
@@ -193,13 +196,13 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 		p, status, msg, hint := s.authenticate(r)
 		if status != 0 {
 			if status == http.StatusForbidden && p.Tenant != nil {
-				s.record(r, p, "", status) // a disabled tenant knocking
+				s.record(r, p, rt.Action, "", status) // a disabled tenant knocking
 			}
 			jsonapi.WriteError(w, status, msg, hint)
 			return
 		}
 		if rt.Access == Operator && !p.Operator {
-			s.record(r, p, "", http.StatusForbidden)
+			s.record(r, p, rt.Action, "", http.StatusForbidden)
 			jsonapi.WriteError(w, http.StatusForbidden, "this route is for the operator: "+r.Method+" "+rt.Path,
 				"tenants may call the routes listed in docs/tenancy.md; ask the operator for anything else")
 			return
@@ -211,9 +214,9 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 			return
 		}
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		target := targetOf(r)
-		next(rec, r)
-		s.record(r, p, target, rec.status)
+		n := &named{target: targetOf(r)}
+		next(rec, r.WithContext(context.WithValue(r.Context(), namedKey{}, n)))
+		s.record(r, p, rt.Action, n.target, rec.status)
 	})
 }
 
@@ -264,15 +267,34 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 // record appends one event to the activity log. The path is the escaped
 // one (plain ASCII, as the caller sent it); the log bounds it, and every
 // other field.
-func (s *Server) record(r *http.Request, p Principal, target string, status int) {
+func (s *Server) record(r *http.Request, p Principal, action, target string, status int) {
 	if s.opts.Activity == nil {
 		return
 	}
-	e := audit.Event{Time: s.opts.Now().UTC(), Who: p.Who(), Method: r.Method, Path: r.URL.EscapedPath(), Target: target, Status: status}
+	if action == "" { // a read, refused
+		action = r.Method + " " + r.URL.EscapedPath()
+	}
+	e := audit.Event{Time: s.opts.Now().UTC(), Who: p.Who(), Actor: "operator", Method: r.Method, Path: r.URL.EscapedPath(),
+		Target: target, Action: strings.TrimSpace(action + " " + target), Status: status}
 	if p.Tenant != nil {
-		e.Tenant = p.Tenant.ID
+		e.Tenant, e.Actor = p.Tenant.ID, p.Tenant.Name
 	}
 	s.opts.Activity.Append(e)
+}
+
+// named holds the target of a change for the activity log: first what the
+// request names, then, when a handler found the object, its name (a VM
+// named by its id is logged by its name).
+type named struct{ target string }
+
+type namedKey struct{}
+
+// nameTarget tells the activity log the name of what the request is about,
+// once the handler has found it; a name that is not valid is not logged.
+func nameTarget(r *http.Request, name string) {
+	if n, ok := r.Context().Value(namedKey{}).(*named); ok && store.ValidName(name) {
+		n.target = name
+	}
 }
 
 type statusRecorder struct {

@@ -201,6 +201,7 @@ func (s *Server) putMyBudget(w http.ResponseWriter, r *http.Request) {
 			"set a tenant's budget with PUT /fleet/tenants/{id}/budget, or call this with the tenant's token")
 		return
 	}
+	nameTarget(r, p.Tenant.Name)
 	s.putBudget(w, r, p.Tenant)
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // TestBillingChangesAreActivity: publishing prices and setting a budget are
@@ -29,7 +31,7 @@ func TestBillingChangesAreActivity(t *testing.T) {
 		{"operator", "PUT", "/fleet/prices"},
 		{"operator", "POST", "/fleet/tenants"},
 	}
-	var got eventList
+	var got sdk.EventList
 	e.must(req{method: "GET", path: "/fleet/events", token: testFleetToken}, 200).decode(t, &got)
 	if len(got.Events) != len(want) {
 		t.Fatalf("%d events, want %d: %+v", len(got.Events), len(want), got.Events)

@@ -7,12 +7,8 @@ import (
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 )
-
-// eventList is GET /fleet/events.
-type eventList struct {
-	Events []audit.Event `json:"events"`
-}
 
 // Limits of GET /fleet/events.
 const (
@@ -56,7 +52,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := eventList{Events: []audit.Event{}}
+	out := sdk.EventList{Events: []sdk.Event{}}
 	if s.opts.Activity != nil {
 		out.Events = append(out.Events, s.opts.Activity.Recent(limit, tenant)...)
 	}

@@ -58,4 +58,17 @@ func TestDeletedVMsRoomIsPlaceableAtOnce(t *testing.T) {
 	if n := fxNodeState(t, url, "sim-small"); len(n.VMs) != 1 {
 		t.Fatalf("node record after the delete lists %d VMs, want 1 (b); heartbeat at %s", len(n.VMs), n.LastHeartbeat)
 	}
+	// The activity log names the VM deleted by its id, and the tenant.
+	var evs sdk.EventList
+	fxMust(t, "GET", url+"/fleet/events?tenant=acme", fxToken, nil, http.StatusOK, &evs)
+	var actions []string
+	for _, e := range evs.Events {
+		if e.Actor != "acme" {
+			t.Errorf("event %+v: actor %q, want acme", e, e.Actor)
+		}
+		actions = append(actions, e.Action)
+	}
+	if want := "launch vm c|delete vm a|launch vm c|launch vm b|launch vm a"; strings.Join(actions, "|") != want {
+		t.Fatalf("activity, newest first: %q, want %q", actions, want)
+	}
 }

@@ -79,6 +79,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request) {
 		s.leaseError(w, p, &lr, err)
 		return
 	}
+	nameTarget(r, l.Node)
 	w.Header().Set("Location", "/fleet/leases/"+l.ID)
 	jsonapi.Write(w, http.StatusCreated, leaseOf(l))
 }

@@ -178,6 +178,7 @@ func (s *Server) tenantFromPath(w http.ResponseWriter, r *http.Request) (*store.
 		s.storeError(w, "read tenant "+jsonapi.Echo(ref), err)
 		return nil, false
 	}
+	nameTarget(r, t.Name)
 	return t, true
 }
 

@@ -342,18 +342,19 @@ func TestActivityLogRecordsChangesNotReadsAndNeverBodiesOrTokens(t *testing.T) {
 	type ev struct {
 		who, method, path, target string
 		status                    int
+		actor, action             string
 	}
 	want := []ev{
-		{"operator", "PATCH", "/fleet/tenants/beta", "beta", 200},
-		{"operator", "POST", "/fleet/tenants/alpha/rotate-token", "alpha", 200},
-		{"tenant:" + a.ID, "POST", "/fleet/vms/node-1/vm-1/exec", "vm-1", 0}, // status: whatever the VM handler said
-		{"tenant:" + b.ID, "DELETE", "/fleet/images/deb", "", 403},
-		{"tenant:" + a.ID, "GET", "/fleet/policy", "", 403},
-		{"operator", "PUT", "/fleet/images/deb", "deb", 201},
-		{"operator", "POST", "/fleet/tenants", "beta", 201},
-		{"operator", "POST", "/fleet/tenants", "alpha", 201},
+		{"operator", "PATCH", "/fleet/tenants/beta", "beta", 200, "operator", "update tenant beta"},
+		{"operator", "POST", "/fleet/tenants/alpha/rotate-token", "alpha", 200, "operator", "rotate the token of alpha"},
+		{"tenant:" + a.ID, "POST", "/fleet/vms/node-1/vm-1/exec", "vm-1", 0, "alpha", "run in vm-1"}, // status: whatever the VM handler said
+		{"tenant:" + b.ID, "DELETE", "/fleet/images/deb", "", 403, "beta", "delete image"},
+		{"tenant:" + a.ID, "GET", "/fleet/policy", "", 403, "alpha", "GET /fleet/policy"},
+		{"operator", "PUT", "/fleet/images/deb", "deb", 201, "operator", "put image deb"},
+		{"operator", "POST", "/fleet/tenants", "beta", 201, "operator", "create tenant beta"},
+		{"operator", "POST", "/fleet/tenants", "alpha", 201, "operator", "create tenant alpha"},
 	}
-	var got eventList
+	var got sdk.EventList
 	e.must(req{method: "GET", path: "/fleet/events", token: testFleetToken}, 200).decode(t, &got)
 	if len(got.Events) != len(want) {
 		t.Fatalf("%d events, want %d: %+v", len(got.Events), len(want), got.Events)
@@ -361,6 +362,7 @@ func TestActivityLogRecordsChangesNotReadsAndNeverBodiesOrTokens(t *testing.T) {
 	for i, w := range want {
 		g := got.Events[i]
 		if g.Who != w.who || g.Method != w.method || g.Path != w.path || g.Target != w.target || (w.status != 0 && g.Status != w.status) ||
+			g.Actor != w.actor || g.Action != w.action ||
 			g.Time.IsZero() || (strings.HasPrefix(w.who, "tenant:") != (g.Tenant != "")) {
 			t.Errorf("event %d: %+v, want %+v", i, g, w)
 		}
@@ -377,7 +379,7 @@ func TestActivityLogRecordsChangesNotReadsAndNeverBodiesOrTokens(t *testing.T) {
 	}
 
 	// Filters: a tenant sees its own; naming another tenant is refused.
-	var mine eventList
+	var mine sdk.EventList
 	e.must(req{method: "GET", path: "/fleet/events", token: tokenB}, 200).decode(t, &mine)
 	if len(mine.Events) != 1 || mine.Events[0].Tenant != b.ID {
 		t.Fatalf("beta sees %+v", mine.Events)

@@ -81,6 +81,7 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		s.launchError(w, r, err)
 		return
 	}
+	nameTarget(r, l.VM.Name)
 	w.Header().Set("Location", "/fleet/vms/"+l.Node.Name+"/"+l.VM.ID)
 	jsonapi.Write(w, http.StatusCreated, sdk.FleetCreateVMResponse{Node: l.Node.Name, VM: *l.VM,
 		Placement: sdk.Placement{Reason: l.Decision.Reason, Considered: verdicts(l.Decision.Considered)}})
@@ -170,6 +171,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) (*vms.Target, b
 	case err != nil:
 		s.storeError(w, "find the vm", err)
 	default:
+		nameTarget(r, t.Name)
 		return t, true
 	}
 	return nil, false

@@ -10,8 +10,9 @@
 // with requests, refused or cheap. So:
 //
 //   - Every field of an event is bounded (Who, Tenant and Method at
-//     MaxFieldBytes, Target at MaxTargetBytes, Path at MaxPathBytes, and
-//     nothing in them that JSON must escape), so a line is at most
+//     MaxFieldBytes, Target and Actor at MaxTargetBytes, Action at
+//     MaxActionBytes, Path at MaxPathBytes, and nothing in them that JSON
+//     must escape), so a line is at most
 //     MaxLineBytes however large the request was. The caller records a target
 //     only when it is a valid name or id.
 //   - Changes (every status but 4xx: what central did or tried to do) and
@@ -48,6 +49,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/sdk"
 	"io"
 	"os"
 	"path/filepath"
@@ -85,33 +87,22 @@ var (
 // Bounds of an event's fields (bytes; longer values are cut, with "…").
 const (
 	MaxFieldBytes  = 80  // Who, Tenant, Method
-	MaxTargetBytes = 64  // Target: the longest valid name
+	MaxTargetBytes = 64  // Target and Actor: the longest valid name
+	MaxActionBytes = 112 // Action: a route's words and a target
 	MaxPathBytes   = 256 // Path
 	// MaxLineBytes bounds one line of a file, summaries included.
 	MaxLineBytes = 1024
 )
 
-// Event is one change made, or refused, through central. It never holds a
-// body, a spec, a command or a token: only who did what to which name, and
-// how it ended.
-type Event struct {
-	Time   time.Time `json:"time"`
-	Who    string    `json:"who"`              // "operator" or "tenant:<id>"
-	Tenant string    `json:"tenant,omitempty"` // the tenant's id, for filtering
-	Method string    `json:"method"`
-	Path   string    `json:"path"`
-	Target string    `json:"target,omitempty"` // a name or id from the request
-	Status int       `json:"status"`
-	// Suppressed, when set, makes the event a summary: its principal was over
-	// its budget and this many requests, from Time to Until, were counted
-	// rather than recorded; Method, Path and Status are the last one's.
-	Suppressed int       `json:"suppressed,omitempty"`
-	Until      time.Time `json:"until,omitzero"`
-}
+// Event is one change made, or refused, through central (sdk.Event, the
+// wire type, is its one definition: the log's files hold the same JSON). It
+// never holds a body, a spec, a command or a token: only who did what to
+// which name, and how it ended.
+type Event = sdk.Event
 
-// Refused reports whether an event is a refusal (a 4xx), kept apart from
+// refused reports whether an event is a refusal (a 4xx), kept apart from
 // changes.
-func (e Event) Refused() bool { return e.Status >= 400 && e.Status < 500 }
+func refused(e Event) bool { return e.Status >= 400 && e.Status < 500 }
 
 // Budget bounds how many events of one kind one principal may record: Burst
 // at once, then PerHour (a token bucket, refilled by the events' own times).
@@ -334,7 +325,7 @@ func (s *stream) openFile() error {
 // size is what an event costs in memory: its strings and a fixed overhead
 // for the struct and its slot.
 func size(e Event) int64 {
-	return int64(160 + len(e.Who) + len(e.Tenant) + len(e.Method) + len(e.Path) + len(e.Target))
+	return int64(160 + len(e.Who) + len(e.Tenant) + len(e.Actor) + len(e.Method) + len(e.Path) + len(e.Target) + len(e.Action))
 }
 
 // push keeps an event in memory; when that is over Keep or KeepBytes, the
@@ -380,16 +371,16 @@ func (l *Log) Append(e Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.changes
-	if e.Refused() {
+	if refused(e) {
 		s = l.refusals
 	}
 	b := s.bucket(e.Who, e.Time)
 	if b.tokens < 1 {
 		if b.summary == nil {
-			b.summary = &Event{Time: e.Time, Who: e.Who, Tenant: e.Tenant}
+			b.summary = &Event{Time: e.Time, Who: e.Who, Tenant: e.Tenant, Actor: e.Actor}
 		}
 		b.summary.Suppressed++
-		b.summary.Until, b.summary.Method, b.summary.Path, b.summary.Status = e.Time, e.Method, e.Path, e.Status
+		b.summary.Until, b.summary.Method, b.summary.Path, b.summary.Status, b.summary.Action = e.Time, e.Method, e.Path, e.Status, e.Action
 		l.seq++
 		b.seq = l.seq
 		return
@@ -485,6 +476,8 @@ func bound(e Event) Event {
 	e.Method = clean(e.Method, MaxFieldBytes)
 	e.Path = clean(e.Path, MaxPathBytes)
 	e.Target = clean(e.Target, MaxTargetBytes)
+	e.Actor = clean(e.Actor, MaxTargetBytes)
+	e.Action = clean(e.Action, MaxActionBytes)
 	return e
 }
 

@@ -226,16 +226,17 @@ func TestEveryFieldIsBoundedAndALineStaysUnderMaxLineBytes(t *testing.T) {
 	nasty := strings.Repeat("\"\\\n\x00\u2028é\xff<&>", 1<<14) // what JSON escapes, and what it need not
 	for i, s := range []string{huge, nasty} {
 		l.Append(Event{Time: time.Date(2026, 3, 1, 12, 0, i, 123456789, time.UTC), Who: s, Tenant: s, Method: s, Path: s, Target: s,
-			Status: 400 + i})
+			Actor: s, Action: s, Status: 400 + i})
 		l.Append(Event{Time: time.Date(2026, 3, 1, 12, 0, i, 123456789, time.UTC), Who: s, Tenant: s, Method: s, Path: s, Target: s,
-			Status: 200})
+			Actor: s, Action: s, Status: 200})
 	}
 	for _, e := range l.Recent(0, "") {
 		for _, f := range []struct {
 			name, v string
 			max     int
 		}{{"who", e.Who, MaxFieldBytes}, {"tenant", e.Tenant, MaxFieldBytes}, {"method", e.Method, MaxFieldBytes},
-			{"path", e.Path, MaxPathBytes}, {"target", e.Target, MaxTargetBytes}} {
+			{"path", e.Path, MaxPathBytes}, {"target", e.Target, MaxTargetBytes}, {"actor", e.Actor, MaxTargetBytes},
+			{"action", e.Action, MaxActionBytes}} {
 			if len(f.v) > f.max || !strings.HasSuffix(f.v, "…") || strings.ContainsAny(f.v, "\"\\\n\x00\u2028") {
 				t.Fatalf("%s in memory is %d bytes (bound %d): %q", f.name, len(f.v), f.max, f.v)
 			}

@@ -62,8 +62,10 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 	}
 
 	type answer struct {
-		vms []sdk.VM
-		err error
+		vms     []sdk.VM
+		err     error
+		entries []store.LedgerEntry // the operator's view: what the ledger runs on the node
+		ledger  error
 	}
 	answers := make([]answer, len(ns))
 	var wg sync.WaitGroup
@@ -82,6 +84,9 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 				answers[i].vms, err = nc.ListVMs(ctx)
 			}
 			answers[i].err = err
+			if tenant == "" {
+				answers[i].entries, answers[i].ledger = l.st.RunningOnNode(ctx, ns[i].Name)
+			}
 		}()
 	}
 	wg.Wait()
@@ -90,9 +95,22 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 	for i, n := range ns {
 		a := answers[i]
 		if a.err == nil {
+			// The catalog image's name, from the VM's ledger entry.
+			entries := a.entries
+			if tenant != "" {
+				entries = tenantEntries
+			} else if a.ledger != nil {
+				return nil, fmt.Errorf("read the ledger: %w", a.ledger)
+			}
+			image := map[string]string{}
+			for _, e := range entries {
+				if e.Node == n.Name {
+					image[e.VMID] = e.Image
+				}
+			}
 			for _, vm := range a.vms {
 				if mine(n.Name, vm.ID, vm.Tenant) {
-					out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, VM: vm})
+					out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, ImageName: image[vm.ID], VM: vm})
 				}
 			}
 			continue
@@ -120,7 +138,7 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 				continue
 			}
 			shown++
-			out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, VM: sdk.VM{ID: e.VMID, Name: e.Name,
+			out.VMs = append(out.VMs, sdk.FleetVM{Node: n.Name, Unreachable: true, ImageName: e.Image, VM: sdk.VM{ID: e.VMID, Name: e.Name,
 				Tenant: e.Tenant, State: "unknown", VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, GuestOS: e.GuestOS, Image: e.Image,
 				CreatedAt: e.StartedAt}})
 		}
@@ -157,6 +175,7 @@ type Target struct {
 	Node  *store.Node
 	Entry *store.LedgerEntry // nil: not created through central (or not yet recorded)
 	ID    string             // the VM's id on the node (the route's id or name when the node did not answer)
+	Name  string             // the VM's name ("" when neither the ledger nor the node said)
 }
 
 // Find finds the VM a route names by id or name on node, for tenant ("" is
@@ -189,11 +208,11 @@ func (l *Lister) Find(ctx context.Context, node, id, tenant string) (*Target, er
 			continue
 		}
 		if e.VMID == id {
-			t.Entry, t.ID, named = e, e.VMID, 1
+			t.Entry, t.ID, t.Name, named = e, e.VMID, e.Name, 1
 			break
 		}
 		if e.Name == id {
-			t.Entry, t.ID = e, e.VMID
+			t.Entry, t.ID, t.Name = e, e.VMID, e.Name
 			named++
 		}
 	}
@@ -225,11 +244,11 @@ func (l *Lister) Find(ctx context.Context, node, id, tenant string) (*Target, er
 	found := 0
 	for _, vm := range vms {
 		if vm.ID == id && (tenant == "" || vm.Tenant == tenant) {
-			t.ID = vm.ID
+			t.ID, t.Name = vm.ID, vm.Name
 			return t, nil
 		}
 		if vm.Name == id && (tenant == "" || vm.Tenant == tenant) {
-			t.ID = vm.ID
+			t.ID, t.Name = vm.ID, vm.Name
 			found++
 		}
 	}

@@ -36,9 +36,24 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range []struct{ name, tenant string }{{"a", "t-alice"}, {"b", "t-bob"}} {
-		if _, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: v.name, Image: node.Image, VCPUs: 1, MemoryMiB: 64, Tenant: v.tenant}); err != nil {
+		vm, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: v.name, Image: node.Image, VCPUs: 1, MemoryMiB: 64, Tenant: v.tenant})
+		if err != nil {
 			t.Fatal(err)
 		}
+		if v.name == "a" { // launched through central, from catalog image tiny
+			if _, err := st.RecordEntry(ctx, store.LedgerEntry{Tenant: v.tenant, Node: "up", VMID: vm.ID, Name: vm.Name, VCPUs: 1, MemoryMiB: 64,
+				GuestOS: store.GuestLinux, Image: "tiny", StartedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	imageOf := func(list *sdk.FleetVMList, name string) string {
+		for _, vm := range list.VMs {
+			if vm.Name == name {
+				return vm.ImageName
+			}
+		}
+		return "(no vm " + name + ")"
 	}
 	l := NewLister(st, nodecall.New(node.AdminToken))
 
@@ -64,6 +79,11 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 	if err != nil || len(op.VMs) != 3 || len(op.UnreachableNodes) != 1 || op.UnreachableNodes[0].Error == "" {
 		t.Fatalf("the operator's list = %+v, %v; want all three VMs and the down node's error", op, err)
 	}
+	// The catalog image's name, where the ledger has it.
+	if imageOf(alice, "a") != "tiny" || imageOf(op, "a") != "tiny" || imageOf(op, "b") != "" {
+		t.Fatalf("image names: alice's a %q, the operator's a %q and b %q; want tiny, tiny and none",
+			imageOf(alice, "a"), imageOf(op, "a"), imageOf(op, "b"))
+	}
 
 	// Find: names are per tenant; another tenant's VM is not there; the
 	// operator must use an id for a name two tenants share.
@@ -77,7 +97,7 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 			sameA = vm
 		}
 	}
-	if got, err := l.Find(ctx, "up", "same", "t-alice"); err != nil || got.ID != sameA.ID {
+	if got, err := l.Find(ctx, "up", "same", "t-alice"); err != nil || got.ID != sameA.ID || got.Name != "same" {
 		t.Fatalf("alice finding same = %+v, %v; want her own", got, err)
 	}
 	if _, err := l.Find(ctx, "up", sameA.ID, "t-bob"); !errors.Is(err, ErrNoVM) {
@@ -87,7 +107,7 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 	if _, err := l.Find(ctx, "up", "same", ""); !errors.As(err, &amb) {
 		t.Fatalf("the operator finding same: %v, want an AmbiguousError", err)
 	}
-	if got, err := l.Find(ctx, "up", sameA.ID, ""); err != nil || got.ID != sameA.ID {
+	if got, err := l.Find(ctx, "up", sameA.ID, ""); err != nil || got.ID != sameA.ID || got.Name != "same" {
 		t.Fatalf("the operator finding by id = %+v, %v", got, err)
 	}
 	if _, err := l.Find(ctx, "nope", "same", "t-alice"); !errors.Is(err, ErrNoVM) {

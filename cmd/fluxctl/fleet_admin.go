@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/spf13/cobra"
@@ -643,35 +645,75 @@ func (f *fleet) tenantDeleteCmd() *cobra.Command {
 	return c
 }
 
-// eventColumns are the columns of fleet events.
+// eventColumns are the columns of fleet activity. The default ones fit a
+// row in 80 columns: who and the action are cut (with …) where a name is
+// long; -o json shows them whole.
 func eventColumns(tenants *tenantNames) []column[sdk.Event] {
+	who := func(e *sdk.Event) string {
+		if e.Actor != "" {
+			return e.Actor
+		}
+		if id, ok := strings.CutPrefix(e.Who, "tenant:"); ok { // an event recorded before actors were
+			return tenants.name(id)
+		}
+		return e.Who
+	}
+	action := func(e *sdk.Event) string {
+		if e.Suppressed > 0 { // a summary of requests over the caller's budget
+			return fmt.Sprintf("%d more until %s", e.Suppressed, e.Until.Local().Format(time.TimeOnly))
+		}
+		return cmp.Or(e.Action, e.Method+" "+e.Path)
+	}
 	return []column[sdk.Event]{
-		{"time", "TIME", false, func(e *sdk.Event) string { return e.Time.Local().Format(time.DateTime) }},
-		{"who", "WHO", false, func(e *sdk.Event) string {
-			if id, ok := strings.CutPrefix(e.Who, "tenant:"); ok {
-				return "tenant:" + tenants.name(id)
-			}
-			return e.Who
-		}},
-		{"method", "METHOD", false, func(e *sdk.Event) string { return e.Method }},
-		{"path", "PATH", false, func(e *sdk.Event) string { return e.Path }},
-		{"target", "TARGET", false, func(e *sdk.Event) string {
-			if e.Suppressed > 0 { // a summary of requests over the caller's budget
-				return fmt.Sprintf("(%d more until %s)", e.Suppressed, e.Until.Local().Format(time.DateTime))
-			}
-			return e.Target
-		}},
-		{"status", "STATUS", false, func(e *sdk.Event) string { return strconv.Itoa(e.Status) }},
+		{"time", "TIME", false, func(e *sdk.Event) string { return e.Time.Local().Format(time.Stamp) }},
+		{"who", "WHO", false, func(e *sdk.Event) string { return cut(who(e), 14) }},
+		{"action", "ACTION", false, func(e *sdk.Event) string { return cut(action(e), 33) }},
+		{"result", "RESULT", false, func(e *sdk.Event) string { return eventResult(e.Status) }},
+		{"target", "TARGET", true, func(e *sdk.Event) string { return e.Target }},
+		{"method", "METHOD", true, func(e *sdk.Event) string { return e.Method }},
+		{"path", "PATH", true, func(e *sdk.Event) string { return e.Path }},
+		{"status", "STATUS", true, func(e *sdk.Event) string { return strconv.Itoa(e.Status) }},
 		{"tenant-id", "TENANT ID", true, func(e *sdk.Event) string { return e.Tenant }},
 	}
+}
+
+// eventResult words an HTTP status for the activity log: ok, refused (a 4xx:
+// nothing changed) or failed.
+func eventResult(status int) string {
+	switch {
+	case status < 400:
+		return "ok"
+	case status < 500:
+		return "refused " + strconv.Itoa(status)
+	default:
+		return "failed " + strconv.Itoa(status)
+	}
+}
+
+// cut shortens s to at most n characters, ending a cut one with "…".
+func cut(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
 }
 
 func (f *fleet) eventsCmd() *cobra.Command {
 	var q sdk.EventQuery
 	c := &cobra.Command{
-		Use:   "events",
-		Short: "The activity log, newest first (a tenant sees its own)",
-		Args:  cobra.NoArgs,
+		Use:     "activity",
+		Aliases: []string{"events"},
+		Short:   "The activity log: who changed what, newest first (a tenant sees its own)",
+		Long: `The activity log: every change made through central, and every refused
+one, newest first: when, who (the operator or a tenant, by name), what was
+asked in words ("launch vm web-1", "run in web-1") and how it ended (ok,
+refused with its status, or failed). Reads are not in it, nor are bodies,
+commands or tokens. -o wide adds the HTTP method, path and status and the
+tenant's id.`,
+		Example: `  fluxctl fleet activity
+  fluxctl fleet activity -n 20 --tenant acme -o wide`,
+		Args: cobra.NoArgs,
 		RunE: f.withClient(func(c *cobra.Command, _ []string, fc *sdk.FleetClient) error {
 			if q.Limit < 0 {
 				return usageError(c, "--limit must not be negative")
@@ -681,7 +723,7 @@ func (f *fleet) eventsCmd() *cobra.Command {
 				return err
 			}
 			return show(f.a, c, table[sdk.Event]{raw: sdk.EventList{Events: evs}, rows: evs,
-				cols: eventColumns(f.tenantNames(c.Context(), fc)), empty: "no events\n"})
+				cols: eventColumns(f.tenantNames(c.Context(), fc)), empty: "no activity\n"})
 		}),
 	}
 	c.Flags().IntVarP(&q.Limit, "limit", "n", 0, "how many of the newest events (0: central's default, 100)")

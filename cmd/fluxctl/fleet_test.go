@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fluxvm/fluxvm/guest/image"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -129,9 +130,17 @@ func TestFleetCommandsRunATenantsVMsAgainstARealCentral(t *testing.T) {
 		r.has(t, "node", "last heartbeat", "drivers         sim*")
 	}
 	op.tty().run(t, "fleet", "capacity").ok(t, "capacity").has(t, "capacity", "NODE", "node-1", "largest Linux VM now")
-	evs := decode[sdk.EventList](t, "events", tenant.run(t, "fleet", "events", "--limit", "3").ok(t, "events").stdout)
+	evs := decode[sdk.EventList](t, "events", tenant.run(t, "fleet", "activity", "--limit", "3").ok(t, "activity").stdout)
 	if len(evs.Events) != 3 || evs.Events[0].Tenant != created.Tenant.ID {
 		t.Fatalf("events --limit 3 = %+v", evs)
+	}
+	// For people: names and actions in words, each row within 80 columns.
+	act := op.tty().run(t, "fleet", "activity").ok(t, "activity")
+	act.has(t, "activity", "WHO", "ACTION", "RESULT", "launch vm debian-minimal-1", "create tenant ")
+	for _, line := range strings.Split(strings.TrimSpace(act.stdout), "\n") {
+		if n := utf8.RuneCountInString(line); n > 80 || strings.Contains(line, created.Tenant.ID) || strings.Contains(line, "/fleet/") {
+			t.Errorf("an activity row of %d columns, or with an id or a path in it:\n%s", n, line)
+		}
 	}
 	op.tty().run(t, "fleet", "reconcile").ok(t, "reconcile").has(t, "reconcile", "✓ Reconciled in", "1 nodes checked")
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -258,7 +259,12 @@ func fleetVMColumns(now time.Time, tenants *tenantNames) []column[sdk.FleetVM] {
 		{"memory", "MEMORY", false, func(v *sdk.FleetVM) string { return mib(v.MemoryMiB) }},
 		{"age", "AGE", false, func(v *sdk.FleetVM) string { return ago(now, v.CreatedAt) }},
 		{"id", "ID", true, func(v *sdk.FleetVM) string { return v.ID }},
-		{"image", "IMAGE", true, func(v *sdk.FleetVM) string { return v.Image }},
+		{"image", "IMAGE", true, func(v *sdk.FleetVM) string {
+			if v.ImageName != "" || v.Image == "" {
+				return v.ImageName
+			}
+			return filepath.Base(v.Image) // not launched from the catalog: the last part of the node's path
+		}},
 		{"driver", "DRIVER", true, func(v *sdk.FleetVM) string { return v.Driver }},
 		{"tenant", "TENANT", true, func(v *sdk.FleetVM) string { return tenants.name(v.Tenant) }},
 		{"tenant-id", "TENANT ID", true, func(v *sdk.FleetVM) string { return v.Tenant }},
