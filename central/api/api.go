@@ -89,8 +89,8 @@ type Route struct {
 	NoActivity bool
 	// Action says in words what a changing route does, for the activity
 	// log: "launch vm", "run in"; the target's name follows it there.
-	Action string
-	handler    func(*Server) http.HandlerFunc
+	Action  string
+	handler func(*Server) http.HandlerFunc
 }
 
 // Principal is who is calling.
