@@ -136,11 +136,30 @@ func (f *fleet) bearer() string {
 func (f *fleet) asTenant() bool { return strings.HasPrefix(f.bearer(), "fvt_") }
 
 func (f *fleet) client() (*sdk.FleetClient, error) {
+	if err := checkToken(f.bearer(), envFleetToken); err != nil {
+		return nil, err
+	}
 	c, err := sdk.NewFleetClient(f.centralURL(), sdk.WithToken(f.bearer()), sdk.WithUserAgent("fluxctl/"+version))
 	if err != nil {
 		return nil, &cliError{msg: err.Error(), hint: "pass --central http://HOST:7799 (or set " + envCentral + ")"}
 	}
 	return c, nil
+}
+
+// checkToken refuses a token that cannot be sent as one header line (a
+// line break or another control character, say from a file pasted whole),
+// before it is taken for an unreachable central.
+func checkToken(token, env string) error {
+	i := strings.IndexFunc(token, func(r rune) bool { return r < 0x20 || r == 0x7f })
+	if i < 0 {
+		return nil
+	}
+	what := "a control character"
+	if token[i] == '\n' || token[i] == '\r' {
+		what = "a line break"
+	}
+	return &cliError{msg: fmt.Sprintf("the token has %s in it (after %d characters)", what, i),
+		hint: "a token is one line: check --token or " + env + " (export " + env + "=\"$(head -n1 FILE)\" takes a file's first line)"}
 }
 
 // withClient makes the fleet client for run: every fleet command but those
@@ -182,6 +201,12 @@ func (f *fleet) explain(err error) error {
 	}
 	hint := api.Hint
 	switch api.Status {
+	case 404:
+		if strings.HasPrefix(api.Message, "no such endpoint") && strings.Contains(api.Hint, "node API") {
+			return &cliError{msg: f.centralURL() + " is a node agent, not central",
+				hint: "point --central (or " + envCentral + ") at central, which listens on :7799 by default (fluxvm-agent central, or fluxvm-agent dev); " +
+					"for the node itself use fluxctl vm ... --node " + f.centralURL()}
+		}
 	case 401:
 		if f.bearer() == "" {
 			hint = "central needs a token: pass --token TOKEN or set " + envFleetToken + " (the operator's fleet token, or a tenant's fvt_ token)"

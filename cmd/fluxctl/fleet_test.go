@@ -219,6 +219,10 @@ func TestFleetRefusalsSayWhatToDo(t *testing.T) {
 			"central at http://127.0.0.1:1 is unreachable", "point --central (or CENTRAL_URL) at it"},
 		{"no --image", tenant, []string{"fleet", "launch"},
 			"needs --image", "usage: fluxctl fleet launch"},
+		{"central URL at a node agent", tenant, []string{"fleet", "status", "--central", f.NodeURL},
+			f.NodeURL + " is a node agent, not central", "central, which listens on :7799"},
+		{"a token with a line break", fleetCLI(f, token+"\nsecond line"), []string{"fleet", "vms"},
+			"the token has a line break in it (after 47 characters)", "a token is one line: check --token or FLUXVM_AGENT_TOKEN"},
 	} {
 		c.cli.run(t, c.args...).refused(t, c.what, c.msg, c.hint)
 	}

@@ -97,6 +97,9 @@ func (a *app) nodeToken() string {
 }
 
 func (a *app) nodeClient() (*sdk.NodeClient, error) {
+	if err := checkToken(a.nodeToken(), envToken); err != nil {
+		return nil, err
+	}
 	c, err := sdk.NewNodeClient(a.nodeURL(), sdk.WithToken(a.nodeToken()), sdk.WithUserAgent("fluxctl/"+version))
 	if err != nil {
 		return nil, &cliError{msg: err.Error(), hint: "pass --node http://HOST:7777 (or set " + envNode + ")"}
