@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/fluxvm/fluxvm/drivers/qemu"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 )
 
@@ -197,7 +198,7 @@ func TestLoadErrorNamesFileLineAndColumn(t *testing.T) {
 }
 
 func TestExamplesLoad(t *testing.T) {
-	for _, name := range []string{"agent-linux.hcl", "agent-mac.hcl"} {
+	for _, name := range []string{"agent-linux.hcl"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "..", "examples", name))
 			if err != nil {
@@ -210,29 +211,14 @@ func TestExamplesLoad(t *testing.T) {
 	}
 }
 
-// qemuSchema mirrors what the qemu driver reports (drivers/qemu/config.go).
-var qemuSchema = &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
-	{Name: "qemu_binary", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"qemu-system-x86_64"`},
-	{Name: "qemu_img", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"qemu-img"`},
-	{Name: "accel", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"auto"`},
-	{Name: "machine", Type: basepb.AttributeType_ATTRIBUTE_TYPE_STRING, DefaultJson: `"microvm"`},
-	{Name: "image_dirs", Type: basepb.AttributeType_ATTRIBUTE_TYPE_LIST_STRING},
-}}
-
-// vzSchema is what a vz driver would report; the example needs macos_slots.
-var vzSchema = &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
-	{Name: "macos_slots", Type: basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER, DefaultJson: `2`},
-}}
-
 func TestExamplePluginBlocksDecode(t *testing.T) {
 	cases := []struct {
 		file, plugin string
 		schema       *basepb.ConfigSchemaResponse
 		want         string
 	}{
-		{"agent-linux.hcl", "qemu", qemuSchema,
+		{"agent-linux.hcl", "qemu", qemu.ConfigSchema(),
 			`{"accel":"auto","image_dirs":["/var/cache/fluxvm/images"],"machine":"microvm","qemu_binary":"qemu-system-x86_64","qemu_img":"qemu-img"}`},
-		{"agent-mac.hcl", "vz", vzSchema, `{"macos_slots":2}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {

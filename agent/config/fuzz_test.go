@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/fluxvm/fluxvm/drivers/qemu"
 )
 
 // FuzzParse feeds arbitrary bytes to Parse and to DecodePluginConfig: neither
@@ -13,7 +15,7 @@ import (
 //
 //	go test ./agent/config -run '^$' -fuzz FuzzParse -fuzztime 60s -fuzzminimizetime 200x
 func FuzzParse(f *testing.F) {
-	for _, name := range []string{"agent-linux.hcl", "agent-mac.hcl"} {
+	for _, name := range []string{"agent-linux.hcl"} {
 		src, err := os.ReadFile(filepath.Join("..", "..", "examples", name))
 		if err != nil {
 			f.Fatal(err)
@@ -39,7 +41,7 @@ func FuzzParse(f *testing.F) {
 		_ = cfg.Redacted()
 		for _, p := range cfg.Plugins {
 			_, _ = cfg.DecodePluginConfig(p.Name, fullSchema)
-			_, _ = cfg.DecodePluginConfig(p.Name, qemuSchema)
+			_, _ = cfg.DecodePluginConfig(p.Name, qemu.ConfigSchema())
 		}
 	})
 }

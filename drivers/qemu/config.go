@@ -39,8 +39,9 @@ func defaultConfig() Config {
 	}
 }
 
-// configSchema describes Config for the agent's HCL decoder.
-func configSchema() *basepb.ConfigSchemaResponse {
+// ConfigSchema describes Config for the agent's HCL decoder (what the
+// driver answers to ConfigSchema).
+func ConfigSchema() *basepb.ConfigSchemaResponse {
 	const str, list = basepb.AttributeType_ATTRIBUTE_TYPE_STRING, basepb.AttributeType_ATTRIBUTE_TYPE_LIST_STRING
 	return &basepb.ConfigSchemaResponse{Attributes: []*basepb.ConfigAttribute{
 		{Name: "qemu_binary", Type: str, DefaultJson: `"qemu-system-x86_64"`,

@@ -61,7 +61,7 @@ func TestParseConfigRefusesBadConfigNamingTheField(t *testing.T) {
 
 func TestConfigSchemaListsEveryConfigField(t *testing.T) {
 	var names []string
-	for _, a := range configSchema().Attributes {
+	for _, a := range ConfigSchema().Attributes {
 		names = append(names, a.Name)
 	}
 	want := []string{"qemu_binary", "qemu_img", "accel", "machine", "image_dirs"}

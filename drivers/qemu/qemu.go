@@ -78,7 +78,7 @@ func (d *Driver) PluginInfo(context.Context) (*basepb.PluginInfoResponse, error)
 
 // ConfigSchema describes Config.
 func (d *Driver) ConfigSchema(context.Context) (*basepb.ConfigSchemaResponse, error) {
-	return configSchema(), nil
+	return ConfigSchema(), nil
 }
 
 // SetConfig validates and applies the configuration and makes the VM
