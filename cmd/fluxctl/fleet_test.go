@@ -226,6 +226,10 @@ func TestFleetRefusalsSayWhatToDo(t *testing.T) {
 	} {
 		c.cli.run(t, c.args...).refused(t, c.what, c.msg, c.hint)
 	}
+	// Each 409 of a launch gets the hint of its own cause.
+	if r := fleetCLI(f, f.OperatorToken).run(t, "fleet", "launch", "--image", "debian-minimal", "--vcpus", "64"); strings.Contains(r.stderr, "name") {
+		t.Errorf("a launch no node fits is told about names:\n%s", r.stderr)
+	}
 	// The token flag wins over the environment.
 	fleetCLI(f, "").run(t, "fleet", "vms", "--token", token).ok(t, "--token")
 }

@@ -313,6 +313,16 @@ func (f *fleet) vmsCmd() *cobra.Command {
 // vmNameRE is central's rule for VM names.
 var vmNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
+// launchRefused gives a refused launch the hint of its cause: a 409 is a
+// name in use or no room, each with its own remedy.
+func launchRefused(err error, hints map[int]string) error {
+	var api *sdk.APIError
+	if errors.As(err, &api) && api.Status == 409 && strings.Contains(api.Message, "already exists") {
+		return &cliError{msg: api.Message, hint: "pick another name, or leave NAME out and fluxctl picks a free one (fluxctl fleet vms lists yours)"}
+	}
+	return withHints(err, hints)
+}
+
 // suggestName is IMAGE-N with the smallest N from 1 that no VM in taken
 // uses, cut to fit a VM name.
 func suggestName(image string, taken map[string]bool) string {
@@ -418,7 +428,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 				req.Name = suggestName(cmp.Or(req.Image, req.Pool), taken)
 			}
 			hints := map[int]string{
-				409: "pick another name, or leave NAME out and fluxctl picks a free one; if no node fits, fluxctl fleet capacity shows what fits now (ask for less, or drop --node)",
+				409: "fluxctl fleet capacity shows what fits now: ask for less, or drop --node",
 				400: hintListImages + "; fluxctl fleet launch --help shows the flags",
 			}
 			if req.Pool != "" {
@@ -428,7 +438,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 			if dryRun {
 				d, err := fc.VMEstimate(c.Context(), req)
 				if err != nil {
-					return withHints(err, hints)
+					return launchRefused(err, hints)
 				}
 				if !f.a.human() {
 					return f.a.printRaw(d)
@@ -439,7 +449,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 			if !wait {
 				resp, err = fc.CreateVM(c.Context(), req)
 				if err != nil {
-					return withHints(err, hints)
+					return launchRefused(err, hints)
 				}
 			} else {
 				ctx, cancel := context.WithTimeout(c.Context(), waitTimeout)
@@ -451,7 +461,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 				resp, err = fc.LaunchAndWait(ctx, req, 250*time.Millisecond)
 				stop()
 				if err != nil && resp == nil {
-					return withHints(err, hints)
+					return launchRefused(err, hints)
 				}
 				if err != nil {
 					return &cliError{msg: fmt.Sprintf("launched vm %s on %s (%s), but: %v", resp.VM.Name, resp.Node, resp.VM.ID, err),
