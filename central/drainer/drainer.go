@@ -37,6 +37,8 @@ const resumeAfter = time.Minute
 
 // Store is what draining needs of central's store.
 type Store interface {
+	// TenantName is a tenant's name for logs (its id when unknown).
+	TenantName(ctx context.Context, id string) string
 	// GetNode reads a node record.
 	GetNode(ctx context.Context, name string) (*store.Node, error)
 	// UpdateNode changes a node record in a compare-and-swap loop.
@@ -403,7 +405,7 @@ func (dr *Drainer) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *sto
 		if _, err := dr.remover.Delete(ctx, n, vm.ID, e, "rescheduled"); err != nil {
 			return "", fmt.Errorf("recreated on %s, but the old vm stays: %w", target, err)
 		}
-		dr.log.Info("vm rescheduled", "vm", vm.Name, "tenant", e.Tenant, "from", n.Name, "to", target)
+		dr.log.Info("vm rescheduled", "vm", vm.Name, "tenant", dr.st.TenantName(ctx, e.Tenant), "from", n.Name, "to", target)
 		return target, nil
 	}
 	// 1. A copy this move already recorded.

@@ -24,6 +24,8 @@ import (
 
 // Store is what leases need of central's store.
 type Store interface {
+	// TenantName is a tenant's name for logs (its id when unknown).
+	TenantName(ctx context.Context, id string) string
 	// GetPolicy reads the fleet policy (min_lease_hours).
 	GetPolicy(ctx context.Context) (store.Policy, error)
 	// ListNodes reads every node record.
@@ -373,7 +375,7 @@ func (s *Service) Release(ctx context.Context, id, tenant string, force bool) (*
 	if !endedNow {
 		return nil, &EndedError{Lease: ended}
 	}
-	s.log.Info("lease ended", "lease", l.ID, "tenant", l.Tenant, "node", l.Node, "reason", reason)
+	s.log.Info("lease ended", "lease", l.ID, "tenant", s.st.TenantName(ctx, l.Tenant), "node", l.Node, "reason", reason)
 	if _, err := s.removeVMs(ctx, ended); err != nil {
 		s.log.Warn("delete the lessee's VMs after a release; the reconciler retries", "lease", l.ID, "error", err)
 	} else {
@@ -433,7 +435,7 @@ func (s *Service) EndExpired(ctx context.Context) (ended []string, err error) {
 				continue
 			}
 			if endedNow {
-				s.log.Info("lease expired", "lease", l.ID, "tenant", l.Tenant, "node", l.Node)
+				s.log.Info("lease expired", "lease", l.ID, "tenant", s.st.TenantName(ctx, l.Tenant), "node", l.Node)
 				ended = append(ended, l.ID)
 			}
 			l = e

@@ -269,7 +269,7 @@ func (s *Service) noteBudget(ctx context.Context, t *store.Tenant, b *sdk.Budget
 				t.Name, b.Month, b.MonthToDateDisplay, b.Currency, what, b.Monthly.Cents(), b.Currency),
 			Data: map[string]string{"month": b.Month, "month_to_date": b.MonthToDate.String(), "budget": b.Monthly.String(), "currency": b.Currency}}
 		if _, err := s.events.Emit(ctx, e, kind+"/"+t.ID+"/"+b.Month); err != nil {
-			s.log.Warn("record budget event; the next check records it", "tenant", t.ID, "kind", kind, "error", err)
+			s.log.Warn("record budget event; the next check records it", "tenant", t.Name, "kind", kind, "error", err)
 		}
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 // Store is what the reconciler needs of central's store.
 type Store interface {
+	// TenantName is a tenant's name for logs (its id when unknown).
+	TenantName(ctx context.Context, id string) string
 	// ListNodes reads every node record.
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	// UpdateNode rewrites a node record in one transaction.
@@ -277,7 +279,7 @@ func (rc *Reconciler) reconcileNode(ctx context.Context, n *store.Node, rep *sdk
 		if err != nil {
 			return fmt.Errorf("adopt vm %s on node %s: %w", vm.ID, n.Name, err)
 		}
-		rc.log.Warn("adopted a vm the ledger lacked", "node", n.Name, "vm", vm.ID, "tenant", vm.Tenant, "entry", e.ID)
+		rc.log.Warn("adopted a vm the ledger lacked", "node", n.Name, "vm", vm.Name, "vm_id", vm.ID, "tenant", rc.opts.Store.TenantName(ctx, vm.Tenant), "entry", e.ID)
 		rep.Adopted = append(rep.Adopted, sdk.LedgerChange{Entry: e.ID, Node: n.Name, VMID: vm.ID, Name: vm.Name, Tenant: vm.Tenant})
 	}
 	return nil

@@ -307,6 +307,19 @@ func (s *Store) GetTenant(ctx context.Context, id string) (*Tenant, error) {
 	return t, nil
 }
 
+// TenantName is a tenant's name for logs and messages: the name of tenant
+// id, id itself when it cannot be read (a deleted tenant), and "operator"
+// for "".
+func (s *Store) TenantName(ctx context.Context, id string) string {
+	if id == "" {
+		return "operator"
+	}
+	if t, err := s.GetTenant(ctx, id); err == nil {
+		return t.Name
+	}
+	return id
+}
+
 // TenantByName looks a tenant up through the unique-name index.
 func (s *Store) TenantByName(ctx context.Context, name string) (*Tenant, error) {
 	return s.tenantByIndex(ctx, s.tenantNameKey(name), func(t *Tenant) bool { return t.Name == name })

@@ -54,3 +54,16 @@ func TestForgetVMFreesItsRoomAtOnce(t *testing.T) {
 		t.Fatalf("forgetting what the record does not hold rewrote it (revision %d → %d)", rev, now)
 	}
 }
+
+// TestTenantNameForLogs: a tenant's name, its id once it is gone, and
+// "operator" for none.
+func TestTenantNameForLogs(t *testing.T) {
+	ctx := testCtx(t)
+	s := openEmbedded(t, Options{})
+	acme := testTenant(t, s, "acme", Quotas{})
+	for id, want := range map[string]string{acme.ID: "acme", "t-gone": "t-gone", "": "operator"} {
+		if got := s.TenantName(ctx, id); got != want {
+			t.Errorf("TenantName(%q) = %q, want %q", id, got, want)
+		}
+	}
+}

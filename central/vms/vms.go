@@ -30,6 +30,8 @@ type Ledger interface {
 	MarkDeleted(ctx context.Context, node, vmID, reason string, at time.Time) (*store.LedgerEntry, error)
 	// ForgetVM takes a deleted VM out of its node's record and frees its room.
 	ForgetVM(ctx context.Context, node, vmID string) error
+	// TenantName is a tenant's name for logs (its id when unknown).
+	TenantName(ctx context.Context, id string) string
 }
 
 // Remover deletes VMs. It is safe for concurrent use.
@@ -70,11 +72,11 @@ func (r *Remover) Delete(ctx context.Context, n *store.Node, vmID string, e *sto
 	} else if _, err := r.ledger.MarkDeleted(ctx, n.Name, vmID, reason, r.now()); err != nil {
 		return gone, fmt.Errorf("%w: mark vm %s on node %s deleted: %w", ErrNotRecorded, vmID, n.Name, err)
 	}
-	tenant := ""
+	name, tenant := vmID, ""
 	if e != nil {
-		tenant = e.Tenant
+		name, tenant = e.Name, e.Tenant
 	}
-	r.log.Info("vm deleted", "node", n.Name, "vm", vmID, "tenant", tenant, "reason", reason)
+	r.log.Info("vm deleted", "node", n.Name, "vm", name, "vm_id", vmID, "tenant", r.ledger.TenantName(ctx, tenant), "reason", reason)
 	return gone, nil
 }
 

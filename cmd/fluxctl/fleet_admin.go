@@ -758,8 +758,9 @@ old entries and recount usage. The leader also runs it on its own.`,
 			for _, e := range rep.Ended {
 				fmt.Fprintf(a.stdout, "  ended   %s (%s on %s): gone from its node\n", e.Name, e.VMID, e.Node)
 			}
+			tenants := f.tenantNames(c.Context(), fc)
 			for _, e := range rep.Adopted {
-				fmt.Fprintf(a.stdout, "  adopted %s (%s on %s) for tenant %s\n", e.Name, e.VMID, e.Node, e.Tenant)
+				fmt.Fprintf(a.stdout, "  adopted %s (%s on %s) for tenant %s\n", e.Name, e.VMID, e.Node, tenants.name(e.Tenant))
 			}
 			for _, cf := range rep.CountersFixed {
 				fmt.Fprintf(a.stdout, "  fixed   %s %s: %d VMs, %d vCPUs, %s (was %d, %d, %s)\n", cf.Scope, cf.Name,
