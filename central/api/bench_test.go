@@ -204,26 +204,8 @@ func BenchmarkHeartbeat2000Nodes(b *testing.B) {
 		interval = 10 * time.Second
 		rounds   = 3 // the first is not measured
 	)
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- central.Run(ctx, central.Options{Listen: "127.0.0.1:0", StateDir: fxTempDir(b), FleetToken: fxToken,
-			HeartbeatInterval: interval, Logger: fxLogger("central"), Listening: func(a string) { addr <- a }})
-	}()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("central.Run: %v", err)
-		}
-	})
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		b.Fatalf("central.Run: %v", err)
-	}
+	ctx := context.Background()
+	url := startFxCentral(b, central.Options{HeartbeatInterval: interval})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 30 * time.Second}
 	fc, err := sdk.NewFleetClient(url, sdk.WithToken(fxToken), sdk.WithHTTPClient(hc))
 	if err != nil {

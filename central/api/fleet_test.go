@@ -255,27 +255,7 @@ func TestBadBodiesAre400WithHintsAndLeaveNothingBehind(t *testing.T) {
 // every VM route through central, and the placement, reservation, leader and
 // node metrics moving with all of it.
 func TestNodeGoesDownAndComesBackWithItsVMs(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- central.Run(ctx, central.Options{Listen: "127.0.0.1:0", StateDir: fxTempDir(t), FleetToken: fxToken,
-			HeartbeatInterval: time.Second, ReconcileEvery: time.Hour, Logger: fxLogger("central"),
-			Listening: func(a string) { addr <- a }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("central.Run: %v", err)
-		}
-	})
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		t.Fatalf("central.Run: %v", err)
-	}
+	url := startFxCentral(t, central.Options{HeartbeatInterval: time.Second, ReconcileEvery: time.Hour})
 
 	images, img := fxImages(t)
 	n := startFxNode(t, "sim-1", url, images, 8, 8192)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central"
 	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
@@ -354,4 +355,31 @@ func fxMetrics(t testing.TB, centralURL string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// startFxCentral runs a whole central (central.Run on an embedded etcd) on
+// a free loopback port until the test ends, with opts' listen address,
+// state dir, token and logger filled, and returns its URL.
+func startFxCentral(t testing.TB, opts central.Options) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	opts.Listen, opts.StateDir, opts.FleetToken = "127.0.0.1:0", fxTempDir(t), fxToken
+	opts.Logger = fxLogger("central")
+	opts.Listening = func(a string) { addr <- a }
+	go func() { done <- central.Run(ctx, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("central.Run: %v", err)
+		}
+	})
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case err := <-done:
+		t.Fatalf("central.Run: %v", err)
+	}
+	return ""
 }

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,27 +15,7 @@ import (
 // in the room the delete freed, long before the node's next heartbeat (the
 // interval here is 20 s) would have reported it.
 func TestDeletedVMsRoomIsPlaceableAtOnce(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- central.Run(ctx, central.Options{Listen: "127.0.0.1:0", StateDir: fxTempDir(t), FleetToken: fxToken,
-			HeartbeatInterval: 8 * time.Second, ReconcileEvery: time.Hour, Logger: fxLogger("central"),
-			Listening: func(a string) { addr <- a }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("central.Run: %v", err)
-		}
-	})
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		t.Fatalf("central.Run: %v", err)
-	}
+	url := startFxCentral(t, central.Options{HeartbeatInterval: 8 * time.Second, ReconcileEvery: time.Hour})
 	images, img := fxImages(t)
 	startFxNode(t, "sim-small", url, images, 2, 4096)
 	fxWaitUp(t, url, "sim-small")
