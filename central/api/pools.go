@@ -275,7 +275,7 @@ func (s *Server) poolDefaults(w http.ResponseWriter, r *http.Request, req *sdk.F
 // afterwards (a TTL, labels, a display, a network, a node, node_selector,
 // nested, or to be reschedulable) is booted as before; with "pool" it is
 // refused instead. It returns whether it answered.
-func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest, spec sdk.CreateVMRequest, image string, pol store.Policy) bool {
+func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest, spec sdk.CreateVMRequest, image string, pol sdk.Policy) bool {
 	plain := !req.Reschedulable && req.ImagePath == "" && req.TTLSeconds == 0 && len(req.Labels) == 0 && !req.Display && req.Network == "" &&
 		req.Node == "" && len(req.NodeSelector) == 0 && !req.Nested
 	if req.Pool != "" && !plain {

@@ -85,7 +85,7 @@ func (o optionalInt) apply(dst *int64) {
 	}
 }
 
-func (q *quotaPatch) apply(dst *store.Quotas) {
+func (q *quotaPatch) apply(dst *sdk.Quotas) {
 	q.MaxVMs.apply(&dst.MaxVMs)
 	q.MaxVCPUs.apply(&dst.MaxVCPUs)
 	q.MaxMemoryMiB.apply(&dst.MaxMemoryMiB)
@@ -213,10 +213,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := newTenantToken()
-	q := req.Quota
-	t := &store.Tenant{Name: req.Name, TokenSHA256: store.HashToken(token), CreatedAt: s.opts.Now().UTC(),
-		Quota: store.Quotas{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
-			MaxLeasedHosts: q.MaxLeasedHosts, MaxSnapshotsPerVM: q.MaxSnapshotsPerVM, MaxVolumeGiB: q.MaxVolumeGiB}}
+	t := &store.Tenant{Name: req.Name, TokenSHA256: store.HashToken(token), CreatedAt: s.opts.Now().UTC(), Quota: req.Quota}
 	err := s.opts.Store.CreateTenant(r.Context(), t)
 	switch {
 	case errors.Is(err, store.ErrInvalid):
@@ -382,7 +379,7 @@ func (s *Server) tenantMe(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, tenantMeView{
 		Tenant:            wireTenant(p.Tenant),
 		Usage:             wireUsage(u),
-		MaxSnapshotsPerVM: p.Tenant.Quota.SnapshotsPerVM(pol),
+		MaxSnapshotsPerVM: store.SnapshotsPerVM(p.Tenant.Quota, pol),
 		Billing:           b,
 	})
 }

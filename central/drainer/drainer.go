@@ -58,7 +58,7 @@ type Store interface {
 	// PutSpec keeps a spec for a ledger entry.
 	PutSpec(ctx context.Context, entryID string, spec []byte) error
 	// GetPolicy reads the fleet policy.
-	GetPolicy(ctx context.Context) (store.Policy, error)
+	GetPolicy(ctx context.Context) (sdk.Policy, error)
 	// Release gives a reservation's room back.
 	Release(ctx context.Context, res *store.Reservation) error
 	// CommitSpec turns a reservation into a running ledger entry and keeps its spec.

@@ -25,7 +25,7 @@ import (
 // Store is what leases need of central's store.
 type Store interface {
 	// GetPolicy reads the fleet policy (min_lease_hours).
-	GetPolicy(ctx context.Context) (store.Policy, error)
+	GetPolicy(ctx context.Context) (sdk.Policy, error)
 	// ListNodes reads every node record.
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	// GetNode reads one node record.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/scheduler"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // Store is what placement needs of central's store.
@@ -75,7 +76,7 @@ func (p *Placer) Snapshot(ctx context.Context) ([]store.Node, []scheduler.Node, 
 // scheduler's (*scheduler.NoPlacementError, scheduler.ErrInvalidRequest), the
 // store's (*store.QuotaError, store.ErrInvalid for a disabled tenant, ...)
 // and ErrNoRoom.
-func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol store.Policy, rr store.ReserveRequest,
+func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol sdk.Policy, rr store.ReserveRequest,
 	keep func(*store.Node) bool) (scheduler.Decision, *store.Node, *store.Reservation, error) {
 	var last error
 	for range Tries {
@@ -145,6 +146,6 @@ func SchedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
 }
 
 // SchedulerPolicy is the part of the fleet policy the scheduler applies.
-func SchedulerPolicy(p store.Policy) scheduler.Policy {
+func SchedulerPolicy(p sdk.Policy) scheduler.Policy {
 	return scheduler.Policy{RequireLeaseForMacOS: p.RequireLeaseForMacOS, ExclusiveLeasedHosts: p.ExclusiveLeasedHosts}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/scheduler"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 func putNode(t *testing.T, st *store.Store, name string, vcpus int64) {
@@ -51,7 +52,7 @@ func TestPlaceAndReserve(t *testing.T) {
 	st := storetest.Open(t)
 	putNode(t, st, "big", 16)
 	putNode(t, st, "small", 8)
-	tenant := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: store.Quotas{MaxVMs: 2}}
+	tenant := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: sdk.Quotas{MaxVMs: 2}}
 	if err := st.CreateTenant(ctx, tenant); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func newFleet(t *testing.T) *fleet {
 		LastHeartbeat: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutImage(ctx, &store.Image{Name: "tiny", GuestOS: store.GuestLinux, Image: agent.Image, VCPUs: 1, MemoryMiB: 64}); err != nil {
+	if err := st.PutImage(ctx, &sdk.Image{Name: "tiny", GuestOS: store.GuestLinux, Image: agent.Image, VCPUs: 1, MemoryMiB: 64}); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := sdk.NewNodeClient(agent.URL, sdk.WithToken(agent.AdminToken))

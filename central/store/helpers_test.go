@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -71,7 +72,7 @@ func testNode(t testing.TB, s *Store, name string, vcpus, memMiB, macSlots int64
 }
 
 // testTenant creates a tenant with quotas and a token derived from its name.
-func testTenant(t testing.TB, s *Store, name string, q Quotas) *Tenant {
+func testTenant(t testing.TB, s *Store, name string, q sdk.Quotas) *Tenant {
 	t.Helper()
 	tn := &Tenant{Name: name, TokenSHA256: HashToken("fvt_" + name), Quota: q}
 	if err := s.CreateTenant(context.Background(), tn); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/notify"
+	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,11 +23,11 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	now := time.Now().UTC()
 
 	testNode(t, s, "n1", 16, 65536, 2)
-	acme := testTenant(t, s, "acme", Quotas{})
+	acme := testTenant(t, s, "acme", sdk.Quotas{})
 	if _, err := s.PutPolicy(ctx, DefaultPolicy()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutImage(ctx, &Image{Name: "deb", GuestOS: GuestLinux, Image: "/img/deb", VCPUs: 1, MemoryMiB: 64}); err != nil {
+	if err := s.PutImage(ctx, &sdk.Image{Name: "deb", GuestOS: GuestLinux, Image: "/img/deb", VCPUs: 1, MemoryMiB: 64}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Reserve(ctx, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64})

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/fluxvm/fluxvm/sdk"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -46,12 +47,12 @@ func readStored[T any](t *testing.T, name string) *T {
 // fields are the sdk's to the layout existing etcd data has, and checks
 // that each stored value lands in the field that means it.
 func TestStoredRecordsReadAndWriteAsBefore(t *testing.T) {
-	if p := readStored[Policy](t, "policy"); p.MinLeaseHours != 24 || p.LedgerRetentionDays != 400 || !p.AllowSharedPoolClaims ||
+	if p := readStored[sdk.Policy](t, "policy"); p.MinLeaseHours != 24 || p.LedgerRetentionDays != 400 || !p.AllowSharedPoolClaims ||
 		len(p.OperatorEmails) != 1 || p.OperatorEmails[0] != "ops@example.com" ||
 		p.Tunnels.MaxLifetimeMinutes != 480 || len(p.Tunnels.Ports) != 2 || p.Tunnels.Ports[1] != "8000-8100" {
 		t.Errorf("policy read as %+v", p)
 	}
-	if im := readStored[Image](t, "image"); im.GuestOS != GuestMacOS || im.MemoryMiB != 8192 || im.SSHUser != "admin" ||
+	if im := readStored[sdk.Image](t, "image"); im.GuestOS != GuestMacOS || im.MemoryMiB != 8192 || im.SSHUser != "admin" ||
 		im.Source != "oci://registry.example/sonoma:14" {
 		t.Errorf("image read as %+v", im)
 	}
