@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
@@ -271,7 +272,7 @@ func TestLabModeIsOpenUntilTheFirstTenant(t *testing.T) {
 	// Tenants cannot be made through lab mode; one made out of band (a state
 	// directory that had a fleet token before) closes the door.
 	const token = "fvt_lab-mode-tenant-token-0123456789abcdef"
-	if err := e.store.CreateTenant(context.Background(), &store.Tenant{Name: "early", TokenSHA256: store.HashToken(token)}); err != nil {
+	if err := e.store.CreateTenant(context.Background(), &store.Tenant{Tenant: sdk.Tenant{Name: "early"}, TokenSHA256: store.HashToken(token)}); err != nil {
 		t.Fatal(err)
 	}
 	eb := e.must(req{method: "GET", path: "/fleet/tenants"}, 401).errorBody(t)

@@ -15,7 +15,8 @@ import (
 )
 
 // jsonKeys lists the JSON keys of t, nested ones as parent.child (a slice's
-// elements as parent[].child), so two types can be compared key for key.
+// elements as parent[].child), so two types can be compared key for key. An
+// embedded struct's keys are its parent's, as encoding/json writes them.
 func jsonKeys(t reflect.Type, prefix string, out *[]string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -24,6 +25,10 @@ func jsonKeys(t reflect.Type, prefix string, out *[]string) {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			jsonKeys(f.Type, prefix, out)
 			continue
 		}
 		if name == "" {

@@ -44,7 +44,7 @@ func putMac(t *testing.T, st *store.Store, name, url string, vcpus, memMiB int64
 
 func newTenant(t *testing.T, st *store.Store, name string) *store.Tenant {
 	t.Helper()
-	tn := &store.Tenant{Name: name, TokenSHA256: store.HashToken("fvt_" + name)}
+	tn := &store.Tenant{Tenant: sdk.Tenant{Name: name}, TokenSHA256: store.HashToken("fvt_" + name)}
 	if err := st.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -48,7 +49,7 @@ func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func newTenant(t *testing.T, st *store.Store, name string) *store.Tenant {
 	t.Helper()
-	tn := &store.Tenant{Name: name, TokenSHA256: store.HashToken("fvt_" + name)}
+	tn := &store.Tenant{Tenant: sdk.Tenant{Name: name}, TokenSHA256: store.HashToken("fvt_" + name)}
 	if err := st.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatal(err)
 	}

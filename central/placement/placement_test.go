@@ -52,7 +52,7 @@ func TestPlaceAndReserve(t *testing.T) {
 	st := storetest.Open(t)
 	putNode(t, st, "big", 16)
 	putNode(t, st, "small", 8)
-	tenant := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: sdk.Quotas{MaxVMs: 2}}
+	tenant := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 2}}, TokenSHA256: store.HashToken("fvt_acme")}
 	if err := st.CreateTenant(ctx, tenant); err != nil {
 		t.Fatal(err)
 	}

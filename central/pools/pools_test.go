@@ -156,8 +156,8 @@ func TestLoopFillsPoolAndRetiresOnShrink(t *testing.T) {
 func TestClaimHandsOutAWarmMember(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
-	acme := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme")}
-	other := &store.Tenant{Name: "other", TokenSHA256: store.HashToken("fvt_other")}
+	acme := &store.Tenant{Tenant: sdk.Tenant{Name: "acme"}, TokenSHA256: store.HashToken("fvt_acme")}
+	other := &store.Tenant{Tenant: sdk.Tenant{Name: "other"}, TokenSHA256: store.HashToken("fvt_other")}
 	for _, tn := range []*store.Tenant{acme, other} {
 		if err := f.st.CreateTenant(ctx, tn); err != nil {
 			t.Fatal(err)

@@ -26,7 +26,7 @@ func TestReconcileMakesTheLedgerAgreeWithARealNode(t *testing.T) {
 	ctx := context.Background()
 	node := nodetest.Start(t)
 	st := storetest.Open(t)
-	acme := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: sdk.Quotas{MaxVMs: 1}}
+	acme := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 1}}, TokenSHA256: store.HashToken("fvt_acme")}
 	if err := st.CreateTenant(ctx, acme); err != nil {
 		t.Fatal(err)
 	}

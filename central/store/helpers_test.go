@@ -74,7 +74,7 @@ func testNode(t testing.TB, s *Store, name string, vcpus, memMiB, macSlots int64
 // testTenant creates a tenant with quotas and a token derived from its name.
 func testTenant(t testing.TB, s *Store, name string, q sdk.Quotas) *Tenant {
 	t.Helper()
-	tn := &Tenant{Name: name, TokenSHA256: HashToken("fvt_" + name), Quota: q}
+	tn := &Tenant{Tenant: sdk.Tenant{Name: name, Quota: q}, TokenSHA256: HashToken("fvt_" + name)}
 	if err := s.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatalf("create tenant: %v", err)
 	}

@@ -187,17 +187,30 @@ func SnapshotsPerVM(q sdk.Quotas, p sdk.Policy) int64 {
 	return p.MaxSnapshotsPerVM
 }
 
-// Tenant is a customer of the cloud. Its token is stored only as a SHA-256 hex digest.
+// Tenant is a customer of the cloud as the store keeps it: the tenant the API shows
+// (sdk.Tenant, the one definition of its fields) and, stored beside them, what no answer
+// carries: its token, only as a SHA-256 hex digest.
 type Tenant struct {
-	ID          string     `json:"id"`
-	Name        string     `json:"name"`
-	TokenSHA256 string     `json:"token_sha256"`
-	Disabled    bool       `json:"disabled"`
-	Quota       sdk.Quotas `json:"quota"`
-	CreatedAt   time.Time  `json:"created_at"`
-	// Budget is the tenant's monthly budget (0: none). Nothing is stopped
-	// when it is spent; central warns at 80 % and 100 % (budget.near, budget.over).
-	Budget billing.Micros `json:"budget_monthly,omitempty"`
+	sdk.Tenant
+	TokenSHA256 string `json:"token_sha256"`
+}
+
+// Budget is the tenant's monthly budget (0: none). Nothing is stopped when it is spent;
+// central warns at 80 % and 100 % (budget.near, budget.over).
+func (t *Tenant) Budget() billing.Micros {
+	if t.BudgetMonthly == nil {
+		return 0
+	}
+	return *t.BudgetMonthly
+}
+
+// SetBudget sets the monthly budget; 0 removes it, so the record has no budget_monthly and
+// the API shows none.
+func (t *Tenant) SetBudget(monthly billing.Micros) {
+	t.BudgetMonthly = nil
+	if monthly != 0 {
+		t.BudgetMonthly = &monthly
+	}
 }
 
 var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -210,7 +223,7 @@ func (t *Tenant) Validate() error {
 	if !sha256HexRE.MatchString(t.TokenSHA256) {
 		return fmt.Errorf("%w: tenant %s: token_sha256 must be 64 lowercase hex digits", ErrInvalid, t.Name)
 	}
-	if t.Budget < 0 {
+	if t.Budget() < 0 {
 		return fmt.Errorf("%w: tenant %s: budget_monthly must not be negative", ErrInvalid, t.Name)
 	}
 	return checkQuotas(t.Quota)

@@ -121,7 +121,7 @@ func TestTenantIndexesAndTokenRotation(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
 	five := int64(5)
-	acme := &Tenant{Name: "acme", TokenSHA256: HashToken("fvt_old"), Quota: sdk.Quotas{MaxVMs: 20, MaxMemoryMiB: 98304, MaxSnapshotsPerVM: &five}}
+	acme := &Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 20, MaxMemoryMiB: 98304, MaxSnapshotsPerVM: &five}}, TokenSHA256: HashToken("fvt_old")}
 	if err := s.CreateTenant(ctx, acme); err != nil {
 		t.Fatal(err)
 	}
@@ -138,16 +138,16 @@ func TestTenantIndexesAndTokenRotation(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want %+v", name, got, err, acme)
 		}
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "acme", TokenSHA256: HashToken("x")}); !errors.Is(err, ErrExists) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "acme"}, TokenSHA256: HashToken("x")}); !errors.Is(err, ErrExists) {
 		t.Errorf("duplicate name: %v, want ErrExists", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "other", TokenSHA256: HashToken("fvt_old")}); !errors.Is(err, ErrExists) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "other"}, TokenSHA256: HashToken("fvt_old")}); !errors.Is(err, ErrExists) {
 		t.Errorf("duplicate token: %v, want ErrExists", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "plain", TokenSHA256: "fvt_not_hashed"}); !errors.Is(err, ErrInvalid) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "plain"}, TokenSHA256: "fvt_not_hashed"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unhashed token: %v, want ErrInvalid", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "neg", TokenSHA256: HashToken("n"), Quota: sdk.Quotas{MaxVCPUs: -1}}); !errors.Is(err, ErrInvalid) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "neg", Quota: sdk.Quotas{MaxVCPUs: -1}}, TokenSHA256: HashToken("n")}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative quota: %v, want ErrInvalid", err)
 	}
 
@@ -184,7 +184,7 @@ func TestTenantIndexesAndTokenRotation(t *testing.T) {
 	if _, err := s.TenantByToken(ctx, HashToken("fvt_new")); !errors.Is(err, ErrNotFound) {
 		t.Errorf("token of a deleted tenant: %v, want ErrNotFound", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "acme-corp", TokenSHA256: HashToken("fvt_new")}); err != nil {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "acme-corp"}, TokenSHA256: HashToken("fvt_new")}); err != nil {
 		t.Errorf("name and token of a deleted tenant are not free again: %v", err)
 	}
 	ts, err := s.ListTenants(ctx)

@@ -58,10 +58,10 @@ func TestStoredRecordsReadAndWriteAsBefore(t *testing.T) {
 	}
 	tn := readStored[Tenant](t, "tenant")
 	if q := tn.Quota; tn.TokenSHA256 != HashToken("fvt_acme") || !tn.Disabled || q.MaxVMs != 20 || q.MaxLeasedHosts != 2 ||
-		q.MaxSnapshotsPerVM == nil || *q.MaxSnapshotsPerVM != 5 || q.MaxVolumeGiB != 500 || tn.Budget != 250_000_000 {
+		q.MaxSnapshotsPerVM == nil || *q.MaxSnapshotsPerVM != 5 || q.MaxVolumeGiB != 500 || tn.Budget() != 250_000_000 {
 		t.Errorf("tenant read as %+v", tn)
 	}
-	if tn := readStored[Tenant](t, "tenant-plain"); tn.Quota.MaxSnapshotsPerVM != nil || tn.Budget != 0 || tn.Disabled {
+	if tn := readStored[Tenant](t, "tenant-plain"); tn.Quota.MaxSnapshotsPerVM != nil || tn.Budget() != 0 || tn.Disabled {
 		t.Errorf("tenant without quotas or budget read as %+v", tn)
 	}
 	if l := readStored[Lease](t, "lease"); l.Active() || l.PricePerHour != 1_500_000 || l.PriceClass != "m2-pro" ||
