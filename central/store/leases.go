@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -59,35 +60,31 @@ func (e *LeaseRefusal) Error() string {
 
 func (e *LeaseRefusal) Unwrap() error { return ErrUnavailable }
 
-// Lease is a tenant's sole use of a whole node.
+// Lease is a tenant's sole use of a whole node: the lease the API shows (sdk.Lease, the one
+// definition of its fields) less what is derived from them. EndsAt is when the reconciler
+// ends it; MinEnd (StartedAt + the policy's min_lease_hours) is the earliest release but an
+// operator's forced one, and billing counts at least until it; PricePerHour, PriceClass and
+// Currency are fixed when it starts, so a price list changed later does not touch it; the
+// reconciler finishes an end that was interrupted before VMsRemoved.
+//
+// sdk.Lease.Active is derived from ReleasedAt: the method Active answers it, the record never
+// stores it (MarshalJSON) and the field stays unset here; leaseOf in central/api fills it.
 type Lease struct {
-	ID     string `json:"id"`
-	Tenant string `json:"tenant"`
-	Node   string `json:"node"`
-	// StartedAt is when the lease began; EndsAt when the reconciler ends it
-	// (zero: open-ended, until released).
-	StartedAt time.Time `json:"started_at"`
-	EndsAt    time.Time `json:"ends_at,omitzero"`
-	// MinEnd is StartedAt + the policy's min_lease_hours: no release before it
-	// (but an operator's forced one), and billing counts at least until it.
-	MinEnd time.Time `json:"min_end"`
-	// PricePerHour is what an hour of the lease costs, fixed when it starts
-	// (a price list changed later does not touch it); PriceClass is the Mac
-	// class that set it ("": mac_per_hour), Currency the price list's.
-	PricePerHour billing.Micros `json:"price_per_hour"`
-	PriceClass   string         `json:"price_class,omitempty"`
-	Currency     string         `json:"currency,omitempty"`
-	// ReleasedAt is when the lease ended (zero: active), EndReason why:
-	// "released", "released-forced" or "expired".
-	ReleasedAt time.Time `json:"released_at,omitzero"`
-	EndReason  string    `json:"end_reason,omitempty"`
-	// VMsRemoved is set once central has deleted the lessee's VMs on the node
-	// after the end; the reconciler finishes what an interrupted end left.
-	VMsRemoved bool `json:"vms_removed"`
+	sdk.Lease
 }
 
 // Active reports whether the lease has not ended.
 func (l *Lease) Active() bool { return l.ReleasedAt.IsZero() }
+
+// MarshalJSON writes the record without sdk.Lease's derived "active": an outer field of the
+// same key, always nil, hides it from encoding/json.
+func (l Lease) MarshalJSON() ([]byte, error) {
+	type record Lease // without this method
+	return json.Marshal(struct {
+		record
+		Active *bool `json:"active,omitempty"`
+	}{record: record(l)})
+}
 
 // CreateLeaseRequest asks for a lease of one node.
 type CreateLeaseRequest struct {
@@ -199,9 +196,9 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 		if q := t.Quota.MaxLeasedHosts; q > 0 && active+1 > q {
 			return false, &QuotaError{Field: "max_leased_hosts", Limit: q, Used: active, Asked: 1}
 		}
-		l := &Lease{ID: newID("lease-"), Tenant: req.Tenant, Node: req.Node, StartedAt: start,
+		l := &Lease{Lease: sdk.Lease{ID: newID("lease-"), Tenant: req.Tenant, Node: req.Node, StartedAt: start,
 			MinEnd: start.Add(time.Duration(minHours) * time.Hour), PricePerHour: req.PricePerHour,
-			PriceClass: req.PriceClass, Currency: req.Currency}
+			PriceClass: req.PriceClass, Currency: req.Currency}}
 		if req.Hours > 0 {
 			l.EndsAt = start.Add(time.Duration(req.Hours) * time.Hour)
 		}
