@@ -69,8 +69,8 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	}
 	node := func(action string) routeCase { return routeCase{own: "/fleet/nodes/node-ops/" + action} }
 	// Warm pools of A and B (nothing boots: no pool loop runs here).
-	for _, pl := range []store.Pool{{Name: "pool-a", Tenant: a.ID}, {Name: "pool-b", Tenant: b.ID},
-		{Name: "pool-a-del", Tenant: a.ID}, {Name: "pool-b-del", Tenant: b.ID}} {
+	for _, pl := range []store.Pool{{Pool: sdk.Pool{Name: "pool-a", Tenant: a.ID}}, {Pool: sdk.Pool{Name: "pool-b", Tenant: b.ID}},
+		{Pool: sdk.Pool{Name: "pool-a-del", Tenant: a.ID}}, {Pool: sdk.Pool{Name: "pool-b-del", Tenant: b.ID}}} {
 		pl.Image, pl.VCPUs, pl.MemoryMiB, pl.Size, pl.MaxSize = "img-1", 1, 512, 1, 1
 		if err := e.store.CreatePool(ctx, &pl); err != nil {
 			t.Fatal(err)

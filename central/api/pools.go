@@ -127,8 +127,8 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		bad(fmt.Sprintf("at most %d node_selector entries", maxLabels), "trim them")
 		return
 	}
-	pool, err := s.pools.Create(r.Context(), store.Pool{Name: req.Name, Tenant: owner, Image: req.Image, VCPUs: req.VCPUs,
-		MemoryMiB: req.MemoryMiB, Size: *req.Size, MaxSize: req.MaxSize, NodeSelector: req.NodeSelector})
+	pool, err := s.pools.Create(r.Context(), store.Pool{Pool: sdk.Pool{Name: req.Name, Tenant: owner, Image: req.Image,
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Size: *req.Size, MaxSize: req.MaxSize, NodeSelector: req.NodeSelector}})
 	switch {
 	case errors.Is(err, pools.ErrNoImage):
 		names, err := vms.CatalogNames(r.Context(), s.opts.Store)

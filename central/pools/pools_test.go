@@ -104,7 +104,7 @@ func size(n int) *int { return &n }
 func TestLoopFillsPoolAndRetiresOnShrink(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
-	pool, err := f.svc.Create(ctx, store.Pool{Name: "ci", Image: "tiny", Size: 3})
+	pool, err := f.svc.Create(ctx, store.Pool{Pool: sdk.Pool{Name: "ci", Image: "tiny", Size: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestClaimHandsOutAWarmMember(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pool, err := f.svc.Create(ctx, store.Pool{Name: "ci", Tenant: acme.ID, Image: "tiny", Size: 1})
+	pool, err := f.svc.Create(ctx, store.Pool{Pool: sdk.Pool{Name: "ci", Tenant: acme.ID, Image: "tiny", Size: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestClaimHandsOutAWarmMember(t *testing.T) {
 func TestADeposedLeadersLoopWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
-	pool, err := f.svc.Create(ctx, store.Pool{Name: "ci", Image: "tiny", Size: 1})
+	pool, err := f.svc.Create(ctx, store.Pool{Pool: sdk.Pool{Name: "ci", Image: "tiny", Size: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

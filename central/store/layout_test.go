@@ -52,12 +52,12 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if err := s.PutDrain(ctx, &Drain{Node: "n1", Mode: "cordon", StartedAt: now, UpdatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreatePool(ctx, &Pool{Name: "p", Tenant: acme.ID, Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
-		Size: 1, MaxSize: 1, CreatedAt: now}); err != nil {
+	if err := s.CreatePool(ctx, &Pool{Pool: sdk.Pool{Name: "p", Tenant: acme.ID, Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
+		Size: 1, MaxSize: 1, CreatedAt: now}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreatePool(ctx, &Pool{Name: "shared", Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
-		Size: 1, MaxSize: 1, CreatedAt: now}); err != nil {
+	if err := s.CreatePool(ctx, &Pool{Pool: sdk.Pool{Name: "shared", Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
+		Size: 1, MaxSize: 1, CreatedAt: now}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateMember(ctx, &PoolMember{ID: "pool-p-1", Pool: "p", Tenant: acme.ID, Node: "n1", State: MemberCreating, CreatedAt: now}); err != nil {

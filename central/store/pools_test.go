@@ -14,7 +14,7 @@ import (
 func warmMembers(t *testing.T, s *Store, tenant, pool, node string, n int) {
 	t.Helper()
 	ctx := testCtx(t)
-	if err := s.CreatePool(ctx, &Pool{Name: pool, Tenant: tenant, Image: "img", VCPUs: 1, MemoryMiB: 512, Size: n, MaxSize: n}); err != nil {
+	if err := s.CreatePool(ctx, &Pool{Pool: sdk.Pool{Name: pool, Tenant: tenant, Image: "img", VCPUs: 1, MemoryMiB: 512, Size: n, MaxSize: n}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
