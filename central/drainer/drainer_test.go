@@ -275,8 +275,8 @@ func TestResumeDrainsFinishesAnUnfinishedDrain(t *testing.T) {
 		}
 		// What a central that died after its first delete left behind.
 		now := f.clock.now()
-		if err := f.st.PutDrain(ctx, &store.Drain{Node: name, Mode: sdk.DrainEvictEphemeral, StartedAt: now, UpdatedAt: now,
-			VMs: []store.DrainVM{{ID: "vm-gone", Name: "gone", Tenant: acme, Ephemeral: true, Action: "deleted"}}}); err != nil {
+		if err := f.st.PutDrain(ctx, &store.Drain{Drain: sdk.Drain{Node: name, Mode: sdk.DrainEvictEphemeral, StartedAt: now, UpdatedAt: now,
+			VMs: []sdk.DrainVM{{ID: "vm-gone", Name: "gone", Tenant: acme, Ephemeral: true, Action: "deleted"}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

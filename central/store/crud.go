@@ -84,6 +84,25 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
+// marshalWithout is v's JSON object less the derived keys. A record that embeds its sdk type
+// stores it through this when some of that type's fields are derived from the others (a
+// lease's "active", a pool's "shared"): the edge computes them for each answer, and a stored
+// copy could only go stale.
+func marshalWithout(v any, derived ...string) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, err
+	}
+	for _, k := range derived {
+		delete(fields, k)
+	}
+	return json.Marshal(fields)
+}
+
 // getJSON reads one record. It returns the key's mod revision (0 with ErrNotFound).
 func getJSON[T any](ctx context.Context, s *Store, key string) (*T, int64, error) {
 	resp, err := s.client.Get(ctx, key)

@@ -58,7 +58,7 @@ func TestADeposedLeaderWritesNothing(t *testing.T) {
 			_, err := a.Reserve(fenced, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64})
 			return err
 		},
-		"put a drain": func() error { return a.PutDrain(fenced, &Drain{Node: "n1", Mode: "cordon"}) },
+		"put a drain": func() error { return a.PutDrain(fenced, &Drain{Drain: sdk.Drain{Node: "n1", Mode: "cordon"}}) },
 		"update a node": func() error {
 			_, err := a.UpdateNode(fenced, "n1", false, func(n *Node) error { n.Cordoned = true; return nil })
 			return err

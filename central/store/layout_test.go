@@ -49,7 +49,7 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if _, err := s.CreateLease(ctx, CreateLeaseRequest{Tenant: acme.ID, Node: "n2", Start: now, MinHours: 24}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutDrain(ctx, &Drain{Node: "n1", Mode: "cordon", StartedAt: now, UpdatedAt: now}); err != nil {
+	if err := s.PutDrain(ctx, &Drain{Drain: sdk.Drain{Node: "n1", Mode: "cordon", StartedAt: now, UpdatedAt: now}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreatePool(ctx, &Pool{Pool: sdk.Pool{Name: "p", Tenant: acme.ID, Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,

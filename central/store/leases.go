@@ -76,14 +76,10 @@ type Lease struct {
 // Active reports whether the lease has not ended.
 func (l *Lease) Active() bool { return l.ReleasedAt.IsZero() }
 
-// MarshalJSON writes the record without sdk.Lease's derived "active": an outer field of the
-// same key, always nil, hides it from encoding/json.
+// MarshalJSON writes the record without sdk.Lease's derived "active".
 func (l Lease) MarshalJSON() ([]byte, error) {
-	type record Lease // without this method
-	return json.Marshal(struct {
-		record
-		Active *bool `json:"active,omitempty"`
-	}{record: record(l)})
+	type record Lease // the same fields, without this method
+	return marshalWithout(record(l), "active")
 }
 
 // CreateLeaseRequest asks for a lease of one node.
@@ -374,30 +370,21 @@ func (s *Store) ActiveLeaseOfNode(ctx context.Context, node string) (*Lease, err
 
 // ---- drains ----
 
-// DrainVM is what a drain did with one VM.
-type DrainVM struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Tenant    string `json:"tenant,omitempty"`
-	Ephemeral bool   `json:"ephemeral"`
-	// Action is "kept", "deleted", "moved" (recreated on MovedTo, then
-	// deleted here), "failed" (Error says why) or "pending" (a move to
-	// MovedTo under way).
-	Action  string `json:"action"`
-	MovedTo string `json:"moved_to,omitempty"`
-	Error   string `json:"error,omitempty"`
+// Drain is the state of a node's latest drain: the drain the API shows (sdk.Drain, the one
+// definition of its fields, with one sdk.DrainVM for each VM the drain handled). A VM's
+// action "moved" means recreated on MovedTo, then deleted here, and "pending" a move to
+// MovedTo under way.
+//
+// sdk.Drain.Draining is the node's (Node.Draining, which uncordon ends), not the drain's: the
+// record never stores a copy (MarshalJSON) and DrainStatus reads it from the node.
+type Drain struct {
+	sdk.Drain
 }
 
-// Drain is the state of a node's latest drain.
-type Drain struct {
-	Node       string    `json:"node"`
-	Mode       string    `json:"mode"`
-	Forced     bool      `json:"forced"`
-	StartedAt  time.Time `json:"started_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	Finished   bool      `json:"finished"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
-	VMs        []DrainVM `json:"vms"`
+// MarshalJSON writes the record without sdk.Drain's "draining".
+func (d Drain) MarshalJSON() ([]byte, error) {
+	type record Drain // the same fields, without this method
+	return marshalWithout(record(d), "draining")
 }
 
 // PutDrain writes a node's drain record whole.
@@ -406,7 +393,7 @@ func (s *Store) PutDrain(ctx context.Context, d *Drain) error {
 		return err
 	}
 	if d.VMs == nil {
-		d.VMs = []DrainVM{}
+		d.VMs = []sdk.DrainVM{}
 	}
 	if _, err := s.kv(ctx).Put(ctx, s.drainKey(d.Node), mustJSON(d)); err != nil {
 		return fmt.Errorf("put drain of node %s: %w", d.Node, err)

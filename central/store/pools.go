@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"encoding/json"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -65,15 +64,10 @@ type Pool struct {
 	sdk.Pool
 }
 
-// MarshalJSON writes the record without sdk.Pool's derived "shared" and "mode": outer fields
-// of the same keys, always nil, hide them from encoding/json.
+// MarshalJSON writes the record without sdk.Pool's derived "shared" and "mode".
 func (p Pool) MarshalJSON() ([]byte, error) {
-	type record Pool // without this method
-	return json.Marshal(struct {
-		record
-		Shared *bool   `json:"shared,omitempty"`
-		Mode   *string `json:"mode,omitempty"`
-	}{record: record(p)})
+	type record Pool // the same fields, without this method
+	return marshalWithout(record(p), "shared", "mode")
 }
 
 // Validate checks what the store relies on.
