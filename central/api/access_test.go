@@ -40,8 +40,8 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	e.must(req{method: "PATCH", path: "/fleet/tenants/disabled", token: testFleetToken, body: `{"disabled": true}`}, 200)
 	e.must(req{method: "PUT", path: "/fleet/images/img-1", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-1.raw"}`}, 201)
 	// A node nobody answers on, with one VM of A's and one of B's in the ledger.
-	if err := e.store.PutNode(ctx, &store.Node{Name: "node-1", URL: "http://127.0.0.1:1", State: store.NodeUp,
-		LastHeartbeat: time.Now().UTC(), Capacity: store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 16384}}}); err != nil {
+	if err := e.store.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "node-1", URL: "http://127.0.0.1:1", State: store.NodeUp,
+		LastHeartbeat: time.Now().UTC(), Capacity: sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range []struct{ tenant, vm string }{{a.ID, "vm-a"}, {b.ID, "vm-b"}} {
@@ -53,9 +53,9 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 
 	// Nodes leased by A and B, and one for the operator's node routes.
 	for _, name := range []string{"node-lease-a", "node-lease-b", "node-ops"} {
-		if err := e.store.PutNode(ctx, &store.Node{Name: name, URL: "http://127.0.0.1:1", State: store.NodeUp,
+		if err := e.store.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://127.0.0.1:1", State: store.NodeUp,
 			LastHeartbeat: time.Now().UTC(), GuestOS: []string{"linux", "macos"},
-			Capacity: store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 16384, MacOSSlots: 2}}}); err != nil {
+			Capacity: sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 8, MemoryMiB: 16384, MacOSSlots: 2}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -77,10 +77,10 @@ func runVM(t *testing.T, st *store.Store, tenant, node, vmID string, vcpus, memM
 // putMac registers a healthy, idle Mac of the given size.
 func putMac(t *testing.T, st *store.Store, name string, vcpus, memMiB int64) {
 	t.Helper()
-	if err := st.PutNode(context.Background(), &store.Node{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp,
-		GuestOS: []string{store.GuestMacOS}, Drivers: []store.DriverStatus{{Name: "sim", Health: "healthy"}},
-		Capacity:      store.Capacity{Total: store.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: 2}},
-		LastHeartbeat: time.Now().UTC()}); err != nil {
+	if err := st.PutNode(context.Background(), &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp,
+		GuestOS: []string{store.GuestMacOS}, Drivers: []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}},
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: 2}},
+		LastHeartbeat: time.Now().UTC()}}); err != nil {
 		t.Fatal(err)
 	}
 }

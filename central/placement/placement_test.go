@@ -14,10 +14,10 @@ import (
 
 func putNode(t *testing.T, st *store.Store, name string, vcpus int64) {
 	t.Helper()
-	n := &store.Node{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, GuestOS: []string{store.GuestLinux},
-		Drivers:       []store.DriverStatus{{Name: "sim", Health: "healthy"}},
-		Capacity:      store.Capacity{Total: store.Resources{VCPUs: vcpus, MemoryMiB: 65536}, Free: store.Resources{VCPUs: vcpus, MemoryMiB: 65536}},
-		LastHeartbeat: time.Now().UTC()}
+	n := &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, GuestOS: []string{store.GuestLinux},
+		Drivers:       []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}},
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: vcpus, MemoryMiB: 65536}, Free: sdk.Resources{VCPUs: vcpus, MemoryMiB: 65536}},
+		LastHeartbeat: time.Now().UTC()}}
 	if err := st.PutNode(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}

@@ -29,10 +29,10 @@ func newFleet(t *testing.T) *fleet {
 	ctx := context.Background()
 	agent := nodetest.Start(t)
 	st := storetest.Open(t)
-	room := store.Resources{VCPUs: 16, MemoryMiB: 16384}
-	if err := st.PutNode(ctx, &store.Node{Name: "n1", URL: agent.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
-		Drivers: []store.DriverStatus{{Name: "sim", Health: "healthy"}}, Capacity: store.Capacity{Total: room, Free: room},
-		LastHeartbeat: time.Now().UTC()}); err != nil {
+	room := sdk.Resources{VCPUs: 16, MemoryMiB: 16384}
+	if err := st.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "n1", URL: agent.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
+		Drivers: []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}}, Capacity: sdk.FleetNodeCapacity{Total: room, Free: room},
+		LastHeartbeat: time.Now().UTC()}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.PutImage(ctx, &sdk.Image{Name: "tiny", GuestOS: store.GuestLinux, Image: agent.Image, VCPUs: 1, MemoryMiB: 64}); err != nil {

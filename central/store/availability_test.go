@@ -25,7 +25,7 @@ func TestOneRuleForAnUnavailableNode(t *testing.T) {
 		{func(n *Node) { n.ScrubPending = true }, "waiting for a scrub"},
 	} {
 		n, err := s.UpdateNode(ctx, "n1", false, func(n *Node) error {
-			*n = Node{Name: n.Name, URL: n.URL, State: NodeUp, Capacity: n.Capacity}
+			*n = Node{FleetNode: sdk.FleetNode{Name: n.Name, URL: n.URL, State: NodeUp, Capacity: n.Capacity}}
 			c.set(n)
 			return nil
 		})

@@ -210,7 +210,7 @@ func (s *Store) UpdateNode(ctx context.Context, name string, create bool, fn fun
 		n, rev, err := getJSON[Node](ctx, s, key)
 		switch {
 		case errors.Is(err, ErrNotFound) && create:
-			n = &Node{Name: name, State: NodeUp}
+			n = &Node{FleetNode: sdk.FleetNode{Name: name, State: NodeUp}}
 		case err != nil:
 			return false, fmt.Errorf("update node %s: %w", name, err)
 		}

@@ -62,9 +62,9 @@ func killAbruptly(s *Store) {
 // testNode puts an up node with the given capacity.
 func testNode(t testing.TB, s *Store, name string, vcpus, memMiB, macSlots int64) *Node {
 	t.Helper()
-	n := &Node{Name: name, URL: "http://" + name + ":7777", State: NodeUp,
-		Capacity:      Capacity{Total: Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: macSlots}},
-		LastHeartbeat: time.Now().UTC()}
+	n := &Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://" + name + ":7777", State: NodeUp,
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: macSlots}},
+		LastHeartbeat: time.Now().UTC()}}
 	if err := s.PutNode(context.Background(), n); err != nil {
 		t.Fatalf("put node: %v", err)
 	}

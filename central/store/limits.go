@@ -62,7 +62,7 @@ func (p *Pool) clampStored() {
 }
 
 func (n *Node) clampStored() {
-	both := func(r *Resources, lo int64) {
+	both := func(r *sdk.Resources, lo int64) {
 		r.VCPUs = clamp(r.VCPUs, lo*MaxNodeVCPUs, MaxNodeVCPUs)
 		r.MemoryMiB = clamp(r.MemoryMiB, lo*MaxNodeMemoryMiB, MaxNodeMemoryMiB)
 		r.MacOSSlots = clamp(r.MacOSSlots, lo*MaxNodeMacOSSlots, MaxNodeMacOSSlots)

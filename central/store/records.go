@@ -20,10 +20,10 @@ const (
 	GuestMacOS = "macos"
 )
 
-// Node states.
+// Node states: sdk's.
 const (
-	NodeUp   = "up"
-	NodeDown = "down"
+	NodeUp   = sdk.NodeUp
+	NodeDown = sdk.NodeDown
 )
 
 // nameRE is the rule for every name that becomes a key segment (nodes, tenants, images):
@@ -40,60 +40,16 @@ func checkName(kind, name string) error {
 	return nil
 }
 
-// Resources is an amount of node capacity or usage.
-type Resources struct {
-	VCPUs      int64 `json:"vcpus"`
-	MemoryMiB  int64 `json:"memory_mib"`
-	MacOSSlots int64 `json:"macos_slots"`
-}
-
-// Capacity is what a node reports: its total, and what it sees free (which includes VMs not
-// created through central).
-type Capacity struct {
-	Total Resources `json:"total"`
-	Free  Resources `json:"free"`
-}
-
-// DriverStatus is one hypervisor plugin of a node as it reports it.
-type DriverStatus struct {
-	Name      string `json:"name"`
-	Health    string `json:"health"`
-	Simulated bool   `json:"simulated,omitempty"`
-}
-
-// VMSummary is one VM of a node's heartbeat.
-type VMSummary struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Tenant    string `json:"tenant,omitempty"`
-	State     string `json:"state"`
-	VCPUs     int64  `json:"vcpus"`
-	MemoryMiB int64  `json:"memory_mib"`
-	GuestOS   string `json:"guest_os"`
-}
-
-// Node is a registered host, rewritten by each heartbeat.
+// Node is a registered host, rewritten by each heartbeat: the node the API shows
+// (sdk.FleetNode, the one definition of its fields, with its capacity in sdk.Resources, its
+// drivers and the VMs of its last heartbeat) and nothing else, since central keeps nothing
+// about a node that the operator does not see. Capacity's Free is what the node sees free,
+// which includes VMs not created through central. LeasedBy and LeaseID are written only by
+// CreateLease and EndLease, in the same transaction as the lease, so a Reserve that compares
+// the node record's revision always decides on the current lessee. The store's rules about a
+// node are its methods here.
 type Node struct {
-	Name          string            `json:"name"`
-	URL           string            `json:"url"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	Capacity      Capacity          `json:"capacity"`
-	Drivers       []DriverStatus    `json:"drivers,omitempty"`
-	Fingerprint   map[string]string `json:"fingerprint,omitempty"`
-	LastHeartbeat time.Time         `json:"last_heartbeat"`
-	State         string            `json:"state"` // NodeUp or NodeDown
-	Cordoned      bool              `json:"cordoned"`
-	Draining      bool              `json:"draining"`
-	ScrubPending  bool              `json:"scrub_pending"`
-	// LeasedBy is the tenant holding the node's active lease and LeaseID that
-	// lease ("" when none). Only CreateLease and EndLease write them, in the
-	// same transaction as the lease, so a Reserve that compares the node
-	// record's revision always decides on the current lessee.
-	LeasedBy string      `json:"leased_by,omitempty"`
-	LeaseID  string      `json:"lease_id,omitempty"`
-	GuestOS  []string    `json:"guest_os,omitempty"`
-	Nested   bool        `json:"nested"`
-	VMs      []VMSummary `json:"vms,omitempty"`
+	sdk.FleetNode
 }
 
 // Unavailable says why n takes no new VM and no lease now ("" when it

@@ -151,7 +151,7 @@ func TestReserveRefusesUnschedulableAndMissingNodes(t *testing.T) {
 		{"scrub pending", func(n *Node) { n.ScrubPending = true }},
 	} {
 		if _, err := s.UpdateNode(ctx, "n1", false, func(n *Node) error {
-			*n = Node{Name: n.Name, State: NodeUp, Capacity: n.Capacity}
+			*n = Node{FleetNode: sdk.FleetNode{Name: n.Name, State: NodeUp, Capacity: n.Capacity}}
 			c.set(n)
 			return nil
 		}); err != nil {

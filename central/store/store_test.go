@@ -70,14 +70,14 @@ func TestPrefixesIsolateStoresOnOneEtcd(t *testing.T) {
 func TestNodeRoundTripAndUpdate(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
-	n := &Node{
+	n := &Node{FleetNode: sdk.FleetNode{
 		Name: "mac-1", URL: "http://10.0.0.1:7777", Labels: map[string]string{"rack": "a"},
-		Capacity:    Capacity{Total: Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}, Free: Resources{VCPUs: 8, MemoryMiB: 32768, MacOSSlots: 1}},
-		Drivers:     []DriverStatus{{Name: "vz", Health: "healthy"}, {Name: "sim", Health: "healthy", Simulated: true}},
+		Capacity:    sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 32768, MacOSSlots: 1}},
+		Drivers:     []sdk.FleetNodeDriver{{Name: "vz", Health: "healthy"}, {Name: "sim", Health: "healthy", Simulated: true}},
 		Fingerprint: map[string]string{"cpu.arch": "arm64"}, LastHeartbeat: time.Now().UTC().Round(0),
 		State: NodeUp, Cordoned: true, Draining: true, ScrubPending: true, GuestOS: []string{"linux", "macos"}, Nested: true,
-		VMs: []VMSummary{{ID: "vm-1", Name: "ci", Tenant: "t-1", State: "running", VCPUs: 4, MemoryMiB: 8192, GuestOS: "macos"}},
-	}
+		VMs: []sdk.HeartbeatVM{{ID: "vm-1", Name: "ci", Tenant: "t-1", State: "running", VCPUs: 4, MemoryMiB: 8192, GuestOS: "macos"}},
+	}}
 	if err := s.PutNode(ctx, n); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestNodeRoundTripAndUpdate(t *testing.T) {
 	if err != nil || len(ns) != 2 || ns[0].Name != "mac-1" || ns[1].Name != "mac-2" {
 		t.Errorf("list nodes = %v, %v", ns, err)
 	}
-	if err := s.PutNode(ctx, &Node{Name: "bad/name"}); !errors.Is(err, ErrInvalid) {
+	if err := s.PutNode(ctx, &Node{FleetNode: sdk.FleetNode{Name: "bad/name"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("node name with a slash: %v, want ErrInvalid", err)
 	}
 	if err := s.DeleteNode(ctx, "mac-2"); err != nil {
