@@ -110,7 +110,10 @@ func (n *Node) Validate() error {
 // layout too: TestStoredRecordsReadAndWriteAsBefore reads records of the
 // existing layout (testdata/stored) and fails on any change that would not
 // read them, and such a change needs a read-side migration here. The price
-// list (billing.Prices, billing.go) is stored the same way.
+// list (billing.Prices, billing.go) is stored the same way. Records that keep
+// more than the API shows, or less (Tenant, Lease, Pool, Drain, Node), embed
+// their sdk type instead: docs/design/004-central-layers.md, "Wire types and
+// records".
 
 // checkQuotas refuses negative limits. For max_vms, max_vcpus, max_memory_mib,
 // max_leased_hosts and max_volume_gib, 0 (or unset) means no limit: the spec creates tenants
