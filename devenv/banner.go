@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // banner is what dev prints once it is up: where things are, the tokens,
@@ -14,7 +14,7 @@ type banner struct {
 	dir, logs, driver string
 	central, node     string
 	operator, tenant  string
-	quota             store.Quotas
+	quota             sdk.Quotas
 	image             string
 	prices            string // which price list is in effect
 	// vm is a name the demo tenant does not use yet.

@@ -5,18 +5,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 func TestFitToTheNode(t *testing.T) {
 	for _, c := range []struct {
-		total store.Resources
-		want  store.Quotas
+		total sdk.Resources
+		want  sdk.Quotas
 	}{
-		{store.Resources{VCPUs: 2, MemoryMiB: 20000}, store.Quotas{MaxVMs: 2, MaxVCPUs: 2, MaxMemoryMiB: 8192}},
-		{store.Resources{VCPUs: 64, MemoryMiB: 1 << 20}, demoQuota},
-		{store.Resources{VCPUs: 16, MemoryMiB: 1536}, store.Quotas{MaxVMs: 3, MaxVCPUs: 8, MaxMemoryMiB: 1536}},
-		{store.Resources{VCPUs: 0, MemoryMiB: 100}, store.Quotas{MaxVMs: 1, MaxVCPUs: 1, MaxMemoryMiB: 512}},
+		{sdk.Resources{VCPUs: 2, MemoryMiB: 20000}, sdk.Quotas{MaxVMs: 2, MaxVCPUs: 2, MaxMemoryMiB: 8192}},
+		{sdk.Resources{VCPUs: 64, MemoryMiB: 1 << 20}, demoQuota},
+		{sdk.Resources{VCPUs: 16, MemoryMiB: 1536}, sdk.Quotas{MaxVMs: 3, MaxVCPUs: 8, MaxMemoryMiB: 1536}},
+		{sdk.Resources{VCPUs: 0, MemoryMiB: 100}, sdk.Quotas{MaxVMs: 1, MaxVCPUs: 1, MaxMemoryMiB: 512}},
 	} {
 		if got := fitTo(demoQuota, c.total); got != c.want {
 			t.Errorf("fitTo(%+v) = %+v, want %+v", c.total, got, c.want)

@@ -59,7 +59,7 @@ const (
 // demoQuota is the most the demo tenant may use; fitQuota lowers it to what
 // the dev node holds, so each refusal the demo meets is the quota's, with a
 // hint that fits.
-var demoQuota = store.Quotas{MaxVMs: 5, MaxVCPUs: 8, MaxMemoryMiB: 8192}
+var demoQuota = sdk.Quotas{MaxVMs: 5, MaxVCPUs: 8, MaxMemoryMiB: 8192}
 
 // heartbeatInterval is short so that the node is up a moment after start
 // and the first heartbeat that carries its drivers comes soon.
@@ -407,7 +407,7 @@ central {
 // so the catalog lists only what launches here) and makes sure the demo
 // tenant exists with a token that works. It returns the image's name.
 func setUp(ctx context.Context, op *caller, dir, plugin string, st *devState) (string, error) {
-	im := store.Image{Name: QEMUImage, DisplayName: "Debian minimal (FluxVM guest image)", GuestOS: store.GuestLinux,
+	im := sdk.Image{Name: QEMUImage, DisplayName: "Debian minimal (FluxVM guest image)", GuestOS: store.GuestLinux,
 		Image: image.DefaultDir(), VCPUs: 1, MemoryMiB: 512}
 	other := SimImage
 	if plugin == "sim" {
@@ -418,7 +418,7 @@ func setUp(ctx context.Context, op *caller, dir, plugin string, st *devState) (s
 		if err := os.WriteFile(placeholder, []byte("a placeholder disk: the sim driver only checks that it exists\n"), 0o600); err != nil {
 			return "", fmt.Errorf("sim image: %w", err)
 		}
-		im = store.Image{Name: SimImage, DisplayName: "Simulated Linux (sim driver)", GuestOS: store.GuestLinux,
+		im = sdk.Image{Name: SimImage, DisplayName: "Simulated Linux (sim driver)", GuestOS: store.GuestLinux,
 			Image: placeholder, VCPUs: 1, MemoryMiB: 512}
 		other = QEMUImage
 	}

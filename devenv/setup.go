@@ -11,20 +11,20 @@ import (
 )
 
 // demoVM is the size of the catalog image's VMs, which fitQuota counts in.
-var demoVM = store.Resources{VCPUs: 1, MemoryMiB: 512}
+var demoVM = sdk.Resources{VCPUs: 1, MemoryMiB: 512}
 
 // fitQuota sets the demo tenant's quota to demoQuota lowered to what the dev
 // node holds (on a 2-vCPU machine: 2 VMs, 2 vCPUs), on every start, since the
 // machine may have changed. It returns the quota set.
-func fitQuota(ctx context.Context, op *caller, tenantID string) (store.Quotas, error) {
+func fitQuota(ctx context.Context, op *caller, tenantID string) (sdk.Quotas, error) {
 	var n store.Node
 	if _, err := op.do(ctx, "GET", "/fleet/nodes/"+NodeName, op.token, nil, &n, 200); err != nil {
-		return store.Quotas{}, fmt.Errorf("read node %s: %w", NodeName, err)
+		return sdk.Quotas{}, fmt.Errorf("read node %s: %w", NodeName, err)
 	}
 	q := fitTo(demoQuota, n.Capacity.Total)
 	patch := map[string]any{"quota": map[string]int64{"max_vms": q.MaxVMs, "max_vcpus": q.MaxVCPUs, "max_memory_mib": q.MaxMemoryMiB}}
 	if _, err := op.do(ctx, "PATCH", "/fleet/tenants/"+tenantID, op.token, patch, nil, 200); err != nil {
-		return store.Quotas{}, fmt.Errorf("set the quota of tenant %s: %w", TenantName, err)
+		return sdk.Quotas{}, fmt.Errorf("set the quota of tenant %s: %w", TenantName, err)
 	}
 	return q, nil
 }
@@ -33,7 +33,7 @@ func fitQuota(ctx context.Context, op *caller, tenantID string) (store.Quotas, e
 // than it has, and no more VMs than demoVMs fit in that. It keeps room for
 // one VM even on a node too small for it, so the refusal a launch meets
 // there is the node's, which says what is short.
-func fitTo(q store.Quotas, total store.Resources) store.Quotas {
+func fitTo(q sdk.Quotas, total sdk.Resources) sdk.Quotas {
 	q.MaxVCPUs = max(min(q.MaxVCPUs, total.VCPUs), demoVM.VCPUs)
 	q.MaxMemoryMiB = max(min(q.MaxMemoryMiB, total.MemoryMiB), demoVM.MemoryMiB)
 	q.MaxVMs = max(min(q.MaxVMs, q.MaxVCPUs/demoVM.VCPUs, q.MaxMemoryMiB/demoVM.MemoryMiB), 1)

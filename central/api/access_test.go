@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
@@ -39,8 +40,8 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	e.must(req{method: "PATCH", path: "/fleet/tenants/disabled", token: testFleetToken, body: `{"disabled": true}`}, 200)
 	e.must(req{method: "PUT", path: "/fleet/images/img-1", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-1.raw"}`}, 201)
 	// A node nobody answers on, with one VM of A's and one of B's in the ledger.
-	if err := e.store.PutNode(ctx, &store.Node{Name: "node-1", URL: "http://127.0.0.1:1", State: store.NodeUp,
-		LastHeartbeat: time.Now().UTC(), Capacity: store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 16384}}}); err != nil {
+	if err := e.store.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "node-1", URL: "http://127.0.0.1:1", State: store.NodeUp,
+		LastHeartbeat: time.Now().UTC(), Capacity: sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range []struct{ tenant, vm string }{{a.ID, "vm-a"}, {b.ID, "vm-b"}} {
@@ -52,9 +53,9 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 
 	// Nodes leased by A and B, and one for the operator's node routes.
 	for _, name := range []string{"node-lease-a", "node-lease-b", "node-ops"} {
-		if err := e.store.PutNode(ctx, &store.Node{Name: name, URL: "http://127.0.0.1:1", State: store.NodeUp,
+		if err := e.store.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://127.0.0.1:1", State: store.NodeUp,
 			LastHeartbeat: time.Now().UTC(), GuestOS: []string{"linux", "macos"},
-			Capacity: store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 16384, MacOSSlots: 2}}}); err != nil {
+			Capacity: sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 8, MemoryMiB: 16384, MacOSSlots: 2}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,8 +69,8 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	}
 	node := func(action string) routeCase { return routeCase{own: "/fleet/nodes/node-ops/" + action} }
 	// Warm pools of A and B (nothing boots: no pool loop runs here).
-	for _, pl := range []store.Pool{{Name: "pool-a", Tenant: a.ID}, {Name: "pool-b", Tenant: b.ID},
-		{Name: "pool-a-del", Tenant: a.ID}, {Name: "pool-b-del", Tenant: b.ID}} {
+	for _, pl := range []store.Pool{{Pool: sdk.Pool{Name: "pool-a", Tenant: a.ID}}, {Pool: sdk.Pool{Name: "pool-b", Tenant: b.ID}},
+		{Pool: sdk.Pool{Name: "pool-a-del", Tenant: a.ID}}, {Pool: sdk.Pool{Name: "pool-b-del", Tenant: b.ID}}} {
 		pl.Image, pl.VCPUs, pl.MemoryMiB, pl.Size, pl.MaxSize = "img-1", 1, 512, 1, 1
 		if err := e.store.CreatePool(ctx, &pl); err != nil {
 			t.Fatal(err)
@@ -271,7 +272,7 @@ func TestLabModeIsOpenUntilTheFirstTenant(t *testing.T) {
 	// Tenants cannot be made through lab mode; one made out of band (a state
 	// directory that had a fleet token before) closes the door.
 	const token = "fvt_lab-mode-tenant-token-0123456789abcdef"
-	if err := e.store.CreateTenant(context.Background(), &store.Tenant{Name: "early", TokenSHA256: store.HashToken(token)}); err != nil {
+	if err := e.store.CreateTenant(context.Background(), &store.Tenant{Tenant: sdk.Tenant{Name: "early"}, TokenSHA256: store.HashToken(token)}); err != nil {
 		t.Fatal(err)
 	}
 	eb := e.must(req{method: "GET", path: "/fleet/tenants"}, 401).errorBody(t)

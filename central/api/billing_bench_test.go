@@ -12,6 +12,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/billing/billingtest"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -124,8 +125,8 @@ func bbLoad(b *testing.B, st *store.Store, vms []billing.VM, leases []billing.Le
 			MemoryMiB: v.MemoryMiB, GuestOS: guest, Image: v.Image, StartedAt: v.Start, EndedAt: v.End})
 	}
 	for _, l := range leases {
-		put("leases/"+l.ID, store.Lease{ID: l.ID, Tenant: l.Tenant, Node: l.Node, StartedAt: l.Start, EndsAt: l.EndsAt, MinEnd: l.MinEnd,
-			PricePerHour: l.PricePerHour, PriceClass: l.Class, Currency: "USD", ReleasedAt: l.ReleasedAt})
+		put("leases/"+l.ID, store.Lease{Lease: sdk.Lease{ID: l.ID, Tenant: l.Tenant, Node: l.Node, StartedAt: l.Start, EndsAt: l.EndsAt,
+			MinEnd: l.MinEnd, PricePerHour: l.PricePerHour, PriceClass: l.Class, Currency: "USD", ReleasedAt: l.ReleasedAt}})
 	}
 	bbFlush(b, st, ops)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/schemas"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // max63 is 2^63-1, the number outside testing sent.
@@ -132,7 +133,7 @@ func TestValuesAnOlderCentralStoredOutOfRangeDoNotWrap(t *testing.T) {
 	if l.MinEnd.Sub(l.StartedAt) != store.MaxMinLeaseHours*time.Hour {
 		t.Fatalf("lease under a stored min_lease_hours of 2^63-1: started %v, min_end %v", l.StartedAt, l.MinEnd)
 	}
-	var got store.Policy // held to the description's ranges by e.call
+	var got sdk.Policy // held to the description's ranges by e.call
 	e.must(req{method: "GET", path: "/fleet/policy", token: testFleetToken}, 200).decode(t, &got)
 	if got.MinLeaseHours != store.MaxMinLeaseHours || got.LedgerRetentionDays != store.MaxLedgerRetentionDays {
 		t.Fatalf("stored 2^63-1 reads as min_lease_hours %d, ledger_retention_days %d", got.MinLeaseHours, got.LedgerRetentionDays)

@@ -11,19 +11,6 @@ import (
 	"github.com/gorilla/mux"
 )
 
-// wireImage is a catalog entry as the API shows it (sdk.Image), and
-// storeImage the record a PUT's body becomes: the only two places the
-// record and the wire type meet.
-func wireImage(im store.Image) sdk.Image {
-	return sdk.Image{Name: im.Name, DisplayName: im.DisplayName, GuestOS: im.GuestOS, Image: im.Image,
-		VCPUs: im.VCPUs, MemoryMiB: im.MemoryMiB, Source: im.Source, SSHUser: im.SSHUser}
-}
-
-func storeImage(im sdk.Image) store.Image {
-	return store.Image{Name: im.Name, DisplayName: im.DisplayName, GuestOS: im.GuestOS, Image: im.Image,
-		VCPUs: im.VCPUs, MemoryMiB: im.MemoryMiB, Source: im.Source, SSHUser: im.SSHUser}
-}
-
 const imageNameHint = "image names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
@@ -32,11 +19,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "list images", err)
 		return
 	}
-	out := sdk.ImageList{Images: []sdk.Image{}}
-	for _, im := range ims {
-		out.Images = append(out.Images, wireImage(im))
-	}
-	jsonapi.Write(w, http.StatusOK, out)
+	jsonapi.Write(w, http.StatusOK, sdk.ImageList{Images: ims})
 }
 
 // putImage adds (201) or replaces (200) a catalog entry. The name is the
@@ -49,12 +32,11 @@ func (s *Server) putImage(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("image name %q is not valid", jsonapi.Echo(name)), imageNameHint)
 		return
 	}
-	var body sdk.Image
-	if e := jsonapi.ReadBody(w, r, &body, true, specHint); e != nil {
+	var im sdk.Image
+	if e := jsonapi.ReadBody(w, r, &im, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
-	im := storeImage(body)
 	if im.Name != "" && im.Name != name {
 		jsonapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("the body names image %q but the path %q", jsonapi.Echo(im.Name), name),
 			"leave name out of the body, or make it the path's; to rename an image, PUT the new name and DELETE the old")
@@ -82,7 +64,7 @@ func (s *Server) putImage(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/fleet/images/"+name)
 	}
 	s.log.Info("catalog image stored", "image", name, "replaced", existed)
-	jsonapi.Write(w, status, wireImage(im))
+	jsonapi.Write(w, status, im)
 }
 
 func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request) {

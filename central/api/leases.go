@@ -17,9 +17,9 @@ import (
 // leaseOf is a lease as the API answers it: the one conversion of a
 // store record to sdk.Lease, which adds whether it is still active.
 func leaseOf(l *store.Lease) sdk.Lease {
-	return sdk.Lease{ID: l.ID, Tenant: l.Tenant, Node: l.Node, StartedAt: l.StartedAt, EndsAt: l.EndsAt, MinEnd: l.MinEnd,
-		PricePerHour: l.PricePerHour, PriceClass: l.PriceClass, Currency: l.Currency,
-		ReleasedAt: l.ReleasedAt, EndReason: l.EndReason, VMsRemoved: l.VMsRemoved, Active: l.Active()}
+	out := l.Lease
+	out.Active = l.Active()
+	return out
 }
 
 // createLease is POST /fleet/leases: a tenant (or the operator, for a

@@ -395,7 +395,7 @@ func TestLeaseLifecycleWithRealNodes(t *testing.T) {
 	var drain struct {
 		Finished bool `json:"finished"`
 		Draining bool `json:"draining"`
-		VMs      []store.DrainVM
+		VMs      []sdk.DrainVM
 	}
 	fxMust(t, "POST", c.url+"/fleet/nodes/linux-1/drain?mode=evict-ephemeral", fxToken, nil, http.StatusOK, &drain)
 	fxMust(t, "GET", c2.url+"/fleet/nodes/linux-1/drain", fxToken, nil, http.StatusOK, &drain)

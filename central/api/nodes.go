@@ -113,18 +113,18 @@ func applyHeartbeat(n *store.Node, hb *sdk.Heartbeat, now time.Time) {
 	// the host; the store checks reservations against that.
 	n.URL = hb.URL
 	n.Labels = hb.Labels
-	n.Capacity = store.Capacity{
-		Total: store.Resources{
+	n.Capacity = sdk.FleetNodeCapacity{
+		Total: sdk.Resources{
 			VCPUs:      max(c.Total.VCPUs-c.Reserved.VCPUs, 0),
 			MemoryMiB:  max(c.Total.MemoryMiB-c.Reserved.MemoryMiB, 0),
 			MacOSSlots: c.Total.MacOSSlots,
 		},
-		Free: store.Resources{VCPUs: c.Free.VCPUs, MemoryMiB: c.Free.MemoryMiB, MacOSSlots: c.Free.MacOSSlots},
+		Free: c.Free,
 	}
 	n.Drivers = n.Drivers[:0]
 	n.GuestOS = nil
 	for _, d := range hb.Drivers {
-		n.Drivers = append(n.Drivers, store.DriverStatus{Name: d.Name, Health: d.Health, Simulated: d.Simulated})
+		n.Drivers = append(n.Drivers, sdk.FleetNodeDriver{Name: d.Name, Health: d.Health, Simulated: d.Simulated})
 		if d.Health != "healthy" {
 			continue
 		}
@@ -136,11 +136,7 @@ func applyHeartbeat(n *store.Node, hb *sdk.Heartbeat, now time.Time) {
 	}
 	slices.Sort(n.GuestOS)
 	n.Nested = hb.Nested
-	n.VMs = make([]store.VMSummary, len(hb.VMs))
-	for i, vm := range hb.VMs {
-		n.VMs[i] = store.VMSummary{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, State: vm.State,
-			VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS}
-	}
+	n.VMs = slices.Clone(hb.VMs)
 	n.LastHeartbeat = now
 	n.State = store.NodeUp
 }
@@ -235,36 +231,9 @@ func (s *Server) storeError(w http.ResponseWriter, what string, err error) {
 }
 
 // wireNode is a node as the operator sees it (sdk.FleetNode) from its
-// record: every answer that shows a node whole is built here.
-func wireNode(n *store.Node) sdk.FleetNode {
-	out := sdk.FleetNode{Name: n.Name, URL: n.URL, Labels: n.Labels, Capacity: wireCapacity(n.Capacity),
-		Drivers: wireDrivers(n.Drivers), Fingerprint: n.Fingerprint, LastHeartbeat: n.LastHeartbeat, State: n.State,
-		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending, LeasedBy: n.LeasedBy,
-		LeaseID: n.LeaseID, GuestOS: n.GuestOS, Nested: n.Nested}
-	for _, vm := range n.VMs {
-		out.VMs = append(out.VMs, sdk.HeartbeatVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, State: vm.State,
-			VCPUs: vm.VCPUs, MemoryMiB: vm.MemoryMiB, GuestOS: vm.GuestOS})
-	}
-	return out
-}
-
-func wireCapacity(c store.Capacity) sdk.FleetNodeCapacity {
-	return sdk.FleetNodeCapacity{Total: wireResources(c.Total), Free: wireResources(c.Free)}
-}
-
-func wireResources(r store.Resources) sdk.Resources {
-	return sdk.Resources{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, MacOSSlots: r.MacOSSlots}
-}
-
-// wireDrivers keeps no drivers as nil, which the operator's answer leaves
-// out (omitempty); the lessee's answer shows them as [].
-func wireDrivers(ds []store.DriverStatus) []sdk.FleetNodeDriver {
-	var out []sdk.FleetNodeDriver
-	for _, d := range ds {
-		out = append(out, sdk.FleetNodeDriver{Name: d.Name, Health: d.Health, Simulated: d.Simulated})
-	}
-	return out
-}
+// record, which is that node whole: every answer that shows a node whole is
+// built here.
+func wireNode(n *store.Node) sdk.FleetNode { return n.FleetNode }
 
 // leasedNodeView shows n to its lessee, with free capacity as central
 // counts it (running and reserved through central, or what the node
@@ -277,8 +246,8 @@ func (s *Server) leasedNodeView(ctx context.Context, n *store.Node) (sdk.LeasedN
 	sn := placement.SchedulerNode(n, u)
 	t := n.Capacity.Total
 	v := sdk.LeasedNode{Name: n.Name, State: n.State, Nested: n.Nested, LeaseID: n.LeaseID, VMs: len(n.VMs),
-		Drivers: append([]sdk.FleetNodeDriver{}, wireDrivers(n.Drivers)...), GuestOS: append([]string{}, n.GuestOS...),
-		Capacity: sdk.FleetNodeCapacity{Total: wireResources(t), Free: sdk.Resources{
+		Drivers: append([]sdk.FleetNodeDriver{}, n.Drivers...), GuestOS: append([]string{}, n.GuestOS...),
+		Capacity: sdk.FleetNodeCapacity{Total: t, Free: sdk.Resources{
 			VCPUs:      max(t.VCPUs-sn.Used.VCPUs, 0),
 			MemoryMiB:  max(t.MemoryMiB-sn.Used.MemoryMiB, 0),
 			MacOSSlots: max(t.MacOSSlots-sn.Used.MacOSSlots, 0),

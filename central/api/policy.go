@@ -7,7 +7,6 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
-	"github.com/fluxvm/fluxvm/sdk"
 )
 
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
@@ -17,7 +16,7 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setETag(w, version)
-	jsonapi.Write(w, http.StatusOK, wirePolicy(p))
+	jsonapi.Write(w, http.StatusOK, p)
 }
 
 // putPolicy replaces the policy with a whole document: a field left out
@@ -31,12 +30,11 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body := wirePolicy(store.DefaultPolicy())
-	if e := jsonapi.ReadBody(w, r, &body, true, specHint); e != nil {
+	p := store.DefaultPolicy()
+	if e := jsonapi.ReadBody(w, r, &p, true, specHint); e != nil {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
-	p := storePolicy(body)
 	asked := p.MinLeaseHours
 	stored, err := s.opts.Store.PutPolicy(r.Context(), p, version...)
 	if stale(w, err, "policy") {
@@ -58,30 +56,5 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request) {
 	if _, v, err := s.opts.Store.PolicyVersion(r.Context()); err == nil {
 		setETag(w, v)
 	}
-	jsonapi.Write(w, http.StatusOK, wirePolicy(stored))
-}
-
-// wirePolicy is the policy as the API shows it (sdk.Policy), and
-// storePolicy the record a PUT's body becomes: the only two places the
-// record and the wire type meet.
-func wirePolicy(p store.Policy) sdk.Policy {
-	t := p.Tunnels
-	return sdk.Policy{RequireLeaseForMacOS: p.RequireLeaseForMacOS, ExclusiveLeasedHosts: p.ExclusiveLeasedHosts,
-		MinLeaseHours: p.MinLeaseHours, LedgerRetentionDays: p.LedgerRetentionDays, IsolateTenantNetworks: p.IsolateTenantNetworks,
-		TenantSubnetPrefix: p.TenantSubnetPrefix, AllowSharedPoolClaims: p.AllowSharedPoolClaims,
-		SignupRequireEmailVerification: p.SignupRequireEmailVerification, MaxSnapshotsPerVM: p.MaxSnapshotsPerVM,
-		OperatorEmails: p.OperatorEmails,
-		Tunnels: sdk.TunnelPolicy{Enabled: t.Enabled, Ports: t.Ports, IdleTimeoutMinutes: t.IdleTimeoutMinutes,
-			MaxLifetimeMinutes: t.MaxLifetimeMinutes, MaxPerTenant: t.MaxPerTenant}}
-}
-
-func storePolicy(p sdk.Policy) store.Policy {
-	t := p.Tunnels
-	return store.Policy{RequireLeaseForMacOS: p.RequireLeaseForMacOS, ExclusiveLeasedHosts: p.ExclusiveLeasedHosts,
-		MinLeaseHours: p.MinLeaseHours, LedgerRetentionDays: p.LedgerRetentionDays, IsolateTenantNetworks: p.IsolateTenantNetworks,
-		TenantSubnetPrefix: p.TenantSubnetPrefix, AllowSharedPoolClaims: p.AllowSharedPoolClaims,
-		SignupRequireEmailVerification: p.SignupRequireEmailVerification, MaxSnapshotsPerVM: p.MaxSnapshotsPerVM,
-		OperatorEmails: p.OperatorEmails,
-		Tunnels: store.TunnelPolicy{Enabled: t.Enabled, Ports: t.Ports, IdleTimeoutMinutes: t.IdleTimeoutMinutes,
-			MaxLifetimeMinutes: t.MaxLifetimeMinutes, MaxPerTenant: t.MaxPerTenant}}
+	jsonapi.Write(w, http.StatusOK, stored)
 }

@@ -127,8 +127,8 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		bad(fmt.Sprintf("at most %d node_selector entries", maxLabels), "trim them")
 		return
 	}
-	pool, err := s.pools.Create(r.Context(), store.Pool{Name: req.Name, Tenant: owner, Image: req.Image, VCPUs: req.VCPUs,
-		MemoryMiB: req.MemoryMiB, Size: *req.Size, MaxSize: req.MaxSize, NodeSelector: req.NodeSelector})
+	pool, err := s.pools.Create(r.Context(), store.Pool{Pool: sdk.Pool{Name: req.Name, Tenant: owner, Image: req.Image,
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Size: *req.Size, MaxSize: req.MaxSize, NodeSelector: req.NodeSelector}})
 	switch {
 	case errors.Is(err, pools.ErrNoImage):
 		names, err := vms.CatalogNames(r.Context(), s.opts.Store)
@@ -275,7 +275,7 @@ func (s *Server) poolDefaults(w http.ResponseWriter, r *http.Request, req *sdk.F
 // afterwards (a TTL, labels, a display, a network, a node, node_selector,
 // nested, or to be reschedulable) is booted as before; with "pool" it is
 // refused instead. It returns whether it answered.
-func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest, spec sdk.CreateVMRequest, image string, pol store.Policy) bool {
+func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest, spec sdk.CreateVMRequest, image string, pol sdk.Policy) bool {
 	plain := !req.Reschedulable && req.ImagePath == "" && req.TTLSeconds == 0 && len(req.Labels) == 0 && !req.Display && req.Network == "" &&
 		req.Node == "" && len(req.NodeSelector) == 0 && !req.Nested
 	if req.Pool != "" && !plain {

@@ -29,19 +29,10 @@ const tenantNameHint = "tenant names are 1-64 letters, digits, '.', '_' or '-', 
 // reservedTenantName is taken by GET /fleet/tenants/me.
 const reservedTenantName = "me"
 
-// wireTenant is a tenant as the API shows it (sdk.Tenant): everything but
-// its token digest. Every answer that shows a tenant is built here.
-func wireTenant(t *store.Tenant) sdk.Tenant {
-	q := t.Quota
-	v := sdk.Tenant{ID: t.ID, Name: t.Name, Disabled: t.Disabled, CreatedAt: t.CreatedAt,
-		Quota: sdk.Quotas{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
-			MaxLeasedHosts: q.MaxLeasedHosts, MaxSnapshotsPerVM: q.MaxSnapshotsPerVM, MaxVolumeGiB: q.MaxVolumeGiB}}
-	if t.Budget > 0 {
-		b := t.Budget
-		v.BudgetMonthly = &b
-	}
-	return v
-}
+// wireTenant is a tenant as the API shows it (sdk.Tenant): the record's
+// sdk.Tenant, that is everything but its token digest. Every answer that
+// shows a tenant is built here.
+func wireTenant(t *store.Tenant) sdk.Tenant { return t.Tenant }
 
 // updateTenantRequest is PATCH /fleet/tenants/{id}: fields left out stay as
 // they are.
@@ -85,7 +76,7 @@ func (o optionalInt) apply(dst *int64) {
 	}
 }
 
-func (q *quotaPatch) apply(dst *store.Quotas) {
+func (q *quotaPatch) apply(dst *sdk.Quotas) {
 	q.MaxVMs.apply(&dst.MaxVMs)
 	q.MaxVCPUs.apply(&dst.MaxVCPUs)
 	q.MaxMemoryMiB.apply(&dst.MaxMemoryMiB)
@@ -214,10 +205,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := newTenantToken()
-	q := req.Quota
-	t := &store.Tenant{Name: req.Name, TokenSHA256: store.HashToken(token), CreatedAt: s.opts.Now().UTC(),
-		Quota: store.Quotas{MaxVMs: q.MaxVMs, MaxVCPUs: q.MaxVCPUs, MaxMemoryMiB: q.MaxMemoryMiB,
-			MaxLeasedHosts: q.MaxLeasedHosts, MaxSnapshotsPerVM: q.MaxSnapshotsPerVM, MaxVolumeGiB: q.MaxVolumeGiB}}
+	t := &store.Tenant{Tenant: sdk.Tenant{Name: req.Name, CreatedAt: s.opts.Now().UTC(), Quota: req.Quota}, TokenSHA256: store.HashToken(token)}
 	err := s.opts.Store.CreateTenant(r.Context(), t)
 	switch {
 	case errors.Is(err, store.ErrInvalid):
@@ -383,7 +371,7 @@ func (s *Server) tenantMe(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, tenantMeView{
 		Tenant:            wireTenant(p.Tenant),
 		Usage:             wireUsage(u),
-		MaxSnapshotsPerVM: p.Tenant.Quota.SnapshotsPerVM(pol),
+		MaxSnapshotsPerVM: store.SnapshotsPerVM(p.Tenant.Quota, pol),
 		Billing:           b,
 	})
 }

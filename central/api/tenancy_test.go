@@ -253,7 +253,7 @@ func TestBadWritesAreRefusedWithHintsAndWriteNothing(t *testing.T) {
 
 func TestPolicyIsAWholeDocumentAndMinLeaseIsRaisedTo24(t *testing.T) {
 	e := newEnv(t, nil)
-	var got store.Policy
+	var got sdk.Policy
 	e.must(req{method: "GET", path: "/fleet/policy", token: testFleetToken}, 200).decode(t, &got)
 	def := store.DefaultPolicy()
 	if fmt.Sprint(got) != fmt.Sprint(def) {
@@ -272,7 +272,7 @@ func TestPolicyIsAWholeDocumentAndMinLeaseIsRaisedTo24(t *testing.T) {
 	if !got.RequireLeaseForMacOS || got.TenantSubnetPrefix != "10.230" || got.MaxSnapshotsPerVM != 20 {
 		t.Fatalf("omitted fields: %+v", got)
 	}
-	var again store.Policy
+	var again sdk.Policy
 	e.must(req{method: "GET", path: "/fleet/policy", token: testFleetToken}, 200).decode(t, &again)
 	if fmt.Sprint(again) != fmt.Sprint(got) {
 		t.Fatalf("GET after PUT %+v, want %+v", again, got)
@@ -287,7 +287,7 @@ func TestPolicyIsAWholeDocumentAndMinLeaseIsRaisedTo24(t *testing.T) {
 func TestImageCatalogOperatorWritesTenantsRead(t *testing.T) {
 	e := newEnv(t, nil)
 	_, token := e.createTenant("reader", "")
-	var im store.Image
+	var im sdk.Image
 	out := e.must(req{method: "PUT", path: "/fleet/images/macos-27-xcode", token: testFleetToken, body: `{
 		"display_name": "macOS 27 with Xcode", "guest_os": "macos", "image": "/Users/fluxvm/vms/macos-27-xcode/disk.raw",
 		"source": "ghcr.io/acme/macos-xcode:27"}`}, 201)
@@ -296,7 +296,7 @@ func TestImageCatalogOperatorWritesTenantsRead(t *testing.T) {
 		out.header.Get("Location") != "/fleet/images/macos-27-xcode" {
 		t.Fatalf("stored %+v (defaults 4, 8192, admin)", im)
 	}
-	im = store.Image{}
+	im = sdk.Image{}
 	e.must(req{method: "PUT", path: "/fleet/images/macos-27-xcode", token: testFleetToken,
 		body: `{"name": "macos-27-xcode", "guest_os": "macos", "image": "/d.raw", "vcpus": 6, "memory_mib": 16384, "ssh_user": "fluxvm"}`}, 200).decode(t, &im)
 	if im.VCPUs != 6 || im.SSHUser != "fluxvm" || im.DisplayName != "" {

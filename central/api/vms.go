@@ -251,7 +251,7 @@ func (s *Server) deleteVM(w http.ResponseWriter, r *http.Request) {
 // vmEstimate answers POST /fleet/vms?dry_run=true (sdk.VMDryRun): where the
 // VM would land now and what an hour of it would cost, without creating
 // anything.
-func (s *Server) vmEstimate(w http.ResponseWriter, r *http.Request, req scheduler.Request, pol store.Policy, spec sdk.CreateVMRequest, ttlSeconds int64) {
+func (s *Server) vmEstimate(w http.ResponseWriter, r *http.Request, req scheduler.Request, pol sdk.Policy, spec sdk.CreateVMRequest, ttlSeconds int64) {
 	stored, nodes, err := s.place.Snapshot(r.Context())
 	if err != nil {
 		s.storeError(w, "read the fleet", err)

@@ -60,7 +60,7 @@ type Store interface {
 	// PutSpec keeps a spec for a ledger entry.
 	PutSpec(ctx context.Context, entryID string, spec []byte) error
 	// GetPolicy reads the fleet policy.
-	GetPolicy(ctx context.Context) (store.Policy, error)
+	GetPolicy(ctx context.Context) (sdk.Policy, error)
 	// Release gives a reservation's room back.
 	Release(ctx context.Context, res *store.Reservation) error
 	// CommitSpec turns a reservation into a running ledger entry and keeps its spec.
@@ -192,7 +192,7 @@ func (dr *Drainer) Drain(ctx context.Context, name, mode string, force bool) (*s
 		return nil, err
 	}
 	now := dr.now().UTC()
-	d := &store.Drain{Node: n.Name, Mode: mode, Forced: force, StartedAt: now, UpdatedAt: now, VMs: []store.DrainVM{}}
+	d := &store.Drain{Drain: sdk.Drain{Node: n.Name, Mode: mode, Forced: force, StartedAt: now, UpdatedAt: now, VMs: []sdk.DrainVM{}}}
 	if err := dr.st.PutDrain(ctx, d); err != nil {
 		return nil, &store.OpError{Op: "record the drain", Err: err}
 	}
@@ -294,11 +294,11 @@ func (dr *Drainer) run(ctx context.Context, n *store.Node, d *store.Drain) error
 	failed := false
 	for i := range list {
 		vm := &list[i]
-		dv := store.DrainVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, Ephemeral: isEphemeral(vm), Action: "kept"}
+		dv := sdk.DrainVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, Ephemeral: isEphemeral(vm), Action: "kept"}
 		if e := byVM[vm.ID]; e != nil {
 			dv.Tenant = e.Tenant
 		}
-		var prev *store.DrainVM
+		var prev *sdk.DrainVM
 		if j, ok := seen[vm.ID]; ok {
 			prev = &d.VMs[j]
 		}
@@ -383,7 +383,7 @@ func (k *KeptSpec) Encode() []byte {
 // there that the ledger has not recorded yet. So a VM is never created twice
 // by one move, and the old one goes only once the new one is recorded.
 // Disk state does not move: the new VM boots from the spec's image.
-func (dr *Drainer) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store.LedgerEntry, prev *store.DrainVM, pending func(target string) error) (string, error) {
+func (dr *Drainer) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *store.LedgerEntry, prev *sdk.DrainVM, pending func(target string) error) (string, error) {
 	raw, err := dr.st.GetSpec(ctx, e.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", errNotReschedulable

@@ -59,10 +59,10 @@ func newFleet(t *testing.T, names ...string) *fleet {
 			n = nodetest.Start(t, nodetest.WithAdminToken(testToken), nodetest.WithImage(f.image))
 		}
 		f.nodes[name] = n
-		rec := &store.Node{Name: name, URL: n.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
-			Drivers:       []store.DriverStatus{{Name: "sim", Health: "healthy"}},
-			Capacity:      store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 8192}, Free: store.Resources{VCPUs: 8, MemoryMiB: 8192}},
-			LastHeartbeat: time.Now().UTC()}
+		rec := &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: n.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
+			Drivers:       []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}},
+			Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 8, MemoryMiB: 8192}, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 8192}},
+			LastHeartbeat: time.Now().UTC()}}
 		if err := st.PutNode(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func actions(d *store.Drain) map[string]string {
 
 func mustTenant(t *testing.T, st *store.Store, name string) string {
 	t.Helper()
-	tn := &store.Tenant{Name: name, TokenSHA256: store.HashToken("fvt_" + name)}
+	tn := &store.Tenant{Tenant: sdk.Tenant{Name: name}, TokenSHA256: store.HashToken("fvt_" + name)}
 	if err := st.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +149,8 @@ func mustTenant(t *testing.T, st *store.Store, name string) string {
 func TestDrainRefusesBadRequests(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
-	if err := f.st.PutNode(ctx, &store.Node{Name: "leased", URL: "http://leased:7777", State: store.NodeUp,
-		LeasedBy: "t-someone", LeaseID: "l-1"}); err != nil {
+	if err := f.st.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "leased", URL: "http://leased:7777", State: store.NodeUp,
+		LeasedBy: "t-someone", LeaseID: "l-1"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.dr.Drain(ctx, "leased", "evacuate", false); !errors.Is(err, ErrBadMode) {
@@ -275,8 +275,8 @@ func TestResumeDrainsFinishesAnUnfinishedDrain(t *testing.T) {
 		}
 		// What a central that died after its first delete left behind.
 		now := f.clock.now()
-		if err := f.st.PutDrain(ctx, &store.Drain{Node: name, Mode: sdk.DrainEvictEphemeral, StartedAt: now, UpdatedAt: now,
-			VMs: []store.DrainVM{{ID: "vm-gone", Name: "gone", Tenant: acme, Ephemeral: true, Action: "deleted"}}}); err != nil {
+		if err := f.st.PutDrain(ctx, &store.Drain{Drain: sdk.Drain{Node: name, Mode: sdk.DrainEvictEphemeral, StartedAt: now, UpdatedAt: now,
+			VMs: []sdk.DrainVM{{ID: "vm-gone", Name: "gone", Tenant: acme, Ephemeral: true, Action: "deleted"}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,14 +5,13 @@ import (
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
-// Wire is a drain as the API answers it (sdk.Drain) from its record;
-// Draining is left nil, for GET .../drain to fill.
+// Wire is a drain as the API answers it (sdk.Drain) from its record: the
+// record's sdk.Drain, with its VMs as a list of their own (never null).
+// Draining is the node's, not the record's: it is left nil, for GET
+// .../drain to fill.
 func Wire(d store.Drain) sdk.Drain {
-	out := sdk.Drain{Node: d.Node, Mode: d.Mode, Forced: d.Forced, StartedAt: d.StartedAt, UpdatedAt: d.UpdatedAt,
-		Finished: d.Finished, FinishedAt: d.FinishedAt, VMs: []sdk.DrainVM{}}
-	for _, v := range d.VMs {
-		out.VMs = append(out.VMs, sdk.DrainVM{ID: v.ID, Name: v.Name, Tenant: v.Tenant, Ephemeral: v.Ephemeral,
-			Action: v.Action, MovedTo: v.MovedTo, Error: v.Error})
-	}
+	out := d.Drain
+	out.VMs = append([]sdk.DrainVM{}, d.VMs...)
+	out.Draining = nil
 	return out
 }

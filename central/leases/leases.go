@@ -27,7 +27,7 @@ type Store interface {
 	// TenantName is a tenant's name for logs (its id when unknown).
 	TenantName(ctx context.Context, id string) string
 	// GetPolicy reads the fleet policy (min_lease_hours).
-	GetPolicy(ctx context.Context) (store.Policy, error)
+	GetPolicy(ctx context.Context) (sdk.Policy, error)
 	// ListNodes reads every node record.
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	// GetNode reads one node record.

@@ -30,10 +30,10 @@ func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 // putMac registers a healthy, idle macOS node of the given size at url.
 func putMac(t *testing.T, st *store.Store, name, url string, vcpus, memMiB int64, edit func(*store.Node)) {
 	t.Helper()
-	n := &store.Node{Name: name, URL: url, State: store.NodeUp, GuestOS: []string{store.GuestMacOS},
-		Drivers:       []store.DriverStatus{{Name: "sim", Health: "healthy"}},
-		Capacity:      store.Capacity{Total: store.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: 2}},
-		LastHeartbeat: time.Now().UTC()}
+	n := &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: url, State: store.NodeUp, GuestOS: []string{store.GuestMacOS},
+		Drivers:       []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}},
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: 2}},
+		LastHeartbeat: time.Now().UTC()}}
 	if edit != nil {
 		edit(n)
 	}
@@ -44,7 +44,7 @@ func putMac(t *testing.T, st *store.Store, name, url string, vcpus, memMiB int64
 
 func newTenant(t *testing.T, st *store.Store, name string) *store.Tenant {
 	t.Helper()
-	tn := &store.Tenant{Name: name, TokenSHA256: store.HashToken("fvt_" + name)}
+	tn := &store.Tenant{Tenant: sdk.Tenant{Name: name}, TokenSHA256: store.HashToken("fvt_" + name)}
 	if err := st.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestCreateRefusesLeasedAndBusyNodesAndTakesTheSmallestMac(t *testing.T) {
 	st := storetest.Open(t)
 	acme, other := newTenant(t, st, "acme"), newTenant(t, st, "other")
 	putMac(t, st, "tiny-busy", "http://tiny-busy:7777", 2, 4096, func(n *store.Node) {
-		n.VMs = []store.VMSummary{{ID: "vm-1", Name: "x", State: "running", VCPUs: 1, MemoryMiB: 512}}
+		n.VMs = []sdk.HeartbeatVM{{ID: "vm-1", Name: "x", State: "running", VCPUs: 1, MemoryMiB: 512}}
 	})
 	putMac(t, st, "tiny-leased", "http://tiny-leased:7777", 2, 4096, nil)
 	putMac(t, st, "tiny-linux", "http://tiny-linux:7777", 2, 4096, func(n *store.Node) { n.GuestOS = []string{store.GuestLinux} })

@@ -166,7 +166,7 @@ func (s *Service) Statements(ctx context.Context, q StatementQuery) (*sdk.Statem
 // against this month's spend, recording the budget events due.
 func (s *Service) SetBudget(ctx context.Context, tenant string, monthly billing.Micros) (*sdk.Budget, error) {
 	t, err := s.st.UpdateTenant(ctx, tenant, func(t *store.Tenant) error {
-		t.Budget = monthly
+		t.SetBudget(monthly)
 		return nil
 	})
 	if err != nil {
@@ -201,7 +201,7 @@ func (s *Service) CheckBudgets(ctx context.Context) error {
 	}
 	budgeted := map[string]*store.Tenant{}
 	for i := range ts {
-		if ts[i].Budget > 0 {
+		if ts[i].Budget() > 0 {
 			budgeted[ts[i].ID] = &ts[i]
 		}
 	}
@@ -240,9 +240,8 @@ func (s *Service) budgetOf(ctx context.Context, st billing.Statement) *sdk.Budge
 // recording the budget events due.
 func (s *Service) budgetFor(ctx context.Context, t *store.Tenant, st billing.Statement) *sdk.Budget {
 	b := &sdk.Budget{Month: st.Month, MonthToDate: st.Total, MonthToDateDisplay: st.Total.Cents(),
-		State: billing.BudgetState(st.Total, t.Budget), Currency: st.Currency}
-	if t.Budget > 0 {
-		budget := t.Budget
+		State: billing.BudgetState(st.Total, t.Budget()), Currency: st.Currency}
+	if budget := t.Budget(); budget > 0 {
 		b.Monthly = &budget
 	}
 	s.noteBudget(ctx, t, b)

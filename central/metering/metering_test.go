@@ -13,6 +13,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -48,7 +49,7 @@ func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func newTenant(t *testing.T, st *store.Store, name string) *store.Tenant {
 	t.Helper()
-	tn := &store.Tenant{Name: name, TokenSHA256: store.HashToken("fvt_" + name)}
+	tn := &store.Tenant{Tenant: sdk.Tenant{Name: name}, TokenSHA256: store.HashToken("fvt_" + name)}
 	if err := st.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +77,10 @@ func runVM(t *testing.T, st *store.Store, tenant, node, vmID string, vcpus, memM
 // putMac registers a healthy, idle Mac of the given size.
 func putMac(t *testing.T, st *store.Store, name string, vcpus, memMiB int64) {
 	t.Helper()
-	if err := st.PutNode(context.Background(), &store.Node{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp,
-		GuestOS: []string{store.GuestMacOS}, Drivers: []store.DriverStatus{{Name: "sim", Health: "healthy"}},
-		Capacity:      store.Capacity{Total: store.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: 2}},
-		LastHeartbeat: time.Now().UTC()}); err != nil {
+	if err := st.PutNode(context.Background(), &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp,
+		GuestOS: []string{store.GuestMacOS}, Drivers: []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}},
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: 2}},
+		LastHeartbeat: time.Now().UTC()}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/scheduler"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // Store is what placement needs of central's store.
@@ -77,7 +78,7 @@ func (p *Placer) Snapshot(ctx context.Context) ([]store.Node, []scheduler.Node, 
 // scheduler's (*scheduler.NoPlacementError, scheduler.ErrInvalidRequest), the
 // store's (*store.QuotaError, store.ErrInvalid for a disabled tenant, ...)
 // and ErrNoRoom.
-func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol store.Policy, rr store.ReserveRequest,
+func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol sdk.Policy, rr store.ReserveRequest,
 	keep func(*store.Node) bool) (scheduler.Decision, *store.Node, *store.Reservation, error) {
 	// The quota first: a tenant that filled it hears that, not "no node fits".
 	if err := p.st.QuotaLeft(ctx, rr); err != nil {
@@ -151,6 +152,6 @@ func SchedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
 }
 
 // SchedulerPolicy is the part of the fleet policy the scheduler applies.
-func SchedulerPolicy(p store.Policy) scheduler.Policy {
+func SchedulerPolicy(p sdk.Policy) scheduler.Policy {
 	return scheduler.Policy{RequireLeaseForMacOS: p.RequireLeaseForMacOS, ExclusiveLeasedHosts: p.ExclusiveLeasedHosts}
 }

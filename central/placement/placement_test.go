@@ -9,14 +9,15 @@ import (
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/scheduler"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 func putNode(t *testing.T, st *store.Store, name string, vcpus int64) {
 	t.Helper()
-	n := &store.Node{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, GuestOS: []string{store.GuestLinux},
-		Drivers:       []store.DriverStatus{{Name: "sim", Health: "healthy"}},
-		Capacity:      store.Capacity{Total: store.Resources{VCPUs: vcpus, MemoryMiB: 65536}, Free: store.Resources{VCPUs: vcpus, MemoryMiB: 65536}},
-		LastHeartbeat: time.Now().UTC()}
+	n := &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, GuestOS: []string{store.GuestLinux},
+		Drivers:       []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}},
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: vcpus, MemoryMiB: 65536}, Free: sdk.Resources{VCPUs: vcpus, MemoryMiB: 65536}},
+		LastHeartbeat: time.Now().UTC()}}
 	if err := st.PutNode(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestPlaceAndReserve(t *testing.T) {
 	st := storetest.Open(t)
 	putNode(t, st, "big", 16)
 	putNode(t, st, "small", 8)
-	tenant := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: store.Quotas{MaxVMs: 2}}
+	tenant := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 2}}, TokenSHA256: store.HashToken("fvt_acme")}
 	if err := st.CreateTenant(ctx, tenant); err != nil {
 		t.Fatal(err)
 	}

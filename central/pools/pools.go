@@ -62,9 +62,9 @@ type Store interface {
 	// ID is this central's id, written on the members its loop creates.
 	ID() string
 	// GetPolicy reads the fleet policy (allow_shared_pool_claims, lease rules).
-	GetPolicy(ctx context.Context) (store.Policy, error)
+	GetPolicy(ctx context.Context) (sdk.Policy, error)
 	// GetImage reads a catalog image.
-	GetImage(ctx context.Context, name string) (*store.Image, error)
+	GetImage(ctx context.Context, name string) (*sdk.Image, error)
 	// GetNode reads a node record.
 	GetNode(ctx context.Context, name string) (*store.Node, error)
 	// CreatePool stores a new pool (store.ErrExists when the name is taken).

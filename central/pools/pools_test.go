@@ -29,13 +29,13 @@ func newFleet(t *testing.T) *fleet {
 	ctx := context.Background()
 	agent := nodetest.Start(t)
 	st := storetest.Open(t)
-	room := store.Resources{VCPUs: 16, MemoryMiB: 16384}
-	if err := st.PutNode(ctx, &store.Node{Name: "n1", URL: agent.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
-		Drivers: []store.DriverStatus{{Name: "sim", Health: "healthy"}}, Capacity: store.Capacity{Total: room, Free: room},
-		LastHeartbeat: time.Now().UTC()}); err != nil {
+	room := sdk.Resources{VCPUs: 16, MemoryMiB: 16384}
+	if err := st.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "n1", URL: agent.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
+		Drivers: []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}}, Capacity: sdk.FleetNodeCapacity{Total: room, Free: room},
+		LastHeartbeat: time.Now().UTC()}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutImage(ctx, &store.Image{Name: "tiny", GuestOS: store.GuestLinux, Image: agent.Image, VCPUs: 1, MemoryMiB: 64}); err != nil {
+	if err := st.PutImage(ctx, &sdk.Image{Name: "tiny", GuestOS: store.GuestLinux, Image: agent.Image, VCPUs: 1, MemoryMiB: 64}); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := sdk.NewNodeClient(agent.URL, sdk.WithToken(agent.AdminToken))
@@ -104,7 +104,7 @@ func size(n int) *int { return &n }
 func TestLoopFillsPoolAndRetiresOnShrink(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
-	pool, err := f.svc.Create(ctx, store.Pool{Name: "ci", Image: "tiny", Size: 3})
+	pool, err := f.svc.Create(ctx, store.Pool{Pool: sdk.Pool{Name: "ci", Image: "tiny", Size: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,14 +156,14 @@ func TestLoopFillsPoolAndRetiresOnShrink(t *testing.T) {
 func TestClaimHandsOutAWarmMember(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
-	acme := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme")}
-	other := &store.Tenant{Name: "other", TokenSHA256: store.HashToken("fvt_other")}
+	acme := &store.Tenant{Tenant: sdk.Tenant{Name: "acme"}, TokenSHA256: store.HashToken("fvt_acme")}
+	other := &store.Tenant{Tenant: sdk.Tenant{Name: "other"}, TokenSHA256: store.HashToken("fvt_other")}
 	for _, tn := range []*store.Tenant{acme, other} {
 		if err := f.st.CreateTenant(ctx, tn); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pool, err := f.svc.Create(ctx, store.Pool{Name: "ci", Tenant: acme.ID, Image: "tiny", Size: 1})
+	pool, err := f.svc.Create(ctx, store.Pool{Pool: sdk.Pool{Name: "ci", Tenant: acme.ID, Image: "tiny", Size: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestClaimHandsOutAWarmMember(t *testing.T) {
 func TestADeposedLeadersLoopWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t)
-	pool, err := f.svc.Create(ctx, store.Pool{Name: "ci", Image: "tiny", Size: 1})
+	pool, err := f.svc.Create(ctx, store.Pool{Pool: sdk.Pool{Name: "ci", Image: "tiny", Size: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 // The answers of the pool routes are sdk types; the store's records stay
 // storage-only and are turned into them here, one function per answer.
 
-// Wire is a pool as the API answers it (sdk.Pool) from its record.
+// Wire is a pool as the API answers it (sdk.Pool) from its record: the
+// record's sdk.Pool with the fields derived from it, Shared and Mode.
 func Wire(p store.Pool) sdk.Pool {
-	return sdk.Pool{Name: p.Name, Tenant: p.Tenant, Image: p.Image, GuestOS: p.GuestOS, VCPUs: p.VCPUs,
-		MemoryMiB: p.MemoryMiB, Size: p.Size, MaxSize: p.MaxSize, NodeSelector: p.NodeSelector,
-		CreatedAt: p.CreatedAt, Deleting: p.Deleting, Blocked: p.Blocked, BlockedSince: p.BlockedSince,
-		Shared: p.Tenant == "", Mode: ModeRunning}
+	out := p.Pool
+	out.Shared, out.Mode = p.Tenant == "", ModeRunning
+	return out
 }
 
 // WireStatus is GET /fleet/pools/{name}/status (sdk.PoolStatus): the pool

@@ -34,7 +34,7 @@ type Store interface {
 	// ListReservations reads the reservations of creates in flight.
 	ListReservations(ctx context.Context) ([]store.Reservation, error)
 	// GetPolicy reads the fleet policy (ledger_retention_days).
-	GetPolicy(ctx context.Context) (store.Policy, error)
+	GetPolicy(ctx context.Context) (sdk.Policy, error)
 	// DropEndedBefore deletes the entries that ended before t.
 	DropEndedBefore(ctx context.Context, t time.Time) (int, error)
 	// Recount rewrites the usage counters from the ledger.
@@ -159,7 +159,7 @@ func (rc *Reconciler) Reconcile(ctx context.Context) (*sdk.ReconcileReport, erro
 	if err != nil {
 		return nil, err
 	}
-	if keep := pol.LedgerRetention(); keep > 0 {
+	if keep := store.LedgerRetention(pol); keep > 0 {
 		cut := now().Add(-keep)
 		if rep.Dropped, err = st.DropEndedBefore(ctx, cut); err != nil {
 			return nil, err

@@ -26,14 +26,14 @@ func TestReconcileMakesTheLedgerAgreeWithARealNode(t *testing.T) {
 	ctx := context.Background()
 	node := nodetest.Start(t)
 	st := storetest.Open(t)
-	acme := &store.Tenant{Name: "acme", TokenSHA256: store.HashToken("fvt_acme"), Quota: store.Quotas{MaxVMs: 1}}
+	acme := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 1}}, TokenSHA256: store.HashToken("fvt_acme")}
 	if err := st.CreateTenant(ctx, acme); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutNode(ctx, &store.Node{Name: "n1", URL: node.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
-		Drivers:       []store.DriverStatus{{Name: "sim", Health: "healthy"}},
-		Capacity:      store.Capacity{Total: store.Resources{VCPUs: 8, MemoryMiB: 8192}},
-		LastHeartbeat: time.Now().UTC()}); err != nil {
+	if err := st.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "n1", URL: node.URL, State: store.NodeUp, GuestOS: []string{store.GuestLinux},
+		Drivers:       []sdk.FleetNodeDriver{{Name: "sim", Health: "healthy"}},
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 8, MemoryMiB: 8192}},
+		LastHeartbeat: time.Now().UTC()}}); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := sdk.NewNodeClient(node.URL, sdk.WithToken(node.AdminToken))
@@ -99,7 +99,7 @@ func TestMarkDownMarksOnlySilentNodes(t *testing.T) {
 	st := storetest.Open(t)
 	now := time.Now().UTC()
 	for name, last := range map[string]time.Time{"quiet": now.Add(-time.Minute), "chatty": now.Add(-time.Second)} {
-		if err := st.PutNode(ctx, &store.Node{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, LastHeartbeat: last}); err != nil {
+		if err := st.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://" + name + ":7777", State: store.NodeUp, LastHeartbeat: last}}); err != nil {
 			t.Fatal(err)
 		}
 	}

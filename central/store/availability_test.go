@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"github.com/fluxvm/fluxvm/sdk"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,7 @@ func TestOneRuleForAnUnavailableNode(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
 	testNode(t, s, "n1", 16, 65536, 2)
-	acme := testTenant(t, s, "acme", Quotas{})
+	acme := testTenant(t, s, "acme", sdk.Quotas{})
 	for _, c := range []struct {
 		set  func(*Node)
 		want string
@@ -24,7 +25,7 @@ func TestOneRuleForAnUnavailableNode(t *testing.T) {
 		{func(n *Node) { n.ScrubPending = true }, "waiting for a scrub"},
 	} {
 		n, err := s.UpdateNode(ctx, "n1", false, func(n *Node) error {
-			*n = Node{Name: n.Name, URL: n.URL, State: NodeUp, Capacity: n.Capacity}
+			*n = Node{FleetNode: sdk.FleetNode{Name: n.Name, URL: n.URL, State: NodeUp, Capacity: n.Capacity}}
 			c.set(n)
 			return nil
 		})

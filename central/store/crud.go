@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,8 +23,8 @@ import (
 //	P tenants/<id>                           Tenant
 //	P tenant-names/<name>                    tenant id (unique-name index)
 //	P tenant-tokens/<sha256>                 tenant id (token index)
-//	P policy                                 Policy
-//	P images/<name>                          Image
+//	P policy                                 sdk.Policy (the wire document, records.go)
+//	P images/<name>                          sdk.Image (the wire document)
 //	P ledger/<id>                            LedgerEntry (running and ended)
 //	P running/node/<node>/<id>               LedgerEntry copy while it runs
 //	P running/tenant/<tenant>/<id>           LedgerEntry copy while it runs (tenant VMs only)
@@ -82,6 +83,25 @@ func mustJSON(v any) string {
 		panic(fmt.Sprintf("store: marshal %T: %v", v, err)) // only our own plain structs get here
 	}
 	return string(b)
+}
+
+// marshalWithout is v's JSON object less the derived keys. A record that embeds its sdk type
+// stores it through this when some of that type's fields are derived from the others (a
+// lease's "active", a pool's "shared"): the edge computes them for each answer, and a stored
+// copy could only go stale.
+func marshalWithout(v any, derived ...string) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, err
+	}
+	for _, k := range derived {
+		delete(fields, k)
+	}
+	return json.Marshal(fields)
 }
 
 // getJSON reads one record. It returns the key's mod revision (0 with ErrNotFound).
@@ -191,7 +211,7 @@ func (s *Store) UpdateNode(ctx context.Context, name string, create bool, fn fun
 		n, rev, err := getJSON[Node](ctx, s, key)
 		switch {
 		case errors.Is(err, ErrNotFound) && create:
-			n = &Node{Name: name, State: NodeUp}
+			n = &Node{FleetNode: sdk.FleetNode{Name: name, State: NodeUp}}
 		case err != nil:
 			return false, fmt.Errorf("update node %s: %w", name, err)
 		}
@@ -220,7 +240,7 @@ func (s *Store) UpdateNode(ctx context.Context, name string, create bool, fn fun
 // node or VM the record does not hold is no error.
 func (s *Store) ForgetVM(ctx context.Context, node, vmID string) error {
 	_, err := s.UpdateNode(ctx, node, false, func(n *Node) error {
-		i := slices.IndexFunc(n.VMs, func(v VMSummary) bool { return v.ID == vmID })
+		i := slices.IndexFunc(n.VMs, func(v sdk.HeartbeatVM) bool { return v.ID == vmID })
 		if i < 0 {
 			return errNothingToForget
 		}
@@ -479,26 +499,26 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 // ---- policy ----
 
 // GetPolicy reads the policy; before any PutPolicy it is DefaultPolicy().
-func (s *Store) GetPolicy(ctx context.Context) (Policy, error) {
-	p, _, err := getJSON[Policy](ctx, s, s.policyKey())
+func (s *Store) GetPolicy(ctx context.Context) (sdk.Policy, error) {
+	p, _, err := getJSON[sdk.Policy](ctx, s, s.policyKey())
 	if errors.Is(err, ErrNotFound) {
 		return DefaultPolicy(), nil
 	}
 	if err != nil {
-		return Policy{}, fmt.Errorf("get policy: %w", err)
+		return sdk.Policy{}, fmt.Errorf("get policy: %w", err)
 	}
 	return *p, nil
 }
 
 // PutPolicy validates (normalising min_lease_hours) and stores the policy. Given a version
 // (PolicyVersion), it stores only while the policy is still at that version, else ErrStale.
-func (s *Store) PutPolicy(ctx context.Context, p Policy, ifVersion ...int64) (Policy, error) {
-	if err := p.Validate(); err != nil {
-		return Policy{}, err
+func (s *Store) PutPolicy(ctx context.Context, p sdk.Policy, ifVersion ...int64) (sdk.Policy, error) {
+	if err := checkPolicy(&p); err != nil {
+		return sdk.Policy{}, err
 	}
 	v, given, err := onlyVersion("put policy", ifVersion)
 	if err != nil {
-		return Policy{}, err
+		return sdk.Policy{}, err
 	}
 	txn := s.kv(ctx).Txn(ctx)
 	if given {
@@ -506,10 +526,10 @@ func (s *Store) PutPolicy(ctx context.Context, p Policy, ifVersion ...int64) (Po
 	}
 	r, err := txn.Then(clientv3.OpPut(s.policyKey(), mustJSON(p))).Commit()
 	if err != nil {
-		return Policy{}, fmt.Errorf("put policy: %w", err)
+		return sdk.Policy{}, fmt.Errorf("put policy: %w", err)
 	}
 	if !r.Succeeded {
-		return Policy{}, fmt.Errorf("put policy: %w", ErrStale)
+		return sdk.Policy{}, fmt.Errorf("put policy: %w", ErrStale)
 	}
 	return p, nil
 }
@@ -517,8 +537,8 @@ func (s *Store) PutPolicy(ctx context.Context, p Policy, ifVersion ...int64) (Po
 // ---- image catalog ----
 
 // PutImage adds or replaces a catalog entry, filling its defaults.
-func (s *Store) PutImage(ctx context.Context, im *Image) error {
-	if err := im.Validate(); err != nil {
+func (s *Store) PutImage(ctx context.Context, im *sdk.Image) error {
+	if err := checkImage(im); err != nil {
 		return err
 	}
 	if _, err := s.kv(ctx).Put(ctx, s.imageKey(im.Name), mustJSON(im)); err != nil {
@@ -528,8 +548,8 @@ func (s *Store) PutImage(ctx context.Context, im *Image) error {
 }
 
 // GetImage reads a catalog entry.
-func (s *Store) GetImage(ctx context.Context, name string) (*Image, error) {
-	im, _, err := getJSON[Image](ctx, s, s.imageKey(name))
+func (s *Store) GetImage(ctx context.Context, name string) (*sdk.Image, error) {
+	im, _, err := getJSON[sdk.Image](ctx, s, s.imageKey(name))
 	if err != nil {
 		return nil, fmt.Errorf("get image %s: %w", name, err)
 	}
@@ -537,8 +557,8 @@ func (s *Store) GetImage(ctx context.Context, name string) (*Image, error) {
 }
 
 // ListImages reads the catalog, by name.
-func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
-	ims, err := listJSON[Image](ctx, s, s.prefix+"images/")
+func (s *Store) ListImages(ctx context.Context) ([]sdk.Image, error) {
+	ims, err := listJSON[sdk.Image](ctx, s, s.prefix+"images/")
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/sdk"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestDeleteTenantRefusesWhileVMsRunOrAreBeingCreated(t *testing.T) {
 	s := openEmbedded(t, Options{UnsafeNoFsync: true})
 	ctx := testCtx(t)
 	testNode(t, s, "node-1", 8, 8192, 0)
-	tn := testTenant(t, s, "busy", Quotas{})
+	tn := testTenant(t, s, "busy", sdk.Quotas{})
 
 	res, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "node-1", VCPUs: 1, MemoryMiB: 512})
 	if err != nil {
@@ -57,7 +58,7 @@ func TestDeleteTenantAndReserveNeverBothWin(t *testing.T) {
 	testNode(t, a, "node-1", 1024, 1<<20, 0)
 	outcomes := map[string]int{}
 	for i := range 40 {
-		tn := testTenant(t, a, fmt.Sprintf("racer-%d", i), Quotas{})
+		tn := testTenant(t, a, fmt.Sprintf("racer-%d", i), sdk.Quotas{})
 		var resErr, delErr error
 		var res *Reservation
 		var wg sync.WaitGroup

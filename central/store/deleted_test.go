@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"github.com/fluxvm/fluxvm/sdk"
 	"testing"
 	"time"
 )
@@ -15,7 +16,7 @@ func TestADeletedVMIsNeverRecorded(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
 	testNode(t, s, "n1", 16, 65536, 0)
-	acme := testTenant(t, s, "acme", Quotas{})
+	acme := testTenant(t, s, "acme", sdk.Quotas{})
 	now := time.Now()
 
 	// Mark first: the commit is refused and the reservation released.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,7 +21,7 @@ func TestADeposedLeaderWritesNothing(t *testing.T) {
 	a := openPeer(t, host, Options{ID: "central-a", SessionTTL: 2})
 	b := openPeer(t, host, Options{ID: "central-b", SessionTTL: 2})
 	testNode(t, host, "n1", 16, 65536, 0)
-	acme := testTenant(t, host, "acme", Quotas{})
+	acme := testTenant(t, host, "acme", sdk.Quotas{})
 
 	la, err := a.Campaign(ctx, "loops")
 	if err != nil {
@@ -57,7 +58,7 @@ func TestADeposedLeaderWritesNothing(t *testing.T) {
 			_, err := a.Reserve(fenced, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64})
 			return err
 		},
-		"put a drain": func() error { return a.PutDrain(fenced, &Drain{Node: "n1", Mode: "cordon"}) },
+		"put a drain": func() error { return a.PutDrain(fenced, &Drain{Drain: sdk.Drain{Node: "n1", Mode: "cordon"}}) },
 		"update a node": func() error {
 			_, err := a.UpdateNode(fenced, "n1", false, func(n *Node) error { n.Cordoned = true; return nil })
 			return err

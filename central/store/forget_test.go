@@ -1,6 +1,10 @@
 package store
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/fluxvm/fluxvm/sdk"
+)
 
 // TestForgetVMFreesItsRoomAtOnce: a VM deleted through central leaves the
 // node's record with its size back in the free capacity, so a launch right
@@ -11,11 +15,11 @@ func TestForgetVMFreesItsRoomAtOnce(t *testing.T) {
 	s := openEmbedded(t, Options{})
 	testNode(t, s, "n1", 2, 4096, 1)
 	if _, err := s.UpdateNode(ctx, "n1", false, func(n *Node) error {
-		n.VMs = []VMSummary{
+		n.VMs = []sdk.HeartbeatVM{
 			{ID: "vm-a", Name: "a", VCPUs: 2, MemoryMiB: 2048, GuestOS: GuestLinux},
 			{ID: "vm-m", Name: "m", VCPUs: 0, MemoryMiB: 1024, GuestOS: GuestMacOS},
 		}
-		n.Capacity.Free = Resources{VCPUs: 0, MemoryMiB: 1024, MacOSSlots: 0}
+		n.Capacity.Free = sdk.Resources{VCPUs: 0, MemoryMiB: 1024, MacOSSlots: 0}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -30,7 +34,7 @@ func TestForgetVMFreesItsRoomAtOnce(t *testing.T) {
 	if len(n.VMs) != 1 || n.VMs[0].ID != "vm-m" {
 		t.Fatalf("VMs after forgetting vm-a = %+v, want only vm-m", n.VMs)
 	}
-	if want := (Resources{VCPUs: 2, MemoryMiB: 3072}); n.Capacity.Free != want {
+	if want := (sdk.Resources{VCPUs: 2, MemoryMiB: 3072}); n.Capacity.Free != want {
 		t.Fatalf("free after forgetting vm-a = %+v, want %+v", n.Capacity.Free, want)
 	}
 	if err := s.ForgetVM(ctx, "n1", "vm-m"); err != nil {
@@ -38,7 +42,7 @@ func TestForgetVMFreesItsRoomAtOnce(t *testing.T) {
 	}
 	// Free never exceeds total, whatever the record said before.
 	n, _ = s.GetNode(ctx, "n1")
-	if want := (Resources{VCPUs: 2, MemoryMiB: 4096, MacOSSlots: 1}); n.Capacity.Free != want {
+	if want := (sdk.Resources{VCPUs: 2, MemoryMiB: 4096, MacOSSlots: 1}); n.Capacity.Free != want {
 		t.Fatalf("free after forgetting both = %+v, want %+v", n.Capacity.Free, want)
 	}
 	_, rev, err := getJSON[Node](ctx, s, s.nodeKey("n1"))
@@ -60,7 +64,7 @@ func TestForgetVMFreesItsRoomAtOnce(t *testing.T) {
 func TestTenantNameForLogs(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
-	acme := testTenant(t, s, "acme", Quotas{})
+	acme := testTenant(t, s, "acme", sdk.Quotas{})
 	for id, want := range map[string]string{acme.ID: "acme", "t-gone": "t-gone", "": "operator"} {
 		if got := s.TenantName(ctx, id); got != want {
 			t.Errorf("TenantName(%q) = %q, want %q", id, got, want)

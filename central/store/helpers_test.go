@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -61,9 +62,9 @@ func killAbruptly(s *Store) {
 // testNode puts an up node with the given capacity.
 func testNode(t testing.TB, s *Store, name string, vcpus, memMiB, macSlots int64) *Node {
 	t.Helper()
-	n := &Node{Name: name, URL: "http://" + name + ":7777", State: NodeUp,
-		Capacity:      Capacity{Total: Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: macSlots}},
-		LastHeartbeat: time.Now().UTC()}
+	n := &Node{FleetNode: sdk.FleetNode{Name: name, URL: "http://" + name + ":7777", State: NodeUp,
+		Capacity:      sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: vcpus, MemoryMiB: memMiB, MacOSSlots: macSlots}},
+		LastHeartbeat: time.Now().UTC()}}
 	if err := s.PutNode(context.Background(), n); err != nil {
 		t.Fatalf("put node: %v", err)
 	}
@@ -71,9 +72,9 @@ func testNode(t testing.TB, s *Store, name string, vcpus, memMiB, macSlots int64
 }
 
 // testTenant creates a tenant with quotas and a token derived from its name.
-func testTenant(t testing.TB, s *Store, name string, q Quotas) *Tenant {
+func testTenant(t testing.TB, s *Store, name string, q sdk.Quotas) *Tenant {
 	t.Helper()
-	tn := &Tenant{Name: name, TokenSHA256: HashToken("fvt_" + name), Quota: q}
+	tn := &Tenant{Tenant: sdk.Tenant{Name: name, Quota: q}, TokenSHA256: HashToken("fvt_" + name)}
 	if err := s.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatalf("create tenant: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/central/notify"
+	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,11 +23,11 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	now := time.Now().UTC()
 
 	testNode(t, s, "n1", 16, 65536, 2)
-	acme := testTenant(t, s, "acme", Quotas{})
+	acme := testTenant(t, s, "acme", sdk.Quotas{})
 	if _, err := s.PutPolicy(ctx, DefaultPolicy()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutImage(ctx, &Image{Name: "deb", GuestOS: GuestLinux, Image: "/img/deb", VCPUs: 1, MemoryMiB: 64}); err != nil {
+	if err := s.PutImage(ctx, &sdk.Image{Name: "deb", GuestOS: GuestLinux, Image: "/img/deb", VCPUs: 1, MemoryMiB: 64}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Reserve(ctx, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 1, MemoryMiB: 64})
@@ -48,15 +49,15 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if _, err := s.CreateLease(ctx, CreateLeaseRequest{Tenant: acme.ID, Node: "n2", Start: now, MinHours: 24}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutDrain(ctx, &Drain{Node: "n1", Mode: "cordon", StartedAt: now, UpdatedAt: now}); err != nil {
+	if err := s.PutDrain(ctx, &Drain{Drain: sdk.Drain{Node: "n1", Mode: "cordon", StartedAt: now, UpdatedAt: now}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreatePool(ctx, &Pool{Name: "p", Tenant: acme.ID, Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
-		Size: 1, MaxSize: 1, CreatedAt: now}); err != nil {
+	if err := s.CreatePool(ctx, &Pool{Pool: sdk.Pool{Name: "p", Tenant: acme.ID, Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
+		Size: 1, MaxSize: 1, CreatedAt: now}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreatePool(ctx, &Pool{Name: "shared", Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
-		Size: 1, MaxSize: 1, CreatedAt: now}); err != nil {
+	if err := s.CreatePool(ctx, &Pool{Pool: sdk.Pool{Name: "shared", Image: "deb", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 64,
+		Size: 1, MaxSize: 1, CreatedAt: now}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateMember(ctx, &PoolMember{ID: "pool-p-1", Pool: "p", Tenant: acme.ID, Node: "n1", State: MemberCreating, CreatedAt: now}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -59,35 +60,27 @@ func (e *LeaseRefusal) Error() string {
 
 func (e *LeaseRefusal) Unwrap() error { return ErrUnavailable }
 
-// Lease is a tenant's sole use of a whole node.
+// Lease is a tenant's sole use of a whole node: the lease the API shows (sdk.Lease, the one
+// definition of its fields) less what is derived from them. EndsAt is when the reconciler
+// ends it; MinEnd (StartedAt + the policy's min_lease_hours) is the earliest release but an
+// operator's forced one, and billing counts at least until it; PricePerHour, PriceClass and
+// Currency are fixed when it starts, so a price list changed later does not touch it; the
+// reconciler finishes an end that was interrupted before VMsRemoved.
+//
+// sdk.Lease.Active is derived from ReleasedAt: the method Active answers it, the record never
+// stores it (MarshalJSON) and the field stays unset here; leaseOf in central/api fills it.
 type Lease struct {
-	ID     string `json:"id"`
-	Tenant string `json:"tenant"`
-	Node   string `json:"node"`
-	// StartedAt is when the lease began; EndsAt when the reconciler ends it
-	// (zero: open-ended, until released).
-	StartedAt time.Time `json:"started_at"`
-	EndsAt    time.Time `json:"ends_at,omitzero"`
-	// MinEnd is StartedAt + the policy's min_lease_hours: no release before it
-	// (but an operator's forced one), and billing counts at least until it.
-	MinEnd time.Time `json:"min_end"`
-	// PricePerHour is what an hour of the lease costs, fixed when it starts
-	// (a price list changed later does not touch it); PriceClass is the Mac
-	// class that set it ("": mac_per_hour), Currency the price list's.
-	PricePerHour billing.Micros `json:"price_per_hour"`
-	PriceClass   string         `json:"price_class,omitempty"`
-	Currency     string         `json:"currency,omitempty"`
-	// ReleasedAt is when the lease ended (zero: active), EndReason why:
-	// "released", "released-forced" or "expired".
-	ReleasedAt time.Time `json:"released_at,omitzero"`
-	EndReason  string    `json:"end_reason,omitempty"`
-	// VMsRemoved is set once central has deleted the lessee's VMs on the node
-	// after the end; the reconciler finishes what an interrupted end left.
-	VMsRemoved bool `json:"vms_removed"`
+	sdk.Lease
 }
 
 // Active reports whether the lease has not ended.
 func (l *Lease) Active() bool { return l.ReleasedAt.IsZero() }
+
+// MarshalJSON writes the record without sdk.Lease's derived "active".
+func (l Lease) MarshalJSON() ([]byte, error) {
+	type record Lease // the same fields, without this method
+	return marshalWithout(record(l), "active")
+}
 
 // CreateLeaseRequest asks for a lease of one node.
 type CreateLeaseRequest struct {
@@ -199,9 +192,9 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 		if q := t.Quota.MaxLeasedHosts; q > 0 && active+1 > q {
 			return false, &QuotaError{Field: "max_leased_hosts", Limit: q, Used: active, Asked: 1}
 		}
-		l := &Lease{ID: newID("lease-"), Tenant: req.Tenant, Node: req.Node, StartedAt: start,
+		l := &Lease{Lease: sdk.Lease{ID: newID("lease-"), Tenant: req.Tenant, Node: req.Node, StartedAt: start,
 			MinEnd: start.Add(time.Duration(minHours) * time.Hour), PricePerHour: req.PricePerHour,
-			PriceClass: req.PriceClass, Currency: req.Currency}
+			PriceClass: req.PriceClass, Currency: req.Currency}}
 		if req.Hours > 0 {
 			l.EndsAt = start.Add(time.Duration(req.Hours) * time.Hour)
 		}
@@ -377,30 +370,21 @@ func (s *Store) ActiveLeaseOfNode(ctx context.Context, node string) (*Lease, err
 
 // ---- drains ----
 
-// DrainVM is what a drain did with one VM.
-type DrainVM struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Tenant    string `json:"tenant,omitempty"`
-	Ephemeral bool   `json:"ephemeral"`
-	// Action is "kept", "deleted", "moved" (recreated on MovedTo, then
-	// deleted here), "failed" (Error says why) or "pending" (a move to
-	// MovedTo under way).
-	Action  string `json:"action"`
-	MovedTo string `json:"moved_to,omitempty"`
-	Error   string `json:"error,omitempty"`
+// Drain is the state of a node's latest drain: the drain the API shows (sdk.Drain, the one
+// definition of its fields, with one sdk.DrainVM for each VM the drain handled). A VM's
+// action "moved" means recreated on MovedTo, then deleted here, and "pending" a move to
+// MovedTo under way.
+//
+// sdk.Drain.Draining is the node's (Node.Draining, which uncordon ends), not the drain's: the
+// record never stores a copy (MarshalJSON) and DrainStatus reads it from the node.
+type Drain struct {
+	sdk.Drain
 }
 
-// Drain is the state of a node's latest drain.
-type Drain struct {
-	Node       string    `json:"node"`
-	Mode       string    `json:"mode"`
-	Forced     bool      `json:"forced"`
-	StartedAt  time.Time `json:"started_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	Finished   bool      `json:"finished"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
-	VMs        []DrainVM `json:"vms"`
+// MarshalJSON writes the record without sdk.Drain's "draining".
+func (d Drain) MarshalJSON() ([]byte, error) {
+	type record Drain // the same fields, without this method
+	return marshalWithout(record(d), "draining")
 }
 
 // PutDrain writes a node's drain record whole.
@@ -409,7 +393,7 @@ func (s *Store) PutDrain(ctx context.Context, d *Drain) error {
 		return err
 	}
 	if d.VMs == nil {
-		d.VMs = []DrainVM{}
+		d.VMs = []sdk.DrainVM{}
 	}
 	if _, err := s.kv(ctx).Put(ctx, s.drainKey(d.Node), mustJSON(d)); err != nil {
 		return fmt.Errorf("put drain of node %s: %w", d.Node, err)

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/sdk"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestConcurrentLeasesOfOneNodeHaveOneWinner(t *testing.T) {
 	testNode(t, a, "mac-1", 8, 16384, 2)
 	var tenants []*Tenant
 	for i := range 8 {
-		tenants = append(tenants, testTenant(t, a, fmt.Sprintf("t%d", i), Quotas{}))
+		tenants = append(tenants, testTenant(t, a, fmt.Sprintf("t%d", i), sdk.Quotas{}))
 	}
 	var (
 		mu      sync.Mutex
@@ -80,7 +81,7 @@ func TestMaxLeasedHostsHoldsUnderConcurrentLeases(t *testing.T) {
 	for i := range 6 {
 		testNode(t, a, fmt.Sprintf("mac-%d", i), 8, 16384, 2)
 	}
-	tn := testTenant(t, a, "acme", Quotas{MaxLeasedHosts: 2})
+	tn := testTenant(t, a, "acme", sdk.Quotas{MaxLeasedHosts: 2})
 	var (
 		mu    sync.Mutex
 		won   []*Lease
@@ -152,8 +153,8 @@ func TestLeaseRefusesBusyNodesAndReserveRespectsTheLessee(t *testing.T) {
 	ctx := testCtx(t)
 	testNode(t, s, "mac-1", 8, 16384, 2)
 	testNode(t, s, "mac-2", 8, 16384, 2)
-	acme := testTenant(t, s, "acme", Quotas{})
-	other := testTenant(t, s, "other", Quotas{})
+	acme := testTenant(t, s, "acme", sdk.Quotas{})
+	other := testTenant(t, s, "other", sdk.Quotas{})
 	res, err := s.Reserve(ctx, ReserveRequest{Tenant: other.ID, Node: "mac-1", VCPUs: 1, MemoryMiB: 512})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"cmp"
+	"github.com/fluxvm/fluxvm/sdk"
 	"time"
 )
 
@@ -26,15 +27,18 @@ const (
 func clamp[T cmp.Ordered](v, lo, hi T) T { return min(max(v, lo), hi) }
 
 // clampStored brings a record just read into today's ranges, for the record
-// types that implement it; getJSON, listJSON and decodeOne call it on every
-// record they decode.
+// types that implement it and the policy; getJSON, listJSON and decodeOne
+// call it on every record they decode.
 func clampStored(v any) {
-	if r, ok := v.(interface{ clampStored() }); ok {
+	switch r := v.(type) {
+	case *sdk.Policy:
+		clampPolicy(r)
+	case interface{ clampStored() }:
 		r.clampStored()
 	}
 }
 
-func (p *Policy) clampStored() {
+func clampPolicy(p *sdk.Policy) {
 	p.MinLeaseHours = clamp(p.MinLeaseHours, MinLeaseHoursFloor, MaxMinLeaseHours)
 	p.LedgerRetentionDays = clamp(p.LedgerRetentionDays, 0, MaxLedgerRetentionDays)
 	p.MaxSnapshotsPerVM = clamp(p.MaxSnapshotsPerVM, 0, MaxSnapshotsPerVM)
@@ -46,7 +50,7 @@ func (p *Policy) clampStored() {
 
 // LedgerRetention is how long ended ledger entries and leases are kept (0:
 // for ever), never more than MaxLedgerRetentionDays.
-func (p *Policy) LedgerRetention() time.Duration {
+func LedgerRetention(p sdk.Policy) time.Duration {
 	return time.Duration(clamp(p.LedgerRetentionDays, 0, MaxLedgerRetentionDays)) * 24 * time.Hour
 }
 
@@ -58,7 +62,7 @@ func (p *Pool) clampStored() {
 }
 
 func (n *Node) clampStored() {
-	both := func(r *Resources, lo int64) {
+	both := func(r *sdk.Resources, lo int64) {
 		r.VCPUs = clamp(r.VCPUs, lo*MaxNodeVCPUs, MaxNodeVCPUs)
 		r.MemoryMiB = clamp(r.MemoryMiB, lo*MaxNodeMemoryMiB, MaxNodeMemoryMiB)
 		r.MacOSSlots = clamp(r.MacOSSlots, lo*MaxNodeMacOSSlots, MaxNodeMacOSSlots)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -50,29 +51,23 @@ var ErrNoWarm = errors.New("no warm vm in the pool")
 // MaxPoolSize bounds a pool's size and max_size.
 const MaxPoolSize = 100
 
-// Pool keeps VMs of a catalog image booted and idle.
+// Pool keeps VMs of a catalog image booted and idle: the pool the API shows (sdk.Pool, the
+// one definition of its fields) less what is derived. Image is the catalog image's name, and
+// GuestOS (and the image's path) are resolved from it when the pool is made; MaxSize ==
+// Size does not grow; Deleting says DELETE was asked, its members are being deleted and the
+// record goes last; Blocked says why the pool loop could not fill it on its last try ("" when
+// it could).
+//
+// sdk.Pool's Shared (the pool has no tenant) and Mode (every pool runs its members) are
+// derived: the record never stores them (MarshalJSON) and central/pools.Wire fills them.
 type Pool struct {
-	Name string `json:"name"`
-	// Tenant owns the pool; "" is a shared pool of the operator.
-	Tenant string `json:"tenant,omitempty"`
-	// Image is the catalog image's name; GuestOS and Image path are resolved from it when
-	// the pool is made.
-	Image     string `json:"image"`
-	GuestOS   string `json:"guest_os"`
-	VCPUs     int64  `json:"vcpus"`
-	MemoryMiB int64  `json:"memory_mib"`
-	// Size is how many warm VMs the pool keeps at least; MaxSize how far it may grow
-	// toward recent demand (MaxSize == Size: it does not grow).
-	Size         int               `json:"size"`
-	MaxSize      int               `json:"max_size"`
-	NodeSelector map[string]string `json:"node_selector,omitempty"`
-	CreatedAt    time.Time         `json:"created_at"`
-	// Deleting: DELETE was asked; members are being deleted and the record goes last.
-	Deleting bool `json:"deleting,omitempty"`
-	// Blocked says why the pool loop could not fill the pool on its last try ("" when
-	// it could), and since when.
-	Blocked      string    `json:"blocked,omitempty"`
-	BlockedSince time.Time `json:"blocked_since,omitzero"`
+	sdk.Pool
+}
+
+// MarshalJSON writes the record without sdk.Pool's derived "shared" and "mode".
+func (p Pool) MarshalJSON() ([]byte, error) {
+	type record Pool // the same fields, without this method
+	return marshalWithout(record(p), "shared", "mode")
 }
 
 // Validate checks what the store relies on.

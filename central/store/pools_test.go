@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/sdk"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 func warmMembers(t *testing.T, s *Store, tenant, pool, node string, n int) {
 	t.Helper()
 	ctx := testCtx(t)
-	if err := s.CreatePool(ctx, &Pool{Name: pool, Tenant: tenant, Image: "img", VCPUs: 1, MemoryMiB: 512, Size: n, MaxSize: n}); err != nil {
+	if err := s.CreatePool(ctx, &Pool{Pool: sdk.Pool{Name: pool, Tenant: tenant, Image: "img", VCPUs: 1, MemoryMiB: 512, Size: n, MaxSize: n}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
@@ -39,7 +40,7 @@ func TestClaimHandsOutEachMemberOnce(t *testing.T) {
 	a := openEmbedded(t, Options{})
 	b := openPeer(t, a, Options{})
 	testNode(t, a, "n1", 64, 65536, 0)
-	tn := testTenant(t, a, "acme", Quotas{})
+	tn := testTenant(t, a, "acme", sdk.Quotas{})
 	warmMembers(t, a, tn.ID, "ci", "n1", 5)
 
 	var mu sync.Mutex
@@ -91,7 +92,7 @@ func TestClaimFromSharedPoolMovesTheVMIntoTheTenant(t *testing.T) {
 	s := openEmbedded(t, Options{})
 	ctx := testCtx(t)
 	testNode(t, s, "n1", 64, 65536, 0)
-	tn := testTenant(t, s, "acme", Quotas{MaxVMs: 1})
+	tn := testTenant(t, s, "acme", sdk.Quotas{MaxVMs: 1})
 	warmMembers(t, s, "", "shared", "n1", 3)
 
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"io"
 	"regexp"
 	"strconv"
@@ -19,10 +20,10 @@ const (
 	GuestMacOS = "macos"
 )
 
-// Node states.
+// Node states: sdk's.
 const (
-	NodeUp   = "up"
-	NodeDown = "down"
+	NodeUp   = sdk.NodeUp
+	NodeDown = sdk.NodeDown
 )
 
 // nameRE is the rule for every name that becomes a key segment (nodes, tenants, images):
@@ -39,60 +40,16 @@ func checkName(kind, name string) error {
 	return nil
 }
 
-// Resources is an amount of node capacity or usage.
-type Resources struct {
-	VCPUs      int64 `json:"vcpus"`
-	MemoryMiB  int64 `json:"memory_mib"`
-	MacOSSlots int64 `json:"macos_slots"`
-}
-
-// Capacity is what a node reports: its total, and what it sees free (which includes VMs not
-// created through central).
-type Capacity struct {
-	Total Resources `json:"total"`
-	Free  Resources `json:"free"`
-}
-
-// DriverStatus is one hypervisor plugin of a node as it reports it.
-type DriverStatus struct {
-	Name      string `json:"name"`
-	Health    string `json:"health"`
-	Simulated bool   `json:"simulated,omitempty"`
-}
-
-// VMSummary is one VM of a node's heartbeat.
-type VMSummary struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Tenant    string `json:"tenant,omitempty"`
-	State     string `json:"state"`
-	VCPUs     int64  `json:"vcpus"`
-	MemoryMiB int64  `json:"memory_mib"`
-	GuestOS   string `json:"guest_os"`
-}
-
-// Node is a registered host, rewritten by each heartbeat.
+// Node is a registered host, rewritten by each heartbeat: the node the API shows
+// (sdk.FleetNode, the one definition of its fields, with its capacity in sdk.Resources, its
+// drivers and the VMs of its last heartbeat) and nothing else, since central keeps nothing
+// about a node that the operator does not see. Capacity's Free is what the node sees free,
+// which includes VMs not created through central. LeasedBy and LeaseID are written only by
+// CreateLease and EndLease, in the same transaction as the lease, so a Reserve that compares
+// the node record's revision always decides on the current lessee. The store's rules about a
+// node are its methods here.
 type Node struct {
-	Name          string            `json:"name"`
-	URL           string            `json:"url"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	Capacity      Capacity          `json:"capacity"`
-	Drivers       []DriverStatus    `json:"drivers,omitempty"`
-	Fingerprint   map[string]string `json:"fingerprint,omitempty"`
-	LastHeartbeat time.Time         `json:"last_heartbeat"`
-	State         string            `json:"state"` // NodeUp or NodeDown
-	Cordoned      bool              `json:"cordoned"`
-	Draining      bool              `json:"draining"`
-	ScrubPending  bool              `json:"scrub_pending"`
-	// LeasedBy is the tenant holding the node's active lease and LeaseID that
-	// lease ("" when none). Only CreateLease and EndLease write them, in the
-	// same transaction as the lease, so a Reserve that compares the node
-	// record's revision always decides on the current lessee.
-	LeasedBy string      `json:"leased_by,omitempty"`
-	LeaseID  string      `json:"lease_id,omitempty"`
-	GuestOS  []string    `json:"guest_os,omitempty"`
-	Nested   bool        `json:"nested"`
-	VMs      []VMSummary `json:"vms,omitempty"`
+	sdk.FleetNode
 }
 
 // Unavailable says why n takes no new VM and no lease now ("" when it
@@ -139,23 +96,33 @@ func (n *Node) Validate() error {
 	return nil
 }
 
-// Quotas limit a tenant. For max_vms, max_vcpus, max_memory_mib, max_leased_hosts and
-// max_volume_gib, 0 (or unset) means no limit: the spec creates tenants with only some
-// quotas given ("--max-vms 20 --max-memory-mib 98304") and says "no limit when unset" for
-// volumes, so an absent quota must not mean "nothing allowed". max_snapshots_per_vm is
-// different because the spec makes 0 mean "snapshots off": nil follows the policy's
-// max_snapshots_per_vm, and an explicit 0 turns snapshots off for this tenant.
-type Quotas struct {
-	MaxVMs            int64  `json:"max_vms,omitempty"`
-	MaxVCPUs          int64  `json:"max_vcpus,omitempty"`
-	MaxMemoryMiB      int64  `json:"max_memory_mib,omitempty"`
-	MaxLeasedHosts    int64  `json:"max_leased_hosts,omitempty"`
-	MaxSnapshotsPerVM *int64 `json:"max_snapshots_per_vm,omitempty"`
-	MaxVolumeGiB      int64  `json:"max_volume_gib,omitempty"`
-}
+// Documents stored as the API shows them
+//
+// The fleet policy (sdk.Policy with its tunnels block), a tenant's quotas
+// (sdk.Quotas) and a catalog image (sdk.Image) are documents the operator
+// writes whole: PUT /fleet/policy and PUT /fleet/images/{name} replace them,
+// and quotas come in with the tenant. Central keeps nothing about them that
+// the operator does not see, so the store persists the sdk type itself, on
+// purpose: one definition, no conversion at the edge, and the record's JSON
+// is the wire document's. The store adds its rules as functions over the sdk
+// type (checkPolicy, checkQuotas, checkImage and the defaults they fill,
+// clampPolicy on read). A change to one of these sdk types changes etcd's
+// layout too: TestStoredRecordsReadAndWriteAsBefore reads records of the
+// existing layout (testdata/stored) and fails on any change that would not
+// read them, and such a change needs a read-side migration here. The price
+// list (billing.Prices, billing.go) is stored the same way. Records that keep
+// more than the API shows, or less (Tenant, Lease, Pool, Drain, Node), embed
+// their sdk type instead: docs/design/004-central-layers.md, "Wire types and
+// records".
 
-// Validate refuses negative limits.
-func (q Quotas) Validate() error {
+// checkQuotas refuses negative limits. For max_vms, max_vcpus, max_memory_mib,
+// max_leased_hosts and max_volume_gib, 0 (or unset) means no limit: the spec creates tenants
+// with only some quotas given ("--max-vms 20 --max-memory-mib 98304") and says "no limit
+// when unset" for volumes, so an absent quota must not mean "nothing allowed".
+// max_snapshots_per_vm is different because the spec makes 0 mean "snapshots off": nil
+// follows the policy's max_snapshots_per_vm, and an explicit 0 turns snapshots off for this
+// tenant (SnapshotsPerVM).
+func checkQuotas(q sdk.Quotas) error {
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -171,25 +138,38 @@ func (q Quotas) Validate() error {
 	return nil
 }
 
-// SnapshotsPerVM is the tenant's snapshot limit given the policy.
-func (q Quotas) SnapshotsPerVM(p Policy) int64 {
+// SnapshotsPerVM is a tenant's snapshot limit given its quotas and the policy.
+func SnapshotsPerVM(q sdk.Quotas, p sdk.Policy) int64 {
 	if q.MaxSnapshotsPerVM != nil {
 		return *q.MaxSnapshotsPerVM
 	}
 	return p.MaxSnapshotsPerVM
 }
 
-// Tenant is a customer of the cloud. Its token is stored only as a SHA-256 hex digest.
+// Tenant is a customer of the cloud as the store keeps it: the tenant the API shows
+// (sdk.Tenant, the one definition of its fields) and, stored beside them, what no answer
+// carries: its token, only as a SHA-256 hex digest.
 type Tenant struct {
-	ID          string    `json:"id"`
-	Name        string    `json:"name"`
-	TokenSHA256 string    `json:"token_sha256"`
-	Disabled    bool      `json:"disabled"`
-	Quota       Quotas    `json:"quota"`
-	CreatedAt   time.Time `json:"created_at"`
-	// Budget is the tenant's monthly budget (0: none). Nothing is stopped
-	// when it is spent; central warns at 80 % and 100 % (budget.near, budget.over).
-	Budget billing.Micros `json:"budget_monthly,omitempty"`
+	sdk.Tenant
+	TokenSHA256 string `json:"token_sha256"`
+}
+
+// Budget is the tenant's monthly budget (0: none). Nothing is stopped when it is spent;
+// central warns at 80 % and 100 % (budget.near, budget.over).
+func (t *Tenant) Budget() billing.Micros {
+	if t.BudgetMonthly == nil {
+		return 0
+	}
+	return *t.BudgetMonthly
+}
+
+// SetBudget sets the monthly budget; 0 removes it, so the record has no budget_monthly and
+// the API shows none.
+func (t *Tenant) SetBudget(monthly billing.Micros) {
+	t.BudgetMonthly = nil
+	if monthly != 0 {
+		t.BudgetMonthly = &monthly
+	}
 }
 
 var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -202,44 +182,20 @@ func (t *Tenant) Validate() error {
 	if !sha256HexRE.MatchString(t.TokenSHA256) {
 		return fmt.Errorf("%w: tenant %s: token_sha256 must be 64 lowercase hex digits", ErrInvalid, t.Name)
 	}
-	if t.Budget < 0 {
+	if t.Budget() < 0 {
 		return fmt.Errorf("%w: tenant %s: budget_monthly must not be negative", ErrInvalid, t.Name)
 	}
-	return t.Quota.Validate()
-}
-
-// TunnelPolicy is the policy's tunnels block.
-type TunnelPolicy struct {
-	Enabled            bool     `json:"enabled"`
-	Ports              []string `json:"ports"`
-	IdleTimeoutMinutes int      `json:"idle_timeout_minutes"`
-	MaxLifetimeMinutes int      `json:"max_lifetime_minutes"`
-	MaxPerTenant       int      `json:"max_per_tenant"`
-}
-
-// Policy is the operator's fleet-wide rules (GET/PUT /fleet/policy). DefaultPolicy holds the
-// spec's defaults; a missing policy record reads as DefaultPolicy.
-type Policy struct {
-	RequireLeaseForMacOS           bool         `json:"require_lease_for_macos"`
-	ExclusiveLeasedHosts           bool         `json:"exclusive_leased_hosts"`
-	MinLeaseHours                  int          `json:"min_lease_hours"`
-	LedgerRetentionDays            int          `json:"ledger_retention_days"` // 0 keeps all
-	IsolateTenantNetworks          bool         `json:"isolate_tenant_networks"`
-	TenantSubnetPrefix             string       `json:"tenant_subnet_prefix"`
-	AllowSharedPoolClaims          bool         `json:"allow_shared_pool_claims"`
-	SignupRequireEmailVerification bool         `json:"signup_require_email_verification"`
-	MaxSnapshotsPerVM              int64        `json:"max_snapshots_per_vm"` // 0 turns snapshots off
-	OperatorEmails                 []string     `json:"operator_emails"`
-	Tunnels                        TunnelPolicy `json:"tunnels"`
+	return checkQuotas(t.Quota)
 }
 
 // MinLeaseHoursFloor is Apple's 24-hour minimum; lower policy values are raised to it.
 const MinLeaseHoursFloor = 24
 
-// DefaultPolicy is the policy with the spec's defaults. The tunnels block takes the values of
-// the spec's example ("enabled": true, ports 22 and 1024-65535, 60/480 minutes, 20 per tenant).
-func DefaultPolicy() Policy {
-	return Policy{
+// DefaultPolicy is the policy with the spec's defaults; a missing policy record reads as it.
+// The tunnels block takes the values of the spec's example ("enabled": true, ports 22 and
+// 1024-65535, 60/480 minutes, 20 per tenant).
+func DefaultPolicy() sdk.Policy {
+	return sdk.Policy{
 		RequireLeaseForMacOS:           true,
 		ExclusiveLeasedHosts:           true,
 		MinLeaseHours:                  24,
@@ -250,7 +206,7 @@ func DefaultPolicy() Policy {
 		SignupRequireEmailVerification: true,
 		MaxSnapshotsPerVM:              20,
 		OperatorEmails:                 []string{},
-		Tunnels: TunnelPolicy{
+		Tunnels: sdk.TunnelPolicy{
 			Enabled:            true,
 			Ports:              []string{"22", "1024-65535"},
 			IdleTimeoutMinutes: 60,
@@ -260,9 +216,9 @@ func DefaultPolicy() Policy {
 	}
 }
 
-// Validate normalises the policy (min_lease_hours below 24 is raised to 24, as the spec
+// checkPolicy normalises the policy (min_lease_hours below 24 is raised to 24, as the spec
 // says, rather than refused) and checks every value's range.
-func (p *Policy) Validate() error {
+func checkPolicy(p *sdk.Policy) error {
 	if p.MinLeaseHours < MinLeaseHoursFloor {
 		p.MinLeaseHours = MinLeaseHoursFloor
 	}
@@ -340,15 +296,15 @@ func checkPortRange(r string) error {
 // DecodePolicy reads a policy document over base (pass DefaultPolicy() so omitted fields take
 // their defaults, or the current policy for patch semantics). Unknown fields and trailing
 // data are refused, and the result is validated.
-func DecodePolicy(r io.Reader, base Policy) (Policy, error) {
+func DecodePolicy(r io.Reader, base sdk.Policy) (sdk.Policy, error) {
 	p := base
 	p.OperatorEmails = append([]string(nil), base.OperatorEmails...)
 	p.Tunnels.Ports = append([]string(nil), base.Tunnels.Ports...)
 	if err := decodeStrict(r, &p); err != nil {
-		return Policy{}, fmt.Errorf("%w: policy: %v", ErrInvalid, err)
+		return sdk.Policy{}, fmt.Errorf("%w: policy: %v", ErrInvalid, err)
 	}
-	if err := p.Validate(); err != nil {
-		return Policy{}, err
+	if err := checkPolicy(&p); err != nil {
+		return sdk.Policy{}, err
 	}
 	return p, nil
 }
@@ -370,18 +326,6 @@ func decodeStrict(r io.Reader, v any) error {
 // (tenants, images, quotas): unknown fields and trailing data are refused.
 func DecodeStrict(data []byte, v any) error { return decodeStrict(bytes.NewReader(data), v) }
 
-// Image is a catalog entry: a disk the operator has put on the Macs, launched by name.
-type Image struct {
-	Name        string `json:"name"`
-	DisplayName string `json:"display_name,omitempty"`
-	GuestOS     string `json:"guest_os"`
-	Image       string `json:"image"`
-	VCPUs       int64  `json:"vcpus"`
-	MemoryMiB   int64  `json:"memory_mib"`
-	Source      string `json:"source,omitempty"`
-	SSHUser     string `json:"ssh_user"`
-}
-
 // Image defaults the console offers when the operator gives none (spec, "Image catalog").
 const (
 	DefaultImageVCPUs     = 4
@@ -389,8 +333,9 @@ const (
 	DefaultImageSSHUser   = "admin"
 )
 
-// Validate fills the defaults (vcpus 4, memory_mib 8192, ssh_user admin) and checks the entry.
-func (im *Image) Validate() error {
+// checkImage fills a catalog entry's defaults (vcpus 4, memory_mib 8192, ssh_user admin) and
+// checks it.
+func checkImage(im *sdk.Image) error {
 	if err := checkName("image", im.Name); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -110,7 +111,7 @@ type ReserveRequest struct {
 	// Quotas of the tenant (ignored for the operator). Nil: Reserve reads the tenant record in its transaction (and
 	// compares its revision, so a quota change or a disable cannot slip in between) and
 	// refuses a missing or disabled tenant.
-	Quotas *Quotas
+	Quotas *sdk.Quotas
 }
 
 // Reserve holds quota and node capacity for one VM in flight, under this central's lease.
@@ -434,7 +435,7 @@ func (s *Store) QuotaLeft(ctx context.Context, req ReserveRequest) error {
 	return checkQuota(t.Quota, u.Running.add(u.Reserved), req.ask())
 }
 
-func checkQuota(q Quotas, used, ask Usage) error {
+func checkQuota(q sdk.Quotas, used, ask Usage) error {
 	for _, c := range []struct {
 		field             string
 		limit, used, asks int64

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -51,17 +52,17 @@ func burst(t *testing.T, stores []*Store, n int, req ReserveRequest) (ok []*Rese
 func TestReserveNeverOvershootsUnderConcurrentBursts(t *testing.T) {
 	cases := []struct {
 		name    string
-		quotas  Quotas
+		quotas  sdk.Quotas
 		node    [3]int64 // vcpus, memory, macOS slots
 		req     ReserveRequest
 		refusal string
 	}{
-		{"max_vms", Quotas{MaxVMs: 10}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 512}, "max_vms"},
-		{"max_vcpus", Quotas{MaxVCPUs: 40}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 4, MemoryMiB: 512}, "max_vcpus"},
-		{"max_memory_mib", Quotas{MaxMemoryMiB: 81920}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 8192}, "max_memory_mib"},
-		{"node vcpus, unlimited tenant", Quotas{}, [3]int64{20, 1 << 30, 0}, ReserveRequest{VCPUs: 2, MemoryMiB: 512}, "vcpus"},
-		{"node memory, operator", Quotas{}, [3]int64{1000, 10240, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 1024}, "memory_mib"},
-		{"node macOS slots", Quotas{}, [3]int64{1000, 1 << 30, 10}, ReserveRequest{VCPUs: 1, MemoryMiB: 512, MacOS: true}, "macos_slots"},
+		{"max_vms", sdk.Quotas{MaxVMs: 10}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 512}, "max_vms"},
+		{"max_vcpus", sdk.Quotas{MaxVCPUs: 40}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 4, MemoryMiB: 512}, "max_vcpus"},
+		{"max_memory_mib", sdk.Quotas{MaxMemoryMiB: 81920}, [3]int64{1000, 1 << 30, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 8192}, "max_memory_mib"},
+		{"node vcpus, unlimited tenant", sdk.Quotas{}, [3]int64{20, 1 << 30, 0}, ReserveRequest{VCPUs: 2, MemoryMiB: 512}, "vcpus"},
+		{"node memory, operator", sdk.Quotas{}, [3]int64{1000, 10240, 0}, ReserveRequest{VCPUs: 1, MemoryMiB: 1024}, "memory_mib"},
+		{"node macOS slots", sdk.Quotas{}, [3]int64{1000, 1 << 30, 10}, ReserveRequest{VCPUs: 1, MemoryMiB: 512, MacOS: true}, "macos_slots"},
 	}
 	// "without local queue" turns off the in-process queue (locks.go) so that all 200
 	// goroutines race through etcd transactions alone, as 200 centrals would.
@@ -112,7 +113,7 @@ func TestReserveReadsTheTenantWhenNoQuotasAreGiven(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
 	testNode(t, s, "n1", 100, 1<<20, 0)
-	tn := testTenant(t, s, "acme", Quotas{MaxVMs: 10})
+	tn := testTenant(t, s, "acme", sdk.Quotas{MaxVMs: 10})
 	ok, refused := burst(t, []*Store{s}, 50, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 1, MemoryMiB: 1})
 	if len(ok) != 10 || refused["max_vms"] != 40 {
 		t.Errorf("%d reserved, refused %v; want 10 and 40 max_vms", len(ok), refused)
@@ -150,7 +151,7 @@ func TestReserveRefusesUnschedulableAndMissingNodes(t *testing.T) {
 		{"scrub pending", func(n *Node) { n.ScrubPending = true }},
 	} {
 		if _, err := s.UpdateNode(ctx, "n1", false, func(n *Node) error {
-			*n = Node{Name: n.Name, State: NodeUp, Capacity: n.Capacity}
+			*n = Node{FleetNode: sdk.FleetNode{Name: n.Name, State: NodeUp, Capacity: n.Capacity}}
 			c.set(n)
 			return nil
 		}); err != nil {
@@ -175,7 +176,7 @@ func TestDeadCentralsReservationsExpireAndFreeTheQuota(t *testing.T) {
 	dying := openPeer(t, host, Options{SessionTTL: 2})
 	survivor := openPeer(t, host, Options{})
 	testNode(t, host, "n1", 100, 1<<20, 0)
-	tn := testTenant(t, host, "acme", Quotas{MaxVMs: 10})
+	tn := testTenant(t, host, "acme", sdk.Quotas{MaxVMs: 10})
 	req := ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 1, MemoryMiB: 1}
 
 	// The survivor holds 4, the dying central 6: the tenant is full.
@@ -238,7 +239,7 @@ func TestCountersStayExactThroughRandomConcurrentOps(t *testing.T) {
 	}
 	tenants := []string{""} // the operator
 	for _, name := range []string{"acme", "globex", "initech"} {
-		tenants = append(tenants, testTenant(t, host, name, Quotas{MaxVMs: 12, MaxVCPUs: 40}).ID)
+		tenants = append(tenants, testTenant(t, host, name, sdk.Quotas{MaxVMs: 12, MaxVCPUs: 40}).ID)
 	}
 
 	var mu sync.Mutex
@@ -391,7 +392,7 @@ func BenchmarkReserve(b *testing.B) {
 				for i := 0; i < 16; i++ {
 					testNode(b, host, fmt.Sprintf("n%d", i), 1<<20, 1<<30, 0)
 				}
-				shared := testTenant(b, host, "shared", Quotas{})
+				shared := testTenant(b, host, "shared", sdk.Quotas{})
 				var next atomic.Int64
 				var conflicts atomic.Int64
 				b.SetParallelism(benchParallelism)
@@ -401,11 +402,11 @@ func BenchmarkReserve(b *testing.B) {
 					s := stores[int(g)%len(stores)]
 					tenant := shared.ID
 					if mode == "tenant-per-goroutine" {
-						tenant = testTenant(b, host, fmt.Sprintf("bench-%d", g), Quotas{}).ID
+						tenant = testTenant(b, host, fmt.Sprintf("bench-%d", g), sdk.Quotas{}).ID
 					}
 					node := fmt.Sprintf("n%d", g%16)
 					for pb.Next() {
-						res, err := s.Reserve(ctx, ReserveRequest{Tenant: tenant, Node: node, VCPUs: 1, MemoryMiB: 1, Quotas: &Quotas{}})
+						res, err := s.Reserve(ctx, ReserveRequest{Tenant: tenant, Node: node, VCPUs: 1, MemoryMiB: 1, Quotas: &sdk.Quotas{}})
 						if errors.Is(err, ErrConflict) {
 							conflicts.Add(1)
 							continue
@@ -499,7 +500,7 @@ func BenchmarkReserveVsRawTxn(b *testing.B) {
 		for _, nodes := range []int64{1, 8} {
 			perSec := measure(func(ctx context.Context, s *Store, g int64) error {
 				res, err := s.Reserve(ctx, ReserveRequest{Tenant: fmt.Sprintf("t-%d", g), Node: fmt.Sprintf("n%d", g%nodes),
-					VCPUs: 1, MemoryMiB: 1, Quotas: &Quotas{}})
+					VCPUs: 1, MemoryMiB: 1, Quotas: &sdk.Quotas{}})
 				if err != nil {
 					return err
 				}
@@ -515,7 +516,7 @@ func TestCommitAfterTheLeaseWasLostRecordsTheVMAndReserveGetsANewLease(t *testin
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
 	testNode(t, s, "n1", 8, 8192, 0)
-	tn := testTenant(t, s, "acme", Quotas{MaxVMs: 1})
+	tn := testTenant(t, s, "acme", sdk.Quotas{MaxVMs: 1})
 	res, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 2, MemoryMiB: 1024})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/fluxvm/fluxvm/sdk"
 	"os"
 	"reflect"
 	"strings"
@@ -31,7 +32,7 @@ func TestOpenEmbeddedIsFastPrivateAndKeepsDataAcrossRestart(t *testing.T) {
 		t.Errorf("endpoints %v, want loopback", s.Endpoints())
 	}
 	ctx := testCtx(t)
-	tn := testTenant(t, s, "acme", Quotas{MaxVMs: 3})
+	tn := testTenant(t, s, "acme", sdk.Quotas{MaxVMs: 3})
 	if err := s.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -69,14 +70,14 @@ func TestPrefixesIsolateStoresOnOneEtcd(t *testing.T) {
 func TestNodeRoundTripAndUpdate(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
-	n := &Node{
+	n := &Node{FleetNode: sdk.FleetNode{
 		Name: "mac-1", URL: "http://10.0.0.1:7777", Labels: map[string]string{"rack": "a"},
-		Capacity:    Capacity{Total: Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}, Free: Resources{VCPUs: 8, MemoryMiB: 32768, MacOSSlots: 1}},
-		Drivers:     []DriverStatus{{Name: "vz", Health: "healthy"}, {Name: "sim", Health: "healthy", Simulated: true}},
+		Capacity:    sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 32768, MacOSSlots: 1}},
+		Drivers:     []sdk.FleetNodeDriver{{Name: "vz", Health: "healthy"}, {Name: "sim", Health: "healthy", Simulated: true}},
 		Fingerprint: map[string]string{"cpu.arch": "arm64"}, LastHeartbeat: time.Now().UTC().Round(0),
 		State: NodeUp, Cordoned: true, Draining: true, ScrubPending: true, GuestOS: []string{"linux", "macos"}, Nested: true,
-		VMs: []VMSummary{{ID: "vm-1", Name: "ci", Tenant: "t-1", State: "running", VCPUs: 4, MemoryMiB: 8192, GuestOS: "macos"}},
-	}
+		VMs: []sdk.HeartbeatVM{{ID: "vm-1", Name: "ci", Tenant: "t-1", State: "running", VCPUs: 4, MemoryMiB: 8192, GuestOS: "macos"}},
+	}}
 	if err := s.PutNode(ctx, n); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestNodeRoundTripAndUpdate(t *testing.T) {
 	if err != nil || len(ns) != 2 || ns[0].Name != "mac-1" || ns[1].Name != "mac-2" {
 		t.Errorf("list nodes = %v, %v", ns, err)
 	}
-	if err := s.PutNode(ctx, &Node{Name: "bad/name"}); !errors.Is(err, ErrInvalid) {
+	if err := s.PutNode(ctx, &Node{FleetNode: sdk.FleetNode{Name: "bad/name"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("node name with a slash: %v, want ErrInvalid", err)
 	}
 	if err := s.DeleteNode(ctx, "mac-2"); err != nil {
@@ -120,7 +121,7 @@ func TestTenantIndexesAndTokenRotation(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
 	five := int64(5)
-	acme := &Tenant{Name: "acme", TokenSHA256: HashToken("fvt_old"), Quota: Quotas{MaxVMs: 20, MaxMemoryMiB: 98304, MaxSnapshotsPerVM: &five}}
+	acme := &Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 20, MaxMemoryMiB: 98304, MaxSnapshotsPerVM: &five}}, TokenSHA256: HashToken("fvt_old")}
 	if err := s.CreateTenant(ctx, acme); err != nil {
 		t.Fatal(err)
 	}
@@ -137,16 +138,16 @@ func TestTenantIndexesAndTokenRotation(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want %+v", name, got, err, acme)
 		}
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "acme", TokenSHA256: HashToken("x")}); !errors.Is(err, ErrExists) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "acme"}, TokenSHA256: HashToken("x")}); !errors.Is(err, ErrExists) {
 		t.Errorf("duplicate name: %v, want ErrExists", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "other", TokenSHA256: HashToken("fvt_old")}); !errors.Is(err, ErrExists) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "other"}, TokenSHA256: HashToken("fvt_old")}); !errors.Is(err, ErrExists) {
 		t.Errorf("duplicate token: %v, want ErrExists", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "plain", TokenSHA256: "fvt_not_hashed"}); !errors.Is(err, ErrInvalid) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "plain"}, TokenSHA256: "fvt_not_hashed"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("unhashed token: %v, want ErrInvalid", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "neg", TokenSHA256: HashToken("n"), Quota: Quotas{MaxVCPUs: -1}}); !errors.Is(err, ErrInvalid) {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "neg", Quota: sdk.Quotas{MaxVCPUs: -1}}, TokenSHA256: HashToken("n")}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("negative quota: %v, want ErrInvalid", err)
 	}
 
@@ -160,7 +161,7 @@ func TestTenantIndexesAndTokenRotation(t *testing.T) {
 		t.Errorf("new token after rotation: %+v, %v", got, err)
 	}
 
-	other := testTenant(t, s, "globex", Quotas{})
+	other := testTenant(t, s, "globex", sdk.Quotas{})
 	if _, err := s.UpdateTenant(ctx, other.ID, func(t *Tenant) error { t.Name = "acme"; return nil }); !errors.Is(err, ErrExists) {
 		t.Errorf("rename onto a taken name: %v, want ErrExists", err)
 	}
@@ -183,7 +184,7 @@ func TestTenantIndexesAndTokenRotation(t *testing.T) {
 	if _, err := s.TenantByToken(ctx, HashToken("fvt_new")); !errors.Is(err, ErrNotFound) {
 		t.Errorf("token of a deleted tenant: %v, want ErrNotFound", err)
 	}
-	if err := s.CreateTenant(ctx, &Tenant{Name: "acme-corp", TokenSHA256: HashToken("fvt_new")}); err != nil {
+	if err := s.CreateTenant(ctx, &Tenant{Tenant: sdk.Tenant{Name: "acme-corp"}, TokenSHA256: HashToken("fvt_new")}); err != nil {
 		t.Errorf("name and token of a deleted tenant are not free again: %v", err)
 	}
 	ts, err := s.ListTenants(ctx)
@@ -196,10 +197,10 @@ func TestQuotaSnapshotsFollowPolicyUnlessSet(t *testing.T) {
 	p := DefaultPolicy()
 	zero, five := int64(0), int64(5)
 	for _, c := range []struct {
-		q    Quotas
+		q    sdk.Quotas
 		want int64
-	}{{Quotas{}, 20}, {Quotas{MaxSnapshotsPerVM: &five}, 5}, {Quotas{MaxSnapshotsPerVM: &zero}, 0}} {
-		if got := c.q.SnapshotsPerVM(p); got != c.want {
+	}{{sdk.Quotas{}, 20}, {sdk.Quotas{MaxSnapshotsPerVM: &five}, 5}, {sdk.Quotas{MaxSnapshotsPerVM: &zero}, 0}} {
+		if got := SnapshotsPerVM(c.q, p); got != c.want {
 			t.Errorf("SnapshotsPerVM(%+v) = %d, want %d", c.q, got, c.want)
 		}
 	}
@@ -268,7 +269,7 @@ func TestPolicyDefaultsRaiseMinLeaseAndRefuseBadInput(t *testing.T) {
 func TestImageCatalogFillsDefaultsAndValidates(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
-	im := &Image{Name: "debian-13", GuestOS: "linux", Image: "/var/lib/fluxvm/images/debian-13.qcow2"}
+	im := &sdk.Image{Name: "debian-13", GuestOS: "linux", Image: "/var/lib/fluxvm/images/debian-13.qcow2"}
 	if err := s.PutImage(ctx, im); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestImageCatalogFillsDefaultsAndValidates(t *testing.T) {
 	if got.VCPUs != 4 || got.MemoryMiB != 8192 || got.SSHUser != "admin" {
 		t.Errorf("image defaults = %+v; want 4 vCPUs, 8192 MiB, ssh_user admin", got)
 	}
-	mac := &Image{Name: "macos-27-xcode", DisplayName: "macOS 27 with Xcode", GuestOS: "macos",
+	mac := &sdk.Image{Name: "macos-27-xcode", DisplayName: "macOS 27 with Xcode", GuestOS: "macos",
 		Image: "/Users/fluxvm/vms/macos-27-xcode/disk.raw", VCPUs: 6, MemoryMiB: 16384,
 		Source: "ghcr.io/acme/macos-xcode:27", SSHUser: "runner"}
 	if err := s.PutImage(ctx, mac); err != nil {
@@ -292,7 +293,7 @@ func TestImageCatalogFillsDefaultsAndValidates(t *testing.T) {
 	if err != nil || len(ims) != 2 || ims[0].Name != "debian-13" {
 		t.Errorf("list images = %v, %v", ims, err)
 	}
-	for _, bad := range []Image{
+	for _, bad := range []sdk.Image{
 		{Name: "x", GuestOS: "windows", Image: "/d"},
 		{Name: "x", GuestOS: "linux"},
 		{Name: "-x", GuestOS: "linux", Image: "/d"},
@@ -315,7 +316,7 @@ func TestLedgerLifecycleAndRetention(t *testing.T) {
 	ctx := testCtx(t)
 	s := openEmbedded(t, Options{})
 	testNode(t, s, "n1", 16, 65536, 2)
-	acme := testTenant(t, s, "acme", Quotas{})
+	acme := testTenant(t, s, "acme", sdk.Quotas{})
 
 	res, err := s.Reserve(ctx, ReserveRequest{Tenant: acme.ID, Node: "n1", VCPUs: 4, MemoryMiB: 8192, MacOS: true})
 	if err != nil {

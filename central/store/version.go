@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -54,13 +55,13 @@ func onlyVersion(what string, ifVersion []int64) (v int64, given bool, err error
 }
 
 // PolicyVersion reads the policy with its version (0: never stored, the defaults).
-func (s *Store) PolicyVersion(ctx context.Context) (Policy, int64, error) {
-	p, rev, err := getJSON[Policy](ctx, s, s.policyKey())
+func (s *Store) PolicyVersion(ctx context.Context) (sdk.Policy, int64, error) {
+	p, rev, err := getJSON[sdk.Policy](ctx, s, s.policyKey())
 	if errors.Is(err, ErrNotFound) {
 		return DefaultPolicy(), 0, nil
 	}
 	if err != nil {
-		return Policy{}, 0, fmt.Errorf("get policy: %w", err)
+		return sdk.Policy{}, 0, fmt.Errorf("get policy: %w", err)
 	}
 	return *p, rev, nil
 }

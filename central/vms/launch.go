@@ -77,7 +77,7 @@ type Launch struct {
 	// (its Node is chosen); Policy the fleet policy read for this launch.
 	Place   scheduler.Request
 	Reserve store.ReserveRequest
-	Policy  store.Policy
+	Policy  sdk.Policy
 	// Kept, when set, is the create spec kept with the entry (a
 	// reschedulable VM): never logged, create bodies can carry secrets.
 	Kept []byte

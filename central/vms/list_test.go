@@ -23,9 +23,9 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 	st := storetest.Open(t)
 	now := time.Now().UTC()
 	for _, n := range []*store.Node{
-		{Name: "up", URL: node.URL, State: store.NodeUp, LastHeartbeat: now},
-		{Name: "down", URL: "http://127.0.0.1:1", State: store.NodeDown, LastHeartbeat: now.Add(-time.Hour),
-			VMs: []store.VMSummary{{ID: "vm-d1", Name: "old", Tenant: "t-bob", State: sdk.StateRunning, VCPUs: 1, MemoryMiB: 64}}},
+		{FleetNode: sdk.FleetNode{Name: "up", URL: node.URL, State: store.NodeUp, LastHeartbeat: now}},
+		{FleetNode: sdk.FleetNode{Name: "down", URL: "http://127.0.0.1:1", State: store.NodeDown, LastHeartbeat: now.Add(-time.Hour),
+			VMs: []sdk.HeartbeatVM{{ID: "vm-d1", Name: "old", Tenant: "t-bob", State: sdk.StateRunning, VCPUs: 1, MemoryMiB: 64}}}},
 	} {
 		if err := st.PutNode(ctx, n); err != nil {
 			t.Fatal(err)

@@ -16,9 +16,9 @@ import (
 // Catalog is what resolving a create needs of central's store.
 type Catalog interface {
 	// GetImage reads one catalog image.
-	GetImage(ctx context.Context, name string) (*store.Image, error)
+	GetImage(ctx context.Context, name string) (*sdk.Image, error)
 	// ListImages reads the whole catalog.
-	ListImages(ctx context.Context) ([]store.Image, error)
+	ListImages(ctx context.Context) ([]sdk.Image, error)
 }
 
 // MaxLabels bounds a VM's labels and a request's node_selector entries.

@@ -17,7 +17,7 @@ import (
 func TestResolve(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t)
-	if err := st.PutImage(ctx, &store.Image{Name: "deb", GuestOS: store.GuestLinux, Image: "/img/deb", VCPUs: 2, MemoryMiB: 512}); err != nil {
+	if err := st.PutImage(ctx, &sdk.Image{Name: "deb", GuestOS: store.GuestLinux, Image: "/img/deb", VCPUs: 2, MemoryMiB: 512}); err != nil {
 		t.Fatal(err)
 	}
 

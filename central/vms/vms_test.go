@@ -22,7 +22,7 @@ func TestRemoverKeepsTheLedgerInStep(t *testing.T) {
 	ctx := context.Background()
 	node := nodetest.Start(t)
 	st := storetest.Open(t)
-	n := &store.Node{Name: "n1", URL: node.URL, State: store.NodeUp}
+	n := &store.Node{FleetNode: sdk.FleetNode{Name: "n1", URL: node.URL, State: store.NodeUp}}
 	nc, err := sdk.NewNodeClient(node.URL, sdk.WithToken(node.AdminToken))
 	if err != nil {
 		t.Fatal(err)
