@@ -145,6 +145,34 @@ func TestKernelCmdlineTunesOnceAndPutsExtraLast(t *testing.T) {
 	}
 }
 
+func TestKernelCmdlineBootsMicrovmQuieterThanQuiet(t *testing.T) {
+	const image = "console=ttyS0 quiet panic=-1"
+	for _, tc := range []struct {
+		name, base, extra, machine string
+		want, wantNot              []string
+	}{
+		{"microvm", image, "", machineMicrovm, []string{"loglevel=3"}, nil},
+		{"pc", image, "", machinePC, nil, []string{"loglevel=3"}},
+		{"microvm, image not quiet", "console=ttyS0", "", machineMicrovm, nil, []string{"loglevel=3"}},
+		{"microvm, spec asks for debug", image, "debug", machineMicrovm, []string{"debug"}, []string{"loglevel=3"}},
+		{"microvm, spec sets the level", image, "loglevel=5", machineMicrovm, []string{"loglevel=5"}, []string{"loglevel=3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			params := strings.Fields(kernelCmdline(tc.base, tc.extra, 0, tc.machine, false))
+			for _, w := range tc.want {
+				if !slices.Contains(params, w) {
+					t.Errorf("%q lacks %s", params, w)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if slices.Contains(params, w) {
+					t.Errorf("%q has %s", params, w)
+				}
+			}
+		})
+	}
+}
+
 func TestHostTSCkHzIsPlausible(t *testing.T) {
 	khz := hostTSCkHz()
 	if khz < 100_000 || khz > 10_000_000 {

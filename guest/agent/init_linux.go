@@ -34,9 +34,10 @@ const (
 )
 
 // RunInit does what PID 1 of the FluxVM initramfs must: mount the kernel file systems,
-// load the modules the agent port needs, reap orphans, then serve the host on the agent
-// port for ever. Right after the first ready message it loads the other modules and
-// brings up lo (Setup); requests that need them wait. It only returns on a fatal error.
+// let kernel errors reach the console, load the modules the agent port needs, reap
+// orphans, then serve the host on the agent port for ever. Right after the first ready
+// message it loads the other modules and brings up lo (Setup); requests that need them
+// wait. It only returns on a fatal error.
 func RunInit(ctx context.Context) error {
 	mountAll()
 	console, err := os.OpenFile("/dev/console", os.O_WRONLY|unix.O_NOCTTY, 0)
@@ -58,6 +59,9 @@ func RunInit(ctx context.Context) error {
 				logf("set hostname %q: %v", name, err)
 			}
 		}
+	}
+	if _, err := raiseConsoleLevel(printkFile); err != nil {
+		logf("%v", err)
 	}
 	mods := findModules()
 	if err := mods.load(ModulesFile); err != nil {
