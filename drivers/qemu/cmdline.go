@@ -6,8 +6,11 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fluxvm/fluxvm/guest/protocol"
 )
 
 // Machine types the driver runs.
@@ -107,6 +110,11 @@ func (l launch) args() []string {
 	if l.Display {
 		if l.Machine == machineMicrovm {
 			a = append(a,
+				// microvm's virtio-mmio transports are legacy (virtio 0.9) unless
+				// told otherwise, and Linux's virtio-gpu and virtio-input drivers
+				// bind to modern (1.0) devices only. It applies to every transport,
+				// so headless VMs, which need neither, keep the default.
+				"-global", "virtio-mmio.force-legacy=false",
 				"-device", "virtio-gpu-device",
 				"-device", "virtio-keyboard-device",
 				"-device", "virtio-tablet-device")
@@ -144,13 +152,20 @@ func diskSerial(id string) string {
 
 // kernelCmdline is the image's command line plus the parameters that make a
 // kernel boot fast under QEMU, plus the spec's extra parameters last (so they
-// win). A parameter the image already sets is not added twice.
+// win). A parameter the image already sets is not added twice. A VM with a
+// display also gets the kernel console on the screen and tells the guest agent
+// to draw it (protocol.DisplayParam).
 func kernelCmdline(base, extra string, tscKHz int64, machine string, display bool) string {
 	params := strings.Fields(base)
 	has := map[string]bool{}
 	for _, p := range params {
 		k, _, _ := strings.Cut(p, "=")
 		has[k] = true
+	}
+	if display && !slices.Contains(params, "console=tty0") {
+		// First: the last console= is /dev/console, which must stay the serial
+		// console the agent announces itself on and ConsoleLog reads.
+		params = append([]string{"console=tty0"}, params...)
 	}
 	add := func(p string) {
 		k, _, _ := strings.Cut(p, "=")
@@ -188,6 +203,9 @@ func kernelCmdline(base, extra string, tscKHz int64, machine string, display boo
 	}
 	add("random.trust_cpu=on")
 	add("noreplace-smp")
+	if display {
+		add(protocol.DisplayParam)
+	}
 	params = append(params, extraParams...)
 	return strings.Join(params, " ")
 }

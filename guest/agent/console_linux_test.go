@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fluxvm/fluxvm/guest/protocol"
 )
 
 func TestRaiseConsoleLevelOnlyRaisesToQuiet(t *testing.T) {
@@ -38,5 +40,20 @@ func TestRaiseConsoleLevelOnlyRaisesToQuiet(t *testing.T) {
 				t.Errorf("printk file = %q, want %q", b, tc.after)
 			}
 		})
+	}
+}
+
+func TestKernelParamMatchesWholeWords(t *testing.T) {
+	for cmdline, want := range map[string]bool{
+		"console=tty0 console=ttyS0 quiet " + protocol.DisplayParam + " noreplace-smp\n": true,
+		protocol.DisplayParam:                                              true,
+		"console=ttyS0 quiet":                                              false,
+		"console=ttyS0 " + protocol.DisplayParam + "0":                     false,
+		"console=ttyS0 x" + protocol.DisplayParam:                          false,
+		"console=ttyS0 " + strings.TrimSuffix(protocol.DisplayParam, "=1"): false,
+	} {
+		if got := kernelParam(cmdline, protocol.DisplayParam); got != want {
+			t.Errorf("kernelParam(%q) = %v, want %v", cmdline, got, want)
+		}
 	}
 }
