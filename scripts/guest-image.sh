@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the minimal Linux guest image bundle FluxVM boots: an uncompressed vmlinux
 # (PVH entry, fast under TCG), a small uncompressed initramfs whose /init is the
-# fluxvm-guest agent, an empty qcow2 data disk and fluxvm-image.json.
+# fluxvm-guest agent, the same initramfs with the display drivers added for VMs with a
+# display, an empty qcow2 data disk and fluxvm-image.json.
 #
 # Idempotent: when the manifest matches the kernel package and the agent sources it
 # exits at once; when only the agent changed it rebuilds only the initramfs. Every
@@ -22,9 +23,15 @@ CMDLINE="console=ttyS0 quiet panic=-1"
 # before the PCI transport so that on microvm (virtio-mmio) the port's set-up, which
 # the kernel finishes asynchronously, overlaps with loading virtio_pci. LATE_MODULES
 # (disk, network) /init loads right after; commands wait for them (docs/guest-image.md).
+# DISPLAY_MODULES /init loads only in a VM with a display (fluxvm.display=1 on the
+# kernel command line), after the late ones: DRM drivers for the display devices QEMU
+# gives such a VM (virtio-gpu on microvm, the standard VGA on pc, through bochs), whose
+# fbdev emulation the built-in fbcon draws the console on, and virtio_input for the
+# keyboard and tablet of microvm (pc's PS/2 keyboard is built in).
 PORT_MODULES="virtio_ring virtio virtio_mmio virtio_console virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci"
 LATE_MODULES="virtio_blk failover net_failover virtio_net"
-MODULES="$PORT_MODULES $LATE_MODULES"
+DISPLAY_MODULES="virtio_gpu bochs virtio_input"
+MODULES="$PORT_MODULES $LATE_MODULES $DISPLAY_MODULES"
 
 say() { echo "guest-image: $*"; }
 die() { echo "guest-image: error: $*" >&2; exit 1; }
@@ -65,7 +72,7 @@ manifest_field() { # manifest_field FILE KEY -> value of a string field
 
 M="$OUT/fluxvm-image.json"
 image_matches() { # everything but the kernel package matches the manifest
-	[ -f "$M" ] && [ -f "$OUT/vmlinux" ] && [ -f "$OUT/initrd.cpio" ] && [ -f "$OUT/disk.qcow2" ] &&
+	[ -f "$M" ] && [ -f "$OUT/vmlinux" ] && [ -f "$OUT/initrd.cpio" ] && [ -f "$OUT/initrd-display.cpio" ] && [ -f "$OUT/disk.qcow2" ] &&
 		[ "$(manifest_field "$M" agent_source_sha256)" = "$AGENT_HASH" ] &&
 		[ "$(manifest_field "$M" script_sha256)" = "$SCRIPT_HASH" ] &&
 		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ] &&
@@ -210,30 +217,49 @@ KREL=$(cat "$KCACHE/release")
 say "building fluxvm-guest"
 (cd "$REPO" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o "$WORK/fluxvm-guest" ./cmd/fluxvm-guest)
 
-say "building initrd.cpio"
+say "building initrd.cpio and initrd-display.cpio"
 R="$WORK/root"
-mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,etc/fluxvm,dev,proc,sys,tmp,run,root,lib/modules}
+mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,etc/fluxvm,dev,proc,sys,tmp,run,root,lib/modules/"$KREL"}
 install -m 0755 "$WORK/fluxvm-guest" "$R/init"
 install -m 0755 /bin/busybox "$R/bin/busybox"
 for a in $(/bin/busybox --list); do
 	case "$a" in busybox | init | linuxrc) continue ;; esac
 	[ -e "$R/bin/$a" ] || ln -s busybox "$R/bin/$a"
 done
-cp -a "$KCACHE/modules" "$R/lib/modules/$KREL"
-# modules.list is in load order, each module after its dependencies: everything up to
-# the last port module (built-in ones are not listed) is what the port needs, the rest
-# is loaded after readiness.
-LAST_PORT=
-for n in $PORT_MODULES; do
-	if grep -qx "$n" "$KCACHE/modules.list"; then LAST_PORT=$n; fi
-done
-if [ -n "$LAST_PORT" ]; then
-	sed -n "1,/^${LAST_PORT}\$/p" "$KCACHE/modules.list" >"$R/etc/fluxvm/modules"
-	sed "1,/^${LAST_PORT}\$/d" "$KCACHE/modules.list" >"$R/etc/fluxvm/modules.late"
-else
-	: >"$R/etc/fluxvm/modules"
-	cp "$KCACHE/modules.list" "$R/etc/fluxvm/modules.late"
-fi
+# modules.list is in load order, each module after its dependencies, and follows
+# MODULES: everything up to the last port module (built-in ones are not listed) is what
+# the port needs, then up to the last late module what is loaded after readiness, and
+# the rest (the display modules and what they need) is loaded only with a display.
+last_line() { # last_line MODULE... -> line of the last of them in modules.list, 0 for none
+	local n i l=0
+	for n in "$@"; do
+		i=$(grep -nx "$n" "$KCACHE/modules.list" | cut -d: -f1)
+		if [ -n "$i" ] && [ "$i" -gt "$l" ]; then l=$i; fi
+	done
+	echo "$l"
+}
+P=$(last_line $PORT_MODULES)
+L=$(last_line $LATE_MODULES)
+[ "$L" -ge "$P" ] || L=$P
+awk -v p="$P" 'NR <= p' "$KCACHE/modules.list" >"$R/etc/fluxvm/modules"
+awk -v p="$P" -v l="$L" 'NR > p && NR <= l' "$KCACHE/modules.list" >"$R/etc/fluxvm/modules.late"
+# The display modules (about 2.3 MB) go into a second archive instead: every byte of
+# the initramfs is unpacked, and kept in memory, on every boot, and a headless VM has
+# no use for them. initrd-display.cpio is initrd.cpio followed by that archive (the
+# kernel unpacks concatenated archives in turn); the QEMU driver boots VMs with a
+# display from it.
+D="$WORK/display"
+mkdir -p "$D/etc/fluxvm" "$D/lib/modules/$KREL"
+awk -v l="$L" 'NR > l' "$KCACHE/modules.list" >"$D/etc/fluxvm/modules.display"
+while IFS= read -r f; do
+	rel=${f#"$KCACHE/modules/"}
+	n=$(basename "$rel")
+	n=${n%.ko}
+	into=$R
+	if grep -qx "${n//-/_}" "$D/etc/fluxvm/modules.display"; then into=$D; fi
+	mkdir -p "$into/lib/modules/$KREL/$(dirname "$rel")"
+	cp -a "$f" "$into/lib/modules/$KREL/$rel"
+done < <(find "$KCACHE/modules" -type f)
 echo "root:x:0:0:root:/root:/bin/sh" >"$R/etc/passwd"
 echo "root:x:0:" >"$R/etc/group"
 echo "fluxvm" >"$R/etc/hostname"
@@ -245,12 +271,19 @@ chmod 0700 "$R/root"
 mknod -m 0600 "$R/dev/console" c 5 1 2>/dev/null || true
 REPRO=
 cpio --help 2>/dev/null | grep -q -- --reproducible && REPRO=--reproducible
-(cd "$R" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet $REPRO >"$WORK/initrd.cpio")
+mkcpio() { # mkcpio DIR -> a newc archive of DIR's contents on stdout
+	(cd "$1" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet $REPRO)
+}
+mkcpio "$R" >"$WORK/initrd.cpio"
+mkcpio "$D" >"$WORK/display.cpio"
+cat "$WORK/initrd.cpio" "$WORK/display.cpio" >"$WORK/initrd-display.cpio"
 
 # --- assemble -------------------------------------------------------------------------
 
+json_list() { sed 's/.*/"&"/' | paste -sd, | sed 's/,/, /g'; }
 NEW=$(mktemp -d "$(dirname "$OUT")/.$(basename "$OUT").new.XXXXXX")
 mv "$WORK/initrd.cpio" "$NEW/initrd.cpio"
+mv "$WORK/initrd-display.cpio" "$NEW/initrd-display.cpio"
 cp "$KCACHE/vmlinux" "$NEW/vmlinux"
 qemu-img create -q -f qcow2 "$NEW/disk.qcow2" 1G
 cat >"$NEW/fluxvm-image.json" <<EOF
@@ -261,11 +294,13 @@ cat >"$NEW/fluxvm-image.json" <<EOF
   "arch": "x86_64",
   "kernel": "vmlinux",
   "initrd": "initrd.cpio",
+  "display_initrd": "initrd-display.cpio",
   "disk": "disk.qcow2",
   "cmdline": "$CMDLINE",
   "agent": "virtio-serial:org.fluxvm.agent",
   "kernel_version": "$KREL",
-  "modules": [$(sed 's/.*/"&"/' "$KCACHE/modules.list" | paste -sd, | sed 's/,/, /g')],
+  "modules": [$(cat "$R/etc/fluxvm/modules" "$R/etc/fluxvm/modules.late" | json_list)],
+  "display_modules": [$(json_list <"$D/etc/fluxvm/modules.display")],
   "built_from": {
     "kernel_package": "$KPKG",
     "kernel_package_version": "$KVER_PKG",
@@ -286,4 +321,4 @@ else
 	mv "$NEW" "$OUT"
 fi
 NEW=
-say "built $OUT (kernel $KREL, initrd $(du -h "$OUT/initrd.cpio" | cut -f1), modules: $(paste -sd' ' "$KCACHE/modules.list"))"
+say "built $OUT (kernel $KREL, initrd $(du -h "$OUT/initrd.cpio" | cut -f1), with a display $(du -h "$OUT/initrd-display.cpio" | cut -f1); modules: $(paste -sd' ' "$KCACHE/modules.list"))"

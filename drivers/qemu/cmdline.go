@@ -6,8 +6,11 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fluxvm/fluxvm/guest/protocol"
 )
 
 // Machine types the driver runs.
@@ -107,6 +110,11 @@ func (l launch) args() []string {
 	if l.Display {
 		if l.Machine == machineMicrovm {
 			a = append(a,
+				// microvm's virtio-mmio transports are legacy (virtio 0.9) unless
+				// told otherwise, and Linux's virtio-gpu and virtio-input drivers
+				// bind to modern (1.0) devices only. It applies to every transport,
+				// so headless VMs, which need neither, keep the default.
+				"-global", "virtio-mmio.force-legacy=false",
 				"-device", "virtio-gpu-device",
 				"-device", "virtio-keyboard-device",
 				"-device", "virtio-tablet-device")
@@ -144,13 +152,20 @@ func diskSerial(id string) string {
 
 // kernelCmdline is the image's command line plus the parameters that make a
 // kernel boot fast under QEMU, plus the spec's extra parameters last (so they
-// win). A parameter the image already sets is not added twice.
+// win). A parameter the image already sets is not added twice. A VM with a
+// display also gets the kernel console on the screen and tells the guest agent
+// to draw it (protocol.DisplayParam).
 func kernelCmdline(base, extra string, tscKHz int64, machine string, display bool) string {
 	params := strings.Fields(base)
 	has := map[string]bool{}
 	for _, p := range params {
 		k, _, _ := strings.Cut(p, "=")
 		has[k] = true
+	}
+	if display && !slices.Contains(params, "console=tty0") {
+		// First: the last console= is /dev/console, which must stay the serial
+		// console the agent announces itself on and ConsoleLog reads.
+		params = append([]string{"console=tty0"}, params...)
 	}
 	add := func(p string) {
 		k, _, _ := strings.Cut(p, "=")
@@ -171,9 +186,27 @@ func kernelCmdline(base, extra string, tscKHz int64, machine string, display boo
 		add("i8042.nokbd")
 	}
 	add("pci=lastbus=0")
+	extraParams := strings.Fields(extra)
+	verbose := has["debug"] // or told how loud to be by the spec
+	for _, p := range extraParams {
+		k, _, _ := strings.Cut(p, "=")
+		verbose = verbose || k == "debug" || k == "loglevel"
+	}
+	if machine == machineMicrovm && has["quiet"] && !verbose {
+		// microvm has no PCI configuration space, and a kernel built with PCI
+		// says "PCI: Fatal: No config space access function found" at KERN_ERR
+		// on every boot, even with pci=off (pci_arch_init finds no way to reach
+		// one and says so). It is harmless: keep it off the console by booting
+		// one level quieter than quiet; the FluxVM guest agent, as PID 1, sets
+		// the quiet level back, so every later error is shown.
+		add("loglevel=3")
+	}
 	add("random.trust_cpu=on")
 	add("noreplace-smp")
-	params = append(params, strings.Fields(extra)...)
+	if display {
+		add(protocol.DisplayParam)
+	}
+	params = append(params, extraParams...)
 	return strings.Join(params, " ")
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fluxvm/fluxvm/guest/protocol"
 )
 
 // argValue returns the value after the first occurrence of flag.
@@ -67,7 +69,7 @@ func TestArgsMicrovmHeadless(t *testing.T) {
 	if !slices.Equal(chardevs, []string{"file,id=con,path=/s/vms/web-1/console.log", "socket,id=ga,path=/s/vms/web-1/agent.sock,server=on,wait=off"}) {
 		t.Errorf("chardevs = %q", chardevs)
 	}
-	for _, flag := range []string{"-vnc", "-netdev"} {
+	for _, flag := range []string{"-vnc", "-netdev", "-global"} {
 		if slices.Contains(a, flag) {
 			t.Errorf("headless vm without network has %s", flag)
 		}
@@ -78,9 +80,10 @@ func TestArgsDisplayAndNetworkDevicesFollowTheMachine(t *testing.T) {
 	cases := []struct {
 		machine string
 		want    []string
+		globals []string // modern virtio-mmio for virtio-gpu and virtio-input on microvm
 	}{
-		{machineMicrovm, []string{"virtio-net-device,netdev=n0,mac=52:54:00:aa:bb:cc", "virtio-gpu-device", "virtio-keyboard-device", "virtio-tablet-device"}},
-		{machinePC, []string{"virtio-net-pci,netdev=n0,mac=52:54:00:aa:bb:cc", "VGA", "qemu-xhci,id=usb", "usb-tablet,bus=usb.0"}},
+		{machineMicrovm, []string{"virtio-net-device,netdev=n0,mac=52:54:00:aa:bb:cc", "virtio-gpu-device", "virtio-keyboard-device", "virtio-tablet-device"}, []string{"virtio-mmio.force-legacy=false"}},
+		{machinePC, []string{"virtio-net-pci,netdev=n0,mac=52:54:00:aa:bb:cc", "VGA", "qemu-xhci,id=usb", "usb-tablet,bus=usb.0"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.machine, func(t *testing.T) {
@@ -92,6 +95,9 @@ func TestArgsDisplayAndNetworkDevicesFollowTheMachine(t *testing.T) {
 				if !slices.Contains(devices, w) {
 					t.Errorf("devices %q lack %q", devices, w)
 				}
+			}
+			if got := argValues(a, "-global"); !slices.Equal(got, c.globals) {
+				t.Errorf("-global = %q, want %q", got, c.globals)
 			}
 			if got := argValue(a, "-vnc"); got != "unix:/s/vms/web-1/vnc.sock" {
 				t.Errorf("-vnc = %q", got)
@@ -142,6 +148,48 @@ func TestKernelCmdlineTunesOnceAndPutsExtraLast(t *testing.T) {
 	pc := kernelCmdline("console=ttyS0", "", 0, machinePC, true)
 	if strings.Contains(pc, "i8042") || strings.Contains(pc, "tsc_early_khz") {
 		t.Errorf("pc with a display must keep its PS/2 keyboard and an unknown TSC adds no tsc_early_khz: %q", pc)
+	}
+}
+
+func TestKernelCmdlineByMachineAndDisplay(t *testing.T) {
+	const image = "console=ttyS0 quiet panic=-1"
+	for _, tc := range []struct {
+		name, base, extra, machine string
+		display                    bool
+		want, wantNot              []string
+	}{
+		{"microvm headless", image, "", machineMicrovm, false, []string{"loglevel=3"}, []string{"console=tty0", protocol.DisplayParam}},
+		{"microvm display", image, "", machineMicrovm, true, []string{"loglevel=3", "console=tty0", protocol.DisplayParam}, nil},
+		{"pc headless", image, "", machinePC, false, nil, []string{"loglevel=3", "console=tty0", protocol.DisplayParam}},
+		{"pc display", image, "", machinePC, true, []string{"console=tty0", protocol.DisplayParam}, []string{"loglevel=3"}},
+		{"microvm, image not quiet", "console=ttyS0", "", machineMicrovm, false, nil, []string{"loglevel=3"}},
+		{"microvm, spec asks for debug", image, "debug", machineMicrovm, false, []string{"debug"}, []string{"loglevel=3"}},
+		{"microvm, spec sets the level", image, "loglevel=5", machineMicrovm, false, []string{"loglevel=5"}, []string{"loglevel=3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			params := strings.Fields(kernelCmdline(tc.base, tc.extra, 0, tc.machine, tc.display))
+			for _, w := range tc.want {
+				if !slices.Contains(params, w) {
+					t.Errorf("%q lacks %s", params, w)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if slices.Contains(params, w) {
+					t.Errorf("%q has %s", params, w)
+				}
+			}
+			// The last console= is /dev/console: the serial one, where the agent
+			// announces itself and ConsoleLog reads.
+			var last string
+			for _, p := range params {
+				if strings.HasPrefix(p, "console=") {
+					last = p
+				}
+			}
+			if last != "console=ttyS0" {
+				t.Errorf("%q: last console is %q, want console=ttyS0", params, last)
+			}
+		})
 	}
 }
 

@@ -182,6 +182,10 @@ func resolveImage(cfg Config, spec *pb.VMSpec, rec *vmRecord, vc vmConfig) (stri
 		return "", driver.Errorf(driver.ErrInvalid, "vm %s: image %s holds a %s guest, the spec asks for %s", spec.Id, path, m.GuestOS, want)
 	}
 	rec.Kernel, rec.Initrd, rec.Cmdline, rec.AgentPort = m.Path("kernel"), m.Path("initrd"), m.Cmdline, m.AgentPort()
+	if spec.Display && m.DisplayInitrd != "" {
+		// The display drivers; a headless VM boots without them, and faster.
+		rec.Initrd = m.Path("display_initrd")
+	}
 	return m.Path("disk"), nil
 }
 

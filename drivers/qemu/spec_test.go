@@ -27,13 +27,14 @@ func testImages(t *testing.T, dir string) (bundle, raw string) {
 	if err := os.MkdirAll(bundle, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"vmlinux", "initrd.cpio"} {
+	for _, f := range []string{"vmlinux", "initrd.cpio", "initrd-display.cpio"} {
 		if err := os.WriteFile(filepath.Join(bundle, f), []byte("stand-in"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	manifest := `{"format_version": 1, "name": "t", "guest_os": "linux", "arch": "x86_64", "kernel": "vmlinux",
-		"initrd": "initrd.cpio", "disk": "disk.qcow2", "cmdline": "console=ttyS0", "agent": "virtio-serial:org.test.agent"}`
+		"initrd": "initrd.cpio", "display_initrd": "initrd-display.cpio", "disk": "disk.qcow2", "cmdline": "console=ttyS0",
+		"agent": "virtio-serial:org.test.agent"}`
 	if err := os.WriteFile(filepath.Join(bundle, "fluxvm-image.json"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +70,43 @@ func TestValidateSpecResolvesBundlesAndDiskImages(t *testing.T) {
 	}
 	if rec.Machine != machinePC || rec.Kernel != "" || rec.Backing != raw || format != "raw" || !strings.HasPrefix(rec.MAC, "52:54:00:") {
 		t.Errorf("disk record = %+v, format %q", rec, format)
+	}
+}
+
+func TestValidateSpecBootsOnlyDisplayVMsFromTheDisplayInitrd(t *testing.T) {
+	bundle, _ := testImages(t, t.TempDir())
+	// The same bundle without a display initramfs, as images built before it had.
+	older := filepath.Join(t.TempDir(), "older")
+	if err := os.CopyFS(older, os.DirFS(bundle)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := os.ReadFile(filepath.Join(older, "fluxvm-image.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = []byte(strings.Replace(string(m), `"display_initrd": "initrd-display.cpio", `, "", 1))
+	if err := os.WriteFile(filepath.Join(older, "fluxvm-image.json"), m, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		image   string
+		display bool
+		want    string
+	}{
+		{"headless", bundle, false, filepath.Join(bundle, "initrd.cpio")},
+		{"display", bundle, true, filepath.Join(bundle, "initrd-display.cpio")},
+		{"display, image without a display initrd", older, true, filepath.Join(older, "initrd.cpio")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, _, err := validateSpec(context.Background(), defaultConfig(), &pb.VMSpec{Id: "d", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: tc.image, Vcpus: 1, MemoryMib: 128, Display: tc.display})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Initrd != tc.want {
+				t.Errorf("initrd = %s, want %s", rec.Initrd, tc.want)
+			}
+		})
 	}
 }
 

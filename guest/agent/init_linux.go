@@ -34,9 +34,11 @@ const (
 )
 
 // RunInit does what PID 1 of the FluxVM initramfs must: mount the kernel file systems,
-// load the modules the agent port needs, reap orphans, then serve the host on the agent
-// port for ever. Right after the first ready message it loads the other modules and
-// brings up lo (Setup); requests that need them wait. It only returns on a fatal error.
+// let kernel errors reach the console, load the modules the agent port needs, reap
+// orphans, then serve the host on the agent port for ever. Right after the first ready
+// message it loads the other modules and brings up lo (Setup); requests that need them
+// wait. In a VM with a display it then loads the display drivers and writes a banner on
+// the screen. It only returns on a fatal error.
 func RunInit(ctx context.Context) error {
 	mountAll()
 	console, err := os.OpenFile("/dev/console", os.O_WRONLY|unix.O_NOCTTY, 0)
@@ -59,11 +61,17 @@ func RunInit(ctx context.Context) error {
 			}
 		}
 	}
+	if _, err := raiseConsoleLevel(printkFile); err != nil {
+		logf("%v", err)
+	}
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	display := kernelParam(string(cmdline), protocol.DisplayParam)
 	mods := findModules()
 	if err := mods.load(ModulesFile); err != nil {
 		// Without them the port may never show up; waitForPort says so.
 		logf("%v", err)
 	}
+	var srv *Server
 	setup := NewSetup(func() error {
 		var errs []error
 		if err := linkUp("lo"); err != nil {
@@ -76,12 +84,17 @@ func RunInit(ctx context.Context) error {
 		if err != nil {
 			logf("%v", err)
 		}
+		if display {
+			// After what commands need, and without holding them up: the screen
+			// is for people, who can wait the moment it takes.
+			go showConsole(mods, srv.Info(), logf)
+		}
 		return err
 	})
 
 	reaper := NewReaper()
 	go reaper.Run(ctx)
-	srv := NewServer(Options{
+	srv = NewServer(Options{
 		Logf:          logf,
 		PowerOff:      func() error { unix.Sync(); return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF) },
 		Reboot:        func() error { unix.Sync(); return unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART) },

@@ -38,6 +38,10 @@ type Manifest struct {
 	Kernel string `json:"kernel"`
 	// Initrd is the initramfs (uncompressed newc cpio), relative to the directory.
 	Initrd string `json:"initrd"`
+	// DisplayInitrd is the initramfs for a VM with a display, relative to the
+	// directory: Initrd with the display drivers (DisplayModules) added, which a
+	// headless VM has no use for. Optional; without it such a VM boots Initrd.
+	DisplayInitrd string `json:"display_initrd,omitempty"`
 	// Disk is an empty qcow2 data disk, relative to the directory; optional.
 	Disk string `json:"disk,omitempty"`
 	// Cmdline is the base kernel command line; drivers append their tuning.
@@ -48,6 +52,9 @@ type Manifest struct {
 	KernelVersion string `json:"kernel_version"`
 	// Modules are the kernel modules the initramfs loads, in order.
 	Modules []string `json:"modules,omitempty"`
+	// DisplayModules are the modules DisplayInitrd adds, which the guest agent loads
+	// when the kernel command line says the VM has a display, in order.
+	DisplayModules []string `json:"display_modules,omitempty"`
 	// BuiltFrom records the inputs (package versions, agent source hash).
 	BuiltFrom map[string]string `json:"built_from,omitempty"`
 
@@ -102,7 +109,7 @@ func (m *Manifest) validate() error {
 	if _, ok := strings.CutPrefix(m.Agent, "virtio-serial:"); !ok || m.AgentPort() == "" {
 		return fmt.Errorf("agent %q is not of the form virtio-serial:<port name>", m.Agent)
 	}
-	for _, f := range []struct{ name, value string }{{"kernel", m.Kernel}, {"initrd", m.Initrd}, {"disk", m.Disk}} {
+	for _, f := range []struct{ name, value string }{{"kernel", m.Kernel}, {"initrd", m.Initrd}, {"display_initrd", m.DisplayInitrd}, {"disk", m.Disk}} {
 		if f.value == "" {
 			continue
 		}
@@ -123,8 +130,9 @@ func (m *Manifest) validate() error {
 // Dir is the image directory the manifest was loaded from.
 func (m *Manifest) Dir() string { return m.dir }
 
-// Path returns the absolute-or-dir-relative path of a file field: "kernel", "initrd" or
-// "disk". It returns "" for any other field and for an unset disk.
+// Path returns the absolute-or-dir-relative path of a file field: "kernel", "initrd",
+// "display_initrd" or "disk". It returns "" for any other field and for an unset
+// optional one.
 func (m *Manifest) Path(field string) string {
 	var v string
 	switch field {
@@ -132,6 +140,8 @@ func (m *Manifest) Path(field string) string {
 		v = m.Kernel
 	case "initrd":
 		v = m.Initrd
+	case "display_initrd":
+		v = m.DisplayInitrd
 	case "disk":
 		v = m.Disk
 	}

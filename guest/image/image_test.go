@@ -15,11 +15,13 @@ const validManifest = `{
   "arch": "x86_64",
   "kernel": "vmlinux",
   "initrd": "initrd.cpio",
+  "display_initrd": "initrd-display.cpio",
   "disk": "disk.qcow2",
   "cmdline": "console=ttyS0 quiet panic=-1",
   "agent": "virtio-serial:org.fluxvm.agent",
   "kernel_version": "6.1.0-57-amd64",
   "modules": ["virtio_ring", "virtio"],
+  "display_modules": ["drm", "virtio_gpu"],
   "built_from": {"kernel_package_version": "6.1.192-3", "agent_source_sha256": "abc"}
 }`
 
@@ -41,17 +43,21 @@ func writeImage(t *testing.T, manifest string, files ...string) string {
 }
 
 func TestLoadValidManifest(t *testing.T) {
-	dir := writeImage(t, validManifest, "vmlinux", "initrd.cpio", "disk.qcow2")
+	dir := writeImage(t, validManifest, "vmlinux", "initrd.cpio", "initrd-display.cpio", "disk.qcow2")
 	m, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Name != "debian-minimal" || m.KernelVersion != "6.1.0-57-amd64" || m.BuiltFrom["kernel_package_version"] != "6.1.192-3" || len(m.Modules) != 2 {
+	if m.Name != "debian-minimal" || m.KernelVersion != "6.1.0-57-amd64" || m.BuiltFrom["kernel_package_version"] != "6.1.192-3" || len(m.Modules) != 2 || len(m.DisplayModules) != 2 {
 		t.Fatalf("manifest = %+v", m)
 	}
 	for field, want := range map[string]string{
-		"kernel": filepath.Join(dir, "vmlinux"), "initrd": filepath.Join(dir, "initrd.cpio"),
-		"disk": filepath.Join(dir, "disk.qcow2"), "cmdline": "", "nonsense": "",
+		"kernel":         filepath.Join(dir, "vmlinux"),
+		"initrd":         filepath.Join(dir, "initrd.cpio"),
+		"display_initrd": filepath.Join(dir, "initrd-display.cpio"),
+		"disk":           filepath.Join(dir, "disk.qcow2"),
+		"cmdline":        "",
+		"nonsense":       "",
 	} {
 		if got := m.Path(field); got != want {
 			t.Errorf("Path(%q) = %q, want %q", field, got, want)
@@ -69,7 +75,7 @@ func TestLoadRejectsBrokenImages(t *testing.T) {
 		}
 		return strings.Replace(validManifest, old, new, 1)
 	}
-	all := []string{"vmlinux", "initrd.cpio", "disk.qcow2"}
+	all := []string{"vmlinux", "initrd.cpio", "initrd-display.cpio", "disk.qcow2"}
 	for _, tc := range []struct {
 		name     string
 		manifest string
@@ -82,9 +88,11 @@ func TestLoadRejectsBrokenImages(t *testing.T) {
 		{"no format", edit(`"format_version": 1,`, ``), all, "format_version 0 is not supported"},
 		{"missing kernel field", edit(`"kernel": "vmlinux",`, ``), all, `"kernel" is missing`},
 		{"missing name", edit(`"name": "debian-minimal",`, ``), all, `"name" is missing`},
-		{"kernel file missing", validManifest, []string{"initrd.cpio", "disk.qcow2"}, "kernel file"},
-		{"initrd file missing", validManifest, []string{"vmlinux", "disk.qcow2"}, "initrd file"},
-		{"disk file missing", validManifest, []string{"vmlinux", "initrd.cpio"}, "disk file"},
+		{"kernel file missing", validManifest, []string{"initrd.cpio", "initrd-display.cpio", "disk.qcow2"}, "kernel file"},
+		{"initrd file missing", validManifest, []string{"vmlinux", "initrd-display.cpio", "disk.qcow2"}, "initrd file"},
+		{"display initrd file missing", validManifest, []string{"vmlinux", "initrd.cpio", "disk.qcow2"}, "display_initrd file"},
+		{"display initrd escapes dir", edit(`"display_initrd": "initrd-display.cpio"`, `"display_initrd": "../x.cpio"`), all, "inside the image directory"},
+		{"disk file missing", validManifest, []string{"vmlinux", "initrd.cpio", "initrd-display.cpio"}, "disk file"},
 		{"kernel escapes dir", edit(`"kernel": "vmlinux"`, `"kernel": "../vmlinux"`), all, "inside the image directory"},
 		{"kernel absolute", edit(`"kernel": "vmlinux"`, `"kernel": "/boot/vmlinux"`), all, "inside the image directory"},
 		{"windows guest", edit(`"guest_os": "linux"`, `"guest_os": "windows"`), all, `guest_os "windows" is not supported`},
@@ -107,19 +115,20 @@ func TestLoadReportsNotBuilt(t *testing.T) {
 	}
 }
 
-func TestLoadAllowsImageWithoutDisk(t *testing.T) {
+func TestLoadAllowsImageWithoutDiskOrDisplayInitrd(t *testing.T) {
 	m := strings.Replace(validManifest, `"disk": "disk.qcow2",`, ``, 1)
+	m = strings.Replace(m, `"display_initrd": "initrd-display.cpio",`, ``, 1)
 	got, err := Load(writeImage(t, m, "vmlinux", "initrd.cpio"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Path("disk") != "" {
-		t.Fatalf("Path(disk) = %q for an image without a disk", got.Path("disk"))
+	if got.Path("disk") != "" || got.Path("display_initrd") != "" {
+		t.Fatalf("Path(disk) = %q, Path(display_initrd) = %q for an image without them", got.Path("disk"), got.Path("display_initrd"))
 	}
 }
 
 func TestLoadRejectsDirectoryAsFile(t *testing.T) {
-	dir := writeImage(t, validManifest, "initrd.cpio", "disk.qcow2")
+	dir := writeImage(t, validManifest, "initrd.cpio", "initrd-display.cpio", "disk.qcow2")
 	if err := os.Mkdir(filepath.Join(dir, "vmlinux"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,12 @@ const PortName = "org.fluxvm.agent"
 // boot-time measurements and console watchers look for it.
 const ReadyLine = "fluxvm-guest: ready"
 
+// DisplayParam is the kernel command-line parameter by which the host tells the
+// agent that the VM has a display: the agent then loads the display drivers and
+// writes a banner on the screen. Headless VMs go without, so their boot pays nothing.
+// (A parameter with a dot is not passed to init as an argument, nor reported as unknown.)
+const DisplayParam = "fluxvm.display=1"
+
 // MaxLineSize caps one encoded message (including its '\n'). Exec output is chunked
 // well below it, so only a broken or hostile peer sends more.
 const MaxLineSize = 1 << 20
