@@ -1,6 +1,9 @@
 # FluxVM. `make test` runs everything; `make help` lists the targets.
 SHELL := /bin/bash
-GO ?= go
+# The go command: the one on PATH when it is as new as go.mod asks, else the
+# one scripts/go.sh installs (the first time, it installs it). Looked up once,
+# when a recipe first needs it, so targets that build nothing do not pay for it.
+GO ?= $(eval GO := $$(shell scripts/go.sh -print))$(or $(GO),$(error scripts/go.sh found no Go to build with))
 BIN := bin
 export PATH := $(HOME)/go/bin:$(PATH)
 
