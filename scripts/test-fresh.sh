@@ -110,6 +110,21 @@ make_root() {
 	apt-config dump | grep -E '^Acquire::(Check-Valid-Until|Check-Date|https?::[Pp]roxy[^ ]*|ForceIPv[46]) ' \
 		>"$ROOT/etc/apt/apt.conf.d/99host-acquire" || true
 	cp /etc/resolv.conf /etc/hosts "$ROOT/etc/"
+	# The certificate authorities this machine trusts beyond Debian's (a TLS-inspecting
+	# proxy's, say), added the Debian way so that the root's update-ca-certificates keeps them.
+	local extra=$ROOT/usr/local/share/ca-certificates/fluxvm-test-fresh
+	mkdir -p "$extra"
+	awk -v known="$ROOT/etc/ssl/certs/ca-certificates.crt" -v out="$extra/host-" '
+		BEGIN { while ((getline l < known) > 0) { b = b l "\n"; if (l ~ /^-----END/) { have[b] = 1; b = "" } } }
+		{ c = c $0 "\n" }
+		/^-----END CERTIFICATE-----/ { if (!(c in have)) { n++; printf "%s", c > (out n ".crt"); close(out n ".crt") } c = "" }
+	' /etc/ssl/certs/ca-certificates.crt
+	if [ -n "$(find "$extra" -type f)" ]; then
+		say "adding $(find "$extra" -type f | wc -l) certificate authorities this machine trusts beyond Debian's"
+		chroot "$ROOT" update-ca-certificates >/dev/null
+	else
+		rmdir "$extra"
+	fi
 	# /dev with /dev/kvm, /dev/pts and /dev/shm; /sys (Go reads its cgroup limits)
 	local d
 	for d in dev sys; do
