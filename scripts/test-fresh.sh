@@ -174,7 +174,7 @@ echo "### $url/healthz answers: $(curl -sS --fail-with-body "$url/healthz")"
 export PATH=$PWD/bin:$PATH CENTRAL_URL=$url FLUXVM_AGENT_TOKEN=$token
 t=$SECONDS
 fluxctl fleet launch --image debian-minimal --wait -o table | tee /root/launch.out
-name=$(sed -n 's/^Launched \([^ ]*\) on .*/\1/p' /root/launch.out)
+name=$(sed -n 's/^.*Launched \([^ ]*\) on .*/\1/p' /root/launch.out)
 [ -n "$name" ] || { echo "fluxctl fleet launch named no VM"; exit 1; }
 echo "### launched $name in $((SECONDS - t))s"
 t=$SECONDS
