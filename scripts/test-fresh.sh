@@ -121,7 +121,7 @@ make_root() {
 	' /etc/ssl/certs/ca-certificates.crt
 	if [ -n "$(find "$extra" -type f)" ]; then
 		say "adding $(find "$extra" -type f | wc -l) certificate authorities this machine trusts beyond Debian's"
-		chroot "$ROOT" update-ca-certificates >/dev/null
+		chroot "$ROOT" update-ca-certificates >/dev/null 2>&1 || { echo "update-ca-certificates failed in $ROOT" >&2; return 1; }
 	else
 		rmdir "$extra"
 	fi
