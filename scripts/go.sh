@@ -64,7 +64,7 @@ aarch64 | arm64) ARCH=arm64 ;;
 esac
 MOD="golang.org/toolchain@v0.0.1-go$WANT.linux-$ARCH"
 
-mkdir -p "$CACHE/go" 2>/dev/null || die "cannot create $CACHE/go; run as root (make deps), or set FLUXVM_CACHE_DIR, or install Go $NEED or newer on PATH"
+{ mkdir -p "$CACHE/go" 2>/dev/null && [ -w "$CACHE/go" ]; } || die "cannot write to $CACHE/go; run as root (make deps), or set FLUXVM_CACHE_DIR, or install Go $NEED or newer on PATH"
 exec 9>"$CACHE/go/.lock"
 flock 9 # another make may be installing it right now
 [ -x "$GODIR/bin/go" ] && found "$GODIR/bin/go"
