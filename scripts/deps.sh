@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages FluxVM's build and tests need, only when
-# something is missing, so a second run costs a few milliseconds.
+# Installs what FluxVM's build and tests need, only when something is missing,
+# so a second run costs a few milliseconds: Debian packages, then a Go as new as
+# go.mod asks (scripts/go.sh).
 set -euo pipefail
 
 # command → Debian package that provides it
@@ -23,20 +24,6 @@ done
 if command -v busybox >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&1; then
   missing+=(busybox-static)
 fi
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
-if [ "$(id -u)" != 0 ]; then
-  echo "deps: missing packages: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}" >&2
-  exit 1
-fi
-echo "deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/fluxvm-apt.log 2>&1; then
-  apt-get update >/tmp/fluxvm-apt-update.log 2>&1
-  apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/fluxvm-apt.log 2>&1 || {
-    echo "deps: apt-get install failed; see /tmp/fluxvm-apt.log" >&2
-    tail -20 /tmp/fluxvm-apt.log >&2
-    exit 1
-  }
-fi
+"$(dirname "$0")"/apt-install.sh "${missing[@]}"
+# Go last: on a machine without one, go.sh bootstraps it from Debian's golang-go.
+exec "$(dirname "$0")"/go.sh

@@ -42,7 +42,6 @@ need() { # need COMMAND PACKAGE
 need busybox busybox-static
 need cpio cpio
 need qemu-img qemu-utils
-need go golang
 need apt-cache apt
 need dpkg-deb dpkg
 need xz xz-utils
@@ -52,6 +51,10 @@ need sha256sum coreutils
 if command -v file >/dev/null 2>&1 && ! file -L /bin/busybox | grep -q 'statically linked'; then
 	die "/bin/busybox is not statically linked; install busybox-static (not busybox)"
 fi
+# The Go the Makefile builds with (scripts/go.sh installs it when go is missing or
+# older than go.mod asks), first on PATH for every go below.
+GO=$("$REPO/scripts/go.sh" -print) || die "no Go to build the guest agent with (scripts/go.sh said why above)"
+PATH=$(dirname "$GO"):$PATH
 
 # --- what should be built ----------------------------------------------------------
 
