@@ -33,8 +33,9 @@ func (b banner) export(token string) string {
 	return "export " + path + "CENTRAL_URL=" + b.central + " FLUXVM_AGENT_TOKEN=" + token
 }
 
-// try is three commands for the demo tenant: launch, use, delete. A sim VM
-// runs no guest, so with sim the second lists VMs instead of running one.
+// try is the README's commands for the demo tenant: launch, use, look,
+// delete. A sim VM runs no guest, so with sim the second lists VMs instead
+// of running one.
 func (b banner) try() []string {
 	use := "fluxctl fleet run " + b.vm + " -- uname -a"
 	if b.sim {
@@ -43,6 +44,7 @@ func (b banner) try() []string {
 	return []string{
 		"fluxctl fleet launch " + b.vm + " --image " + b.image + " --wait",
 		use,
+		"fluxctl fleet status",
 		"fluxctl fleet rm " + b.vm + " -y",
 	}
 }

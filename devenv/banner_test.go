@@ -28,7 +28,7 @@ func TestFitToTheNode(t *testing.T) {
 // sh that sets what fluxctl reads, even for a directory with a space or a
 // quote in its name.
 func TestBannerLinesPasteIntoASh(t *testing.T) {
-	b := banner{central: "http://127.0.0.1:7799", tenant: "fvt_abc", fluxctlDir: "/tmp/it's a dir/bin", vm: "hello", image: "debian-minimal"}
+	b := banner{central: "http://127.0.0.1:7799", tenant: "fvt_abc", fluxctlDir: "/tmp/it's a dir/bin", vm: "web-1", image: "debian-minimal"}
 	out, err := exec.Command("sh", "-c", b.export(b.tenant)+`; printf '%s\n' "$PATH" "$CENTRAL_URL" "$FLUXVM_AGENT_TOKEN"`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", b.export(b.tenant), err, out)
@@ -38,13 +38,13 @@ func TestBannerLinesPasteIntoASh(t *testing.T) {
 		t.Fatalf("after the export line: %q", lines)
 	}
 	try := strings.Join(b.try(), "\n")
-	for _, want := range []string{"fluxctl fleet launch hello --image debian-minimal --wait", "fluxctl fleet run hello -- uname -a", "fluxctl fleet rm hello -y"} {
+	for _, want := range []string{"fluxctl fleet launch web-1 --image debian-minimal --wait", "fluxctl fleet run web-1 -- uname -a", "fluxctl fleet rm web-1 -y"} {
 		if !strings.Contains(try, want) {
 			t.Errorf("the commands to try lack %q:\n%s", want, try)
 		}
 	}
 	b.sim = true
-	if strings.Contains(strings.Join(b.try(), "\n"), "run hello") {
+	if strings.Contains(strings.Join(b.try(), "\n"), "run web-1") {
 		t.Errorf("with sim, which runs no guest, the banner still offers fleet run")
 	}
 }

@@ -75,8 +75,9 @@ func samplePrices(ctx context.Context, op *caller) (string, error) {
 
 const sampleLine = "a sample list, in USD, not real prices (fluxctl fleet prices)"
 
-// freeName is a VM name the demo tenant does not use yet (hello, hello-2,
-// …), so the commands the banner prints work when pasted.
+// freeName is a VM name the demo tenant does not use yet (web-1, web-2,
+// …, the README's first), so the commands the banner prints work when
+// pasted.
 func freeName(ctx context.Context, op *caller, tenantToken string) (string, error) {
 	var list sdk.FleetVMList
 	if _, err := op.do(ctx, "GET", "/fleet/vms", tenantToken, nil, &list, 200); err != nil {
@@ -86,9 +87,9 @@ func freeName(ctx context.Context, op *caller, tenantToken string) (string, erro
 	for _, vm := range list.VMs {
 		used[vm.Name] = true
 	}
-	name := "hello"
+	name := "web-1"
 	for i := 2; used[name]; i++ {
-		name = "hello-" + strconv.Itoa(i)
+		name = "web-" + strconv.Itoa(i)
 	}
 	return name, nil
 }

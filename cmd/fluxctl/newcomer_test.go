@@ -115,8 +115,8 @@ func TestNewcomerFirstTenMinutes(t *testing.T) {
 			pasted = append(pasted, strings.TrimSpace(line))
 		}
 	}
-	if export == "" || operator == "" || len(pasted) != 3 {
-		t.Fatalf("the banner lacks the export line, the operator token or the three commands to try:\n%s", strings.Join(banner, "\n"))
+	if export == "" || operator == "" || len(pasted) != 4 {
+		t.Fatalf("the banner lacks the export line, the operator token or the README's four commands:\n%s", strings.Join(banner, "\n"))
 	}
 	sh := func(what, script string) {
 		t.Helper()
@@ -130,6 +130,15 @@ func TestNewcomerFirstTenMinutes(t *testing.T) {
 	blocks := runnableBlocks(t, "../..")
 	if len(blocks) < 4 {
 		t.Fatalf("found %d runnable doc blocks; README.md and docs/quickstart.md alone have 4", len(blocks))
+	}
+	// The banner hands over the README's own commands.
+	var inReadme []string
+	for _, c := range commands(blocks[0].text) {
+		inReadme = append(inReadme, strings.TrimSpace(strings.SplitN(c, " #", 2)[0]))
+	}
+	if !strings.HasPrefix(blocks[0].where, "README.md:") || strings.Join(inReadme, "\n") != strings.Join(pasted, "\n") {
+		t.Fatalf("the banner's commands are not the README's:\nbanner:\n%s\n%s:\n%s",
+			strings.Join(pasted, "\n"), blocks[0].where, strings.Join(inReadme, "\n"))
 	}
 	for _, b := range blocks {
 		// Line by line, each in a shell of its own, so that every command's

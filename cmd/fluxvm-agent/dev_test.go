@@ -96,8 +96,8 @@ func startDev(t *testing.T, bin string, env []string, args ...string) *dev {
 	for _, m := range devTryRE.FindAllStringSubmatch(out, -1) {
 		d.try = append(d.try, m[1])
 	}
-	if len(d.try) != 3 {
-		t.Fatalf("the banner shows %d commands to try, want 3:\n%s", len(d.try), out)
+	if len(d.try) != 4 {
+		t.Fatalf("the banner shows %d commands to try, want the README's 4:\n%s", len(d.try), out)
 	}
 	return d
 }
@@ -203,16 +203,16 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 		t.Fatalf("uname -a through central = %+v", res)
 	}
 
-	// The printed lines, pasted: the export line, then launch hello and
+	// The printed lines, pasted: the export line, then launch web-1 and
 	// run uname -a in it (fluxctl prints JSON into a pipe).
-	var hello sdk.FleetCreateVMResponse
-	if err := json.Unmarshal([]byte(d.paste(d.try[0], fluxctlDir)), &hello); err != nil || hello.VM.Name != "hello" {
-		t.Fatalf("the first printed command made %+v (%v)", hello, err)
+	var web sdk.FleetCreateVMResponse
+	if err := json.Unmarshal([]byte(d.paste(d.try[0], fluxctlDir)), &web); err != nil || web.VM.Name != "web-1" {
+		t.Fatalf("the first printed command made %+v (%v)", web, err)
 	}
 	if out := d.paste(d.try[1], fluxctlDir); !strings.Contains(out, "Linux") {
 		t.Fatalf("the second printed command printed %q, want uname's Linux", out)
 	}
-	if out := d.run(d.fluxctl+" -o json", fluxctlDir); !strings.Contains(out, `"hello"`) || !strings.Contains(out, `"t1"`) {
+	if out := d.run(d.fluxctl+" -o json", fluxctlDir); !strings.Contains(out, `"web-1"`) || !strings.Contains(out, `"t1"`) {
 		t.Fatalf("the printed fluxctl command lists:\n%s", out)
 	}
 	// The demo quota fits the dev node: the quota, not the node, says no
@@ -224,7 +224,7 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 	if q := me.Tenant.Quota; q.MaxVCPUs == 0 || q.MaxVCPUs > devNode.Capacity.Total.VCPUs || q.MaxVMs == 0 || q.MaxVMs > q.MaxVCPUs {
 		t.Fatalf("demo quota %+v does not fit node dev's %+v", q, devNode.Capacity.Total)
 	}
-	if me.Tenant.Quota.MaxVMs == 2 { // t1 and hello run
+	if me.Tenant.Quota.MaxVMs == 2 { // t1 and web-1 run
 		var e sdk.ErrorBody
 		c := &node{t: t, url: d.central, admin: d.tenant}
 		code, body := c.call("POST", "/fleet/vms", map[string]any{"name": "third", "image": "debian-minimal"}, d.tenant)
@@ -235,7 +235,7 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 	var list sdk.FleetVMList
 	d.api("GET", "/fleet/vms", d.tenant, nil, http.StatusOK, &list)
 	if len(list.VMs) != 2 {
-		t.Fatalf("the tenant lists %+v, want t1 and hello", list.VMs)
+		t.Fatalf("the tenant lists %+v, want t1 and web-1", list.VMs)
 	}
 	d.api("DELETE", vmPath, d.tenant, nil, http.StatusNoContent, nil)
 	d.stop()
@@ -246,20 +246,20 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 		t.Fatalf("dev.json holds the tokens: want mode 0600, got %v (%v)", fi.Mode(), err)
 	}
 
-	// A restart: the same tokens, and hello is still there.
+	// A restart: the same tokens, and web-1 is still there.
 	again := startDev(t, bin, nil, args...)
 	if again.operator != d.operator || again.tenant != d.tenant {
 		t.Fatalf("after a restart the tokens changed: operator %s -> %s, tenant %s -> %s", d.operator, again.operator, d.tenant, again.tenant)
 	}
 	again.api("GET", "/fleet/vms", again.tenant, nil, http.StatusOK, &list)
-	if len(list.VMs) != 1 || list.VMs[0].Name != "hello" {
-		t.Fatalf("after a restart the tenant lists %+v, want hello", list.VMs)
+	if len(list.VMs) != 1 || list.VMs[0].Name != "web-1" {
+		t.Fatalf("after a restart the tenant lists %+v, want web-1", list.VMs)
 	}
-	// hello is taken now: the printed commands use another name.
-	if !strings.HasPrefix(again.try[0], "fluxctl fleet launch hello-2 ") || again.try[2] != "fluxctl fleet rm hello-2 -y" {
-		t.Fatalf("after a restart with hello running the banner offers %q", again.try)
+	// web-1 is taken now: the printed commands use another name.
+	if !strings.HasPrefix(again.try[0], "fluxctl fleet launch web-2 ") || again.try[3] != "fluxctl fleet rm web-2 -y" {
+		t.Fatalf("after a restart with web-1 running the banner offers %q", again.try)
 	}
-	again.paste("fluxctl fleet rm hello -y", fluxctlDir)
+	again.paste("fluxctl fleet rm web-1 -y", fluxctlDir)
 	again.api("GET", "/fleet/vms", again.tenant, nil, http.StatusOK, &list)
 	if len(list.VMs) != 0 {
 		t.Fatalf("after the printed delete the tenant lists %+v", list.VMs)
@@ -289,17 +289,18 @@ func TestDevFallsBackToSimWithoutTheGuestImage(t *testing.T) {
 		t.Fatalf("want the sim driver, why, and the sim-linux image:\n%s", d.stdout())
 	}
 	fluxctlDir := filepath.Dir(drivertest.Build(t, "../..", "./cmd/fluxctl"))
-	var hello sdk.FleetCreateVMResponse
-	if out := d.paste(d.try[0], fluxctlDir); json.Unmarshal([]byte(out), &hello) != nil || hello.VM.Driver != "sim" {
+	var web sdk.FleetCreateVMResponse
+	if out := d.paste(d.try[0], fluxctlDir); json.Unmarshal([]byte(out), &web) != nil || web.VM.Driver != "sim" {
 		t.Fatalf("the first printed command: %s", out)
 	}
 	if !strings.Contains(d.stdout(), "prices          a sample list") {
 		t.Fatalf("the banner does not say the price list is a sample:\n%s", d.stdout())
 	}
-	if out := d.paste(d.try[1], fluxctlDir); !strings.Contains(out, `"name": "hello"`) {
+	if out := d.paste(d.try[1], fluxctlDir); !strings.Contains(out, `"name": "web-1"`) {
 		t.Fatalf("the second printed command: %s", out)
 	}
-	d.paste(d.try[2], fluxctlDir)
+	d.paste(d.try[2], fluxctlDir) // status
+	d.paste(d.try[3], fluxctlDir) // rm
 }
 
 // TestDevSaysWhatToChangeWhenItCannotStart proves each refusal names its
