@@ -146,8 +146,19 @@ func (s *Server) findTenant(ctx context.Context, ref string) (*store.Tenant, err
 	return t, err
 }
 
-// tenantFromPath finds the route's {id} (an id or a name), or answers 404.
+// tenantFromPath finds the route's {id} (an id or a name), or answers 404;
+// the tenant is what the request is about, for the activity log.
 func (s *Server) tenantFromPath(w http.ResponseWriter, r *http.Request) (*store.Tenant, bool) {
+	t, ok := s.pathTenant(w, r)
+	if ok {
+		nameTarget(r, t.Name)
+	}
+	return t, ok
+}
+
+// pathTenant is tenantFromPath for routes about something of the tenant's
+// (its keys), which name that in the activity log instead.
+func (s *Server) pathTenant(w http.ResponseWriter, r *http.Request) (*store.Tenant, bool) {
 	ref := mux.Vars(r)["id"]
 	t, err := s.findTenant(r.Context(), ref)
 	switch {
@@ -158,7 +169,6 @@ func (s *Server) tenantFromPath(w http.ResponseWriter, r *http.Request) (*store.
 		s.storeError(w, "read tenant "+jsonapi.Echo(ref), err)
 		return nil, false
 	}
-	nameTarget(r, t.Name)
 	return t, true
 }
 
