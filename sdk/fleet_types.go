@@ -359,6 +359,10 @@ type TenantWithToken struct {
 // primary token; central and fluxctl tell the two apart by it.
 const APIKeyPrefix = "fvk_"
 
+// DefaultKeyExpiresDays is how long a key works when CreateKeyRequest does
+// not say.
+const DefaultKeyExpiresDays = 90
+
 // APIKey is one of a tenant's named API keys: a bearer credential that acts
 // as the tenant (its quotas, its objects), given to one person, CI system or
 // tool so that the activity log says which one did what and each can be
@@ -392,8 +396,8 @@ type CreateKeyRequest struct {
 	// (key- and 16 hex digits), so that a key is revoked by either.
 	Name     string `json:"name"`
 	ReadOnly bool   `json:"read_only,omitempty"`
-	// ExpiresDays is how many days the key works: nil is 90, 0 never
-	// expires; at most 3650.
+	// ExpiresDays is how many days the key works: nil is
+	// DefaultKeyExpiresDays, 0 never expires; at most 3650.
 	ExpiresDays *int `json:"expires_days,omitempty"`
 }
 

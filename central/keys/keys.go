@@ -36,7 +36,7 @@ type Store interface {
 const (
 	// DefaultExpiresDays is how long a key works when its request says
 	// nothing (0 says: for ever).
-	DefaultExpiresDays = 90
+	DefaultExpiresDays = sdk.DefaultKeyExpiresDays
 	// TouchEvery is how often, at most, a key's last_used_at is written.
 	TouchEvery = time.Minute
 	// Note goes with every key shown: it is shown once.
