@@ -363,11 +363,11 @@ const APIKeyPrefix = "fvk_"
 // not say.
 const DefaultKeyExpiresDays = 90
 
-// APIKey is one of a tenant's named API keys: a bearer credential that acts
-// as the tenant (its quotas, its objects), given to one person, CI system or
-// tool so that the activity log says which one did what and each can be
-// revoked alone. The key itself is shown only once, by CreateKey; central
-// keeps only its SHA-256.
+// APIKey is one of a tenant's named API keys: a bearer credential central
+// takes for the tenant itself (its quotas, its objects), with a name the
+// activity log records, so that a pipeline or a colleague has a secret of
+// its own that can be revoked by itself. The key itself is shown only once,
+// by CreateKey; central keeps only its SHA-256.
 type APIKey struct {
 	// ID is "key-" and 16 hex digits.
 	ID string `json:"id"`

@@ -84,11 +84,12 @@ func (f *fleet) keysCmd() *cobra.Command {
 		Use:     "keys [--tenant T]",
 		Aliases: []string{"key"},
 		Short:   "A tenant's named API keys: list, create, revoke",
-		Long: `Named API keys act as their tenant, like its primary fvt_ token, but each
-is given to one person, CI system or tool: the activity log says which key
-did what, and one can be revoked without touching the others. A read-only
-key may only read. A tenant holds up to 50 keys; each works for 90 days
-unless --expires-days says otherwise.
+		Long: `A named API key is a secret of its own for one pipeline, dashboard or
+colleague, which central treats as the tenant itself. The activity log
+records its name with every change, and revoking it leaves the primary fvt_
+token and the other keys alone. A read-only key may only read. A tenant
+holds up to 50 keys; each works for 90 days unless --expires-days says
+otherwise.
 
 Without a subcommand it lists the keys: name, access, when each was last
 used and when it expires (-o wide adds the ID and creation time); keys
