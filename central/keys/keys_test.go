@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,32 +14,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
-func newTenant(t *testing.T, st *store.Store, name string) *store.Tenant {
-	t.Helper()
-	tn := &store.Tenant{Tenant: sdk.Tenant{Name: name}, TokenSHA256: store.HashToken("fvt_" + name)}
-	if err := st.CreateTenant(context.Background(), tn); err != nil {
-		t.Fatal(err)
-	}
-	return tn
-}
-
 func days(n int) *int { return &n }
 
-// setup is a service on a real etcd with a clock at a fixed time, and a
-// tenant.
-func setup(t *testing.T) (*Service, *store.Store, *clock, *store.Tenant) {
+// setup is a service on a real etcd whose clock is *now (the tests move it
+// from one goroutine), and a tenant.
+func setup(t *testing.T) (*Service, *store.Store, *time.Time, *store.Tenant) {
 	st := storetest.Open(t)
-	c := &clock{t: time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)}
-	return New(st, c.now, hclog.NewNullLogger()), st, c, newTenant(t, st, "acme")
+	now := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	return New(st, func() time.Time { return now }, hclog.NewNullLogger()), st, &now, storetest.Tenant(t, st, "acme")
 }
 
 // TestCreateShowsTheKeyOnceAndKeepsOnlyItsDigest: a key is fvk_ and 43
@@ -49,7 +30,7 @@ func setup(t *testing.T) (*Service, *store.Store, *clock, *store.Tenant) {
 // refused before anything is written.
 func TestCreateShowsTheKeyOnceAndKeepsOnlyItsDigest(t *testing.T) {
 	ctx := context.Background()
-	svc, st, c, acme := setup(t)
+	svc, st, now, acme := setup(t)
 	k, token, err := svc.Create(ctx, acme.ID, sdk.CreateKeyRequest{Name: "ci-github"})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +42,7 @@ func TestCreateShowsTheKeyOnceAndKeepsOnlyItsDigest(t *testing.T) {
 	if err != nil || stored.TokenSHA256 != store.HashToken(token) || stored.ReadOnly {
 		t.Fatalf("stored %+v, %v", stored, err)
 	}
-	if !strings.HasPrefix(k.ID, store.KeyIDPrefix) || !stored.CreatedAt.Equal(c.now()) || !stored.ExpiresAt.Equal(c.now().AddDate(0, 0, 90)) {
+	if !strings.HasPrefix(k.ID, store.KeyIDPrefix) || !stored.CreatedAt.Equal(*now) || !stored.ExpiresAt.Equal(now.AddDate(0, 0, 90)) {
 		t.Fatalf("created %+v: want an id, created now and expiring in 90 days", stored)
 	}
 	never, _, err := svc.Create(ctx, acme.ID, sdk.CreateKeyRequest{Name: "grafana", ReadOnly: true, ExpiresDays: days(0)})
@@ -69,7 +50,7 @@ func TestCreateShowsTheKeyOnceAndKeepsOnlyItsDigest(t *testing.T) {
 		t.Fatalf("read-only key that never expires: %+v, %v", never, err)
 	}
 	longest, _, err := svc.Create(ctx, acme.ID, sdk.CreateKeyRequest{Name: "decade", ExpiresDays: days(store.MaxKeyExpiresDays)})
-	if err != nil || !longest.ExpiresAt.Equal(c.now().AddDate(0, 0, store.MaxKeyExpiresDays)) {
+	if err != nil || !longest.ExpiresAt.Equal(now.AddDate(0, 0, store.MaxKeyExpiresDays)) {
 		t.Fatalf("a key of %d days: %+v, %v", store.MaxKeyExpiresDays, longest, err)
 	}
 	for _, req := range []sdk.CreateKeyRequest{
@@ -97,7 +78,7 @@ func TestCreateShowsTheKeyOnceAndKeepsOnlyItsDigest(t *testing.T) {
 // comes back with the tenant disabled, for the caller to refuse.
 func TestAuthenticateRefusesExpiredRevokedAndUnknownKeysAlike(t *testing.T) {
 	ctx := context.Background()
-	svc, st, c, acme := setup(t)
+	svc, st, now, acme := setup(t)
 	_, shortLived, err := svc.Create(ctx, acme.ID, sdk.CreateKeyRequest{Name: "short", ExpiresDays: days(1)})
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +87,11 @@ func TestAuthenticateRefusesExpiredRevokedAndUnknownKeysAlike(t *testing.T) {
 	if err != nil || k.Name != "short" || tn.ID != acme.ID {
 		t.Fatalf("a fresh key: %+v %+v %v", k, tn, err)
 	}
-	c.add(24*time.Hour - time.Second)
+	*now = now.Add(24*time.Hour - time.Second)
 	if _, _, err := svc.Authenticate(ctx, shortLived); err != nil {
 		t.Fatalf("a second before it expires: %v", err)
 	}
-	c.add(time.Second)
+	*now = now.Add(time.Second)
 	if _, _, err := svc.Authenticate(ctx, shortLived); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("at its expiry: %v, want ErrUnknown", err)
 	}
@@ -162,9 +143,9 @@ func (c *countingStore) TouchKey(ctx context.Context, tenant, id string, at time
 func TestLastUsedIsWrittenAtMostOnceAMinute(t *testing.T) {
 	ctx := context.Background()
 	st := &countingStore{Store: storetest.Open(t)}
-	c := &clock{t: time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)}
-	svc := New(st, c.now, hclog.NewNullLogger())
-	acme := newTenant(t, st.Store, "acme")
+	now := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	svc := New(st, func() time.Time { return now }, hclog.NewNullLogger())
+	acme := storetest.Tenant(t, st.Store, "acme")
 	k, token, err := svc.Create(ctx, acme.ID, sdk.CreateKeyRequest{Name: "ci"})
 	if err != nil {
 		t.Fatal(err)
@@ -180,14 +161,14 @@ func TestLastUsedIsWrittenAtMostOnceAMinute(t *testing.T) {
 			}
 		}
 	}
-	start := c.now()
+	start := now
 	use(100)
-	c.add(59 * time.Second)
+	now = now.Add(59 * time.Second)
 	use(100)
 	if st.calls.Load() != 1 || st.writes.Load() != 1 {
 		t.Fatalf("200 uses within a minute: %d touches asked, %d written; want 1 and 1", st.calls.Load(), st.writes.Load())
 	}
-	c.add(time.Second)
+	now = now.Add(time.Second)
 	use(10)
 	if st.writes.Load() != 2 {
 		t.Fatalf("uses a minute later wrote %d times in all, want 2", st.writes.Load())
@@ -204,7 +185,7 @@ func TestLastUsedIsWrittenAtMostOnceAMinute(t *testing.T) {
 func TestRevokeTakesAnIDOrANameOfTheTenantsOwnKeys(t *testing.T) {
 	ctx := context.Background()
 	svc, st, _, acme := setup(t)
-	other := newTenant(t, st, "other")
+	other := storetest.Tenant(t, st, "other")
 	byID, _, err := svc.Create(ctx, acme.ID, sdk.CreateKeyRequest{Name: "by-id"})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,20 @@ func testKey(tenant *Tenant, name string) *APIKey {
 	return &APIKey{APIKey: sdk.APIKey{Name: name, CreatedAt: time.Now().UTC()}, Tenant: tenant.ID, TokenSHA256: HashToken("fvk_" + tenant.ID + name)}
 }
 
+// atOnce runs do n times at once, the even calls through a and the odd ones
+// through b (two centrals on one etcd), and waits for them.
+func atOnce(n int, a, b *Store, do func(i int, st *Store)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		st := a
+		if i%2 == 1 {
+			st = b
+		}
+		wg.Go(func() { do(i, st) })
+	}
+	wg.Wait()
+}
+
 // TestCreateKeyStopsAtTheLimitAcrossTwoCentrals: with 45 keys, 20 creates at
 // once through two stores on one etcd make exactly 5 more; the others are
 // refused with the limit, and the tenant holds exactly 50.
@@ -32,28 +46,18 @@ func TestCreateKeyStopsAtTheLimitAcrossTwoCentrals(t *testing.T) {
 		}
 	}
 	var made, refused atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st := s
-			if i%2 == 1 {
-				st = peer
-			}
-			err := st.CreateKey(ctx, testKey(acme, fmt.Sprintf("burst%d", i)))
-			var qe *QuotaError
-			switch {
-			case err == nil:
-				made.Add(1)
-			case errors.As(err, &qe) && errors.Is(err, ErrQuota) && qe.Field == "api_keys" && qe.Limit == MaxKeysPerTenant:
-				refused.Add(1)
-			default:
-				t.Errorf("create %d: %v", i, err)
-			}
-		}()
-	}
-	wg.Wait()
+	atOnce(20, s, peer, func(i int, st *Store) {
+		err := st.CreateKey(ctx, testKey(acme, fmt.Sprintf("burst%d", i)))
+		var qe *QuotaError
+		switch {
+		case err == nil:
+			made.Add(1)
+		case errors.As(err, &qe) && errors.Is(err, ErrQuota) && qe.Field == "api_keys" && qe.Limit == MaxKeysPerTenant:
+			refused.Add(1)
+		default:
+			t.Errorf("create %d: %v", i, err)
+		}
+	})
 	ks, err := s.ListKeys(ctx, acme.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -106,19 +110,26 @@ func TestKeyNamesAreUniqueWithinATenantAndNeverLookLikeIDs(t *testing.T) {
 	}
 }
 
+// keyOnTwoCentrals opens two stores on one etcd and makes tenant acme's key
+// "ci" through the first.
+func keyOnTwoCentrals(t *testing.T) (s, peer *Store, acme *Tenant, k *APIKey) {
+	s = openEmbedded(t, Options{})
+	peer = openPeer(t, s, Options{})
+	acme = testTenant(t, s, "acme", sdk.Quotas{})
+	k = testKey(acme, "ci")
+	if err := s.CreateKey(testCtx(t), k); err != nil {
+		t.Fatal(err)
+	}
+	return s, peer, acme, k
+}
+
 // TestARevokedKeyFindsNothingOnEveryCentral: a key is found by its token
 // with its tenant, by id and by name; once deleted through one store,
 // another store on the same etcd finds nothing by any of them, and the name
 // may be used again.
 func TestARevokedKeyFindsNothingOnEveryCentral(t *testing.T) {
 	ctx := testCtx(t)
-	s := openEmbedded(t, Options{})
-	peer := openPeer(t, s, Options{})
-	acme := testTenant(t, s, "acme", sdk.Quotas{})
-	k := testKey(acme, "ci")
-	if err := s.CreateKey(ctx, k); err != nil {
-		t.Fatal(err)
-	}
+	s, peer, acme, k := keyOnTwoCentrals(t)
 	got, tn, err := peer.KeyByToken(ctx, k.TokenSHA256)
 	if err != nil || got.ID != k.ID || got.Name != "ci" || tn.ID != acme.ID || tn.Name != "acme" {
 		t.Fatalf("by token: %+v %+v %v", got, tn, err)
@@ -207,13 +218,7 @@ func TestDeletingATenantDeletesItsKeysAndRotatingItsTokenKeepsThem(t *testing.T)
 // once one writes; a key revoked is not brought back by a touch.
 func TestTouchKeyWritesAtMostOnceAMinute(t *testing.T) {
 	ctx := testCtx(t)
-	s := openEmbedded(t, Options{})
-	peer := openPeer(t, s, Options{})
-	acme := testTenant(t, s, "acme", sdk.Quotas{})
-	k := testKey(acme, "ci")
-	if err := s.CreateKey(ctx, k); err != nil {
-		t.Fatal(err)
-	}
+	s, peer, acme, k := keyOnTwoCentrals(t)
 	t0 := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		at   time.Time
@@ -229,25 +234,15 @@ func TestTouchKeyWritesAtMostOnceAMinute(t *testing.T) {
 	}
 
 	var wrote atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st := s
-			if i%2 == 1 {
-				st = peer
-			}
-			ok, err := st.TouchKey(ctx, acme.ID, k.ID, t0.Add(5*time.Minute), time.Minute)
-			if err != nil {
-				t.Error(err)
-			}
-			if ok {
-				wrote.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	atOnce(8, s, peer, func(_ int, st *Store) {
+		ok, err := st.TouchKey(ctx, acme.ID, k.ID, t0.Add(5*time.Minute), time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		if ok {
+			wrote.Add(1)
+		}
+	})
 	if wrote.Load() != 1 {
 		t.Fatalf("8 touches at once through two centrals wrote %d times, want 1", wrote.Load())
 	}
