@@ -16,7 +16,8 @@ const DefaultCentralURL = "http://127.0.0.1:7799"
 
 // FleetClient calls central's fleet API (/fleet/...). It is safe for
 // concurrent use. The token is the operator's fleet token, a tenant's
-// fvt_ token, or, for heartbeats, the fleet token a node was given.
+// fvt_ token or one of its fvk_ API keys, or, for heartbeats, the fleet
+// token a node was given.
 type FleetClient struct {
 	c *client
 }
@@ -205,6 +206,52 @@ func (f *FleetClient) TenantMe(ctx context.Context) (*TenantMe, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// keysPath is the route of a tenant's keys: the caller's own (tenant "")
+// or, for the operator, those of tenant (id or name).
+func keysPath(tenant string, key ...string) string {
+	p := "/fleet/tenants/me/keys"
+	if tenant != "" {
+		p = tenantPath(tenant, "keys")
+	}
+	for _, k := range key {
+		p += "/" + url.PathEscape(k)
+	}
+	return p
+}
+
+// ListKeys lists API keys by name, never the keys themselves: the calling
+// tenant's own with tenant "" (any of its keys may list them), or, for the
+// operator, those of tenant (id or name).
+func (f *FleetClient) ListKeys(ctx context.Context, tenant string) ([]APIKey, error) {
+	var out APIKeyList
+	if err := f.c.call(ctx, http.MethodGet, keysPath(tenant), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Keys == nil {
+		out.Keys = []APIKey{}
+	}
+	return out.Keys, nil
+}
+
+// CreateKey makes an API key and returns it with the key itself, shown
+// this once. A tenant makes its own (tenant "") with its primary token: a
+// key making a key IsForbidden. The operator names the tenant (id or name).
+// A name in use IsConflict; a tenant's 51st key IsQuota.
+func (f *FleetClient) CreateKey(ctx context.Context, tenant string, req CreateKeyRequest) (*APIKeyWithToken, error) {
+	var out APIKeyWithToken
+	if err := f.c.call(ctx, http.MethodPost, keysPath(tenant), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RevokeKey revokes an API key, named by its id or its name; it stops
+// working at once. Tenant is as for CreateKey, and so is who may call. A
+// key that is not there (or not the tenant's) IsNotFound.
+func (f *FleetClient) RevokeKey(ctx context.Context, tenant, key string) error {
+	return f.c.call(ctx, http.MethodDelete, keysPath(tenant, key), nil, nil, nil)
 }
 
 // GetPolicy returns the fleet's policy (operator only).

@@ -353,6 +353,13 @@ func TestFleetTypesCarryCentralsJSONUnchanged(t *testing.T) {
 	if _, err := op.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
+	key, err := tenant.CreateKey(ctx, "", sdk.CreateKeyRequest{Name: "raw-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleetClient(t, key.Token).TenantMe(ctx); err != nil { // so that it has been used
+		t.Fatal(err)
+	}
 
 	for _, c := range []struct {
 		path, token string
@@ -365,6 +372,8 @@ func TestFleetTypesCarryCentralsJSONUnchanged(t *testing.T) {
 		{"/fleet/tenants", liveFleet.OperatorToken, &sdk.TenantList{}},
 		{"/fleet/tenants/" + raw, liveFleet.OperatorToken, &sdk.Tenant{}},
 		{"/fleet/tenants/me", token, &sdk.TenantMe{}},
+		{"/fleet/tenants/me/keys", key.Token, &sdk.APIKeyList{}},
+		{"/fleet/tenants/" + raw + "/keys", liveFleet.OperatorToken, &sdk.APIKeyList{}},
 		{"/fleet/policy", liveFleet.OperatorToken, &sdk.Policy{}},
 		{"/fleet/images", token, &sdk.ImageList{}},
 		{"/fleet/vms", token, &sdk.FleetVMList{}},

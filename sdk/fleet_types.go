@@ -355,6 +355,62 @@ type TenantWithToken struct {
 	Note string `json:"note"`
 }
 
+// APIKeyPrefix starts every named API key, as fvt_ starts a tenant's
+// primary token; central and fluxctl tell the two apart by it.
+const APIKeyPrefix = "fvk_"
+
+// DefaultKeyExpiresDays is how long a key works when CreateKeyRequest does
+// not say.
+const DefaultKeyExpiresDays = 90
+
+// APIKey is one of a tenant's named API keys: a bearer credential central
+// takes for the tenant itself (its quotas, its objects), with a name the
+// activity log records, so that a pipeline or a colleague has a secret of
+// its own that can be revoked by itself. The key itself is shown only once,
+// by CreateKey; central keeps only its SHA-256.
+type APIKey struct {
+	// ID is "key-" and 16 hex digits.
+	ID string `json:"id"`
+	// Name is unique within the tenant (see CreateKeyRequest.Name).
+	Name string `json:"name"`
+	// ReadOnly keys may only read: any method but GET and HEAD is refused.
+	ReadOnly  bool      `json:"read_only"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the key stops working; zero: it never expires.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// LastUsedAt is when the key was last used, to within a minute; zero:
+	// never.
+	LastUsedAt time.Time `json:"last_used_at,omitzero"`
+}
+
+// APIKeyList is GET /fleet/tenants/me/keys and /fleet/tenants/{id}/keys.
+type APIKeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// CreateKeyRequest is POST /fleet/tenants/me/keys (the tenant's primary
+// token) and /fleet/tenants/{id}/keys (the operator).
+type CreateKeyRequest struct {
+	// Name is 1-63 letters, digits, '.', '_' or '-', starting with a letter
+	// or digit, unique within the tenant, and not of a key id's form
+	// (key- and 16 hex digits), so that a key is revoked by either.
+	Name     string `json:"name"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	// ExpiresDays is how many days the key works: nil is
+	// DefaultKeyExpiresDays, 0 never expires; at most 3650.
+	ExpiresDays *int `json:"expires_days,omitempty"`
+}
+
+// APIKeyWithToken answers CreateKey. Token is in no other answer, ever:
+// central keeps only its SHA-256.
+type APIKeyWithToken struct {
+	Key APIKey `json:"key"`
+	// Token is the key: fvk_ and 43 characters, sent as a bearer token.
+	Token string `json:"token"`
+	// Note is central's reminder to store the key now.
+	Note string `json:"note"`
+}
+
 // Usage is an amount of VMs, vCPUs, memory and macOS guests.
 type Usage struct {
 	VMs       int64 `json:"vms"`
@@ -448,7 +504,10 @@ type Event struct {
 	Tenant string `json:"tenant,omitempty"`
 	// Actor names who did it for people: "operator", or the tenant's name
 	// when the event was recorded.
-	Actor  string `json:"actor,omitempty"`
+	Actor string `json:"actor,omitempty"`
+	// Key is the name of the tenant's API key the request came with ("":
+	// the tenant's primary token, or the operator).
+	Key    string `json:"key,omitempty"`
 	Method string `json:"method"`
 	Path   string `json:"path"`
 	// Target is the name or id the change was about.
@@ -460,8 +519,8 @@ type Event struct {
 	Status int `json:"status"`
 	// Suppressed, when set, makes the event a summary: the principal went
 	// over its activity budget and this many requests, from Time to Until,
-	// were counted rather than recorded; Method, Path, Action and Status are
-	// the last one's.
+	// were counted rather than recorded; Method, Path, Action, Key and
+	// Status are the last one's.
 	Suppressed int       `json:"suppressed,omitempty"`
 	Until      time.Time `json:"until,omitzero"`
 }

@@ -25,18 +25,29 @@ type routeCase struct {
 	// tenantOK is the exact status a tenant gets on its own object, where
 	// this test knows it (0: anything but 401 and 403).
 	tenantOK int
+	// keyRefused is a tenant route that an API key may not call (403): a
+	// change of the tenant's keys, which only its primary token makes.
+	keyRefused bool
 }
 
 // TestEveryRouteWithEveryCredential walks the access table with every kind
 // of caller: none, a bad token, the operator, tenant A on its own objects
-// and on tenant B's, and a disabled tenant.
+// and on tenant B's with its primary token, a full API key and a read-only
+// one, and a disabled tenant with its token and its key.
 func TestEveryRouteWithEveryCredential(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	a, tokenA := e.createTenant("tenant-a", "")
-	b, _ := e.createTenant("tenant-b", "")
-	victim, _ := e.createTenant("victim", "") // what the operator's destructive calls hit
+	b, tokenB := e.createTenant("tenant-b", "")
+	victim, tokenVictim := e.createTenant("victim", "") // what the operator's destructive calls hit
 	_, tokenD := e.createTenant("disabled", "")
+	keyA := e.createKey(tokenA, "access-full", false)
+	readOnlyA := e.createKey(tokenA, "access-read-only", true)
+	keyD := e.createKey(tokenD, "disabled-key", false)
+	e.createKey(tokenA, "revoke-me", false)
+	e.createKey(tokenVictim, "op-revoke", false)
+	var keyB sdk.APIKeyWithToken
+	e.must(req{method: "POST", path: "/fleet/tenants/me/keys", token: tokenB, body: `{"name": "b-key"}`}, 201).decode(t, &keyB)
 	e.must(req{method: "PATCH", path: "/fleet/tenants/disabled", token: testFleetToken, body: `{"disabled": true}`}, 200)
 	e.must(req{method: "PUT", path: "/fleet/images/img-1", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-1.raw"}`}, 201)
 	// A node nobody answers on, with one VM of A's and one of B's in the ledger.
@@ -99,11 +110,19 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/leases":     {own: "/fleet/leases", body: `{}`, tenantOK: 409},
 		"GET /fleet/leases/{id}": {own: "/fleet/leases/" + leaseA.ID, other: "/fleet/leases/" + leaseB.ID, foreign: 404, tenantOK: 200},
 		// Before the 24-hour minimum: refused for the state (409).
-		"POST /fleet/leases/{id}/release":       {own: "/fleet/leases/" + leaseA.ID + "/release", other: "/fleet/leases/" + leaseB.ID + "/release", foreign: 404, tenantOK: 409},
-		"GET /fleet/capacity":                   {own: "/fleet/capacity", tenantOK: 200},
-		"GET /fleet/tenants":                    {own: "/fleet/tenants"},
-		"POST /fleet/tenants":                   {own: "/fleet/tenants", body: `{"name": "made-by-access-test"}`},
-		"GET /fleet/tenants/me":                 {own: "/fleet/tenants/me", tenantOK: 200},
+		"POST /fleet/leases/{id}/release": {own: "/fleet/leases/" + leaseA.ID + "/release", other: "/fleet/leases/" + leaseB.ID + "/release", foreign: 404, tenantOK: 409},
+		"GET /fleet/capacity":             {own: "/fleet/capacity", tenantOK: 200},
+		"GET /fleet/tenants":              {own: "/fleet/tenants"},
+		"POST /fleet/tenants":             {own: "/fleet/tenants", body: `{"name": "made-by-access-test"}`},
+		"GET /fleet/tenants/me":           {own: "/fleet/tenants/me", tenantOK: 200},
+		"GET /fleet/tenants/me/keys":      {own: "/fleet/tenants/me/keys", tenantOK: 200},
+		"POST /fleet/tenants/me/keys":     {own: "/fleet/tenants/me/keys", body: `{"name": "made-by-access-test"}`, tenantOK: 201, keyRefused: true},
+		// Another tenant's key is "not found", as one that does not exist.
+		"DELETE /fleet/tenants/me/keys/{key}": {own: "/fleet/tenants/me/keys/revoke-me", other: "/fleet/tenants/me/keys/" + keyB.Key.ID,
+			foreign: 404, tenantOK: 204, keyRefused: true},
+		"GET /fleet/tenants/{id}/keys":          {own: "/fleet/tenants/" + a.ID + "/keys", other: "/fleet/tenants/" + b.ID + "/keys"},
+		"POST /fleet/tenants/{id}/keys":         {own: "/fleet/tenants/" + a.ID + "/keys", other: "/fleet/tenants/" + b.ID + "/keys", body: `{"name": "made-by-operator"}`},
+		"DELETE /fleet/tenants/{id}/keys/{key}": {own: "/fleet/tenants/" + a.ID + "/keys/op-revoke", other: "/fleet/tenants/" + b.ID + "/keys/b-key"},
 		"GET /fleet/tenants/{id}":               {own: "/fleet/tenants/" + a.ID, other: "/fleet/tenants/" + b.ID},
 		"PATCH /fleet/tenants/{id}":             {own: "/fleet/tenants/" + a.ID, other: "/fleet/tenants/" + b.ID, body: `{}`},
 		"DELETE /fleet/tenants/{id}":            {own: "/fleet/tenants/" + a.ID, other: "/fleet/tenants/" + b.ID},
@@ -219,7 +238,8 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			notRefused := func(got int) bool { return got != http.StatusUnauthorized && got != http.StatusForbidden }
 
 			if rt.Access == Public {
-				for who, tok := range map[string]string{"no token": "", "bad token": "garbage", "disabled tenant": tokenD, "tenant": tokenA, "operator": testFleetToken} {
+				for who, tok := range map[string]string{"no token": "", "bad token": "garbage", "disabled tenant": tokenD, "tenant": tokenA,
+					"key": keyA, "read-only key": readOnlyA, "operator": testFleetToken} {
 					expect(who, call(tok, c.own), is(http.StatusOK), "200")
 				}
 				return
@@ -227,21 +247,45 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			expect("no token", call("", c.own), is(http.StatusUnauthorized), "401")
 			expect("bad token", call("not-a-token", c.own), is(http.StatusUnauthorized), "401")
 			expect("forged tenant token", call("fvt_"+strings.Repeat("x", 43), c.own), is(http.StatusUnauthorized), "401")
+			expect("forged key", call("fvk_"+strings.Repeat("x", 43), c.own), is(http.StatusUnauthorized), "401")
 			expect("disabled tenant", call(tokenD, c.own), is(http.StatusForbidden), "403")
+			expect("disabled tenant's key", call(keyD, c.own), is(http.StatusForbidden), "403")
+			reads := rt.Method == http.MethodGet
 			switch rt.Access {
 			case Operator:
-				expect("tenant A", call(tokenA, c.own), is(http.StatusForbidden), "403")
-				if c.other != "" {
-					expect("tenant A on B's", call(tokenA, c.other), is(http.StatusForbidden), "403")
+				for who, tok := range map[string]string{"tenant A": tokenA, "tenant A's key": keyA, "tenant A's read-only key": readOnlyA} {
+					expect(who, call(tok, c.own), is(http.StatusForbidden), "403")
+					if c.other != "" {
+						expect(who+" on B's", call(tok, c.other), is(http.StatusForbidden), "403")
+					}
 				}
 			case Tenant:
+				// The primary token first: its exact answers hold before a
+				// key's call changes anything (a delete, say).
+				ownOK, ownWant := notRefused, "neither 401 nor 403"
 				if c.tenantOK != 0 {
-					expect("tenant A on its own", call(tokenA, c.own), is(c.tenantOK), http.StatusText(c.tenantOK))
-				} else {
-					expect("tenant A on its own", call(tokenA, c.own), notRefused, "neither 401 nor 403")
+					ownOK, ownWant = is(c.tenantOK), http.StatusText(c.tenantOK)
 				}
+				expect("tenant A on its own", call(tokenA, c.own), ownOK, ownWant)
 				if c.other != "" {
 					expect("tenant A on B's", call(tokenA, c.other), is(c.foreign), http.StatusText(c.foreign))
+				}
+				for who, tok := range map[string]string{"tenant A's key": keyA, "tenant A's read-only key": readOnlyA} {
+					switch {
+					case c.keyRefused, who == "tenant A's read-only key" && !reads:
+						expect(who, call(tok, c.own), is(http.StatusForbidden), "403")
+						if c.other != "" {
+							expect(who+" on B's", call(tok, c.other), is(http.StatusForbidden), "403")
+						}
+						continue
+					case reads:
+						expect(who, call(tok, c.own), ownOK, ownWant)
+					default:
+						expect(who, call(tok, c.own), notRefused, "neither 401 nor 403")
+					}
+					if c.other != "" {
+						expect(who+" on B's", call(tok, c.other), is(c.foreign), http.StatusText(c.foreign))
+					}
 				}
 			}
 			opPath := strings.ReplaceAll(c.own, a.ID, victim.ID)
@@ -250,9 +294,13 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	}
 	e.t = t
 
-	// Tenant A's token still works (nothing above rotated it), B's objects
-	// are intact, and the victim took the operator's delete.
-	e.must(req{method: "GET", path: "/fleet/tenants/me", token: tokenA}, 200)
+	// Tenant A's token and keys still work (nothing above rotated or
+	// revoked them), B's objects are intact, and the victim took the
+	// operator's delete.
+	for _, tok := range []string{tokenA, keyA, readOnlyA} {
+		e.must(req{method: "GET", path: "/fleet/tenants/me", token: tok}, 200)
+	}
+	e.must(req{method: "GET", path: "/fleet/tenants/me", token: keyB.Token}, 200)
 	e.must(req{method: "GET", path: "/fleet/tenants/" + b.ID, token: testFleetToken}, 200)
 	e.must(req{method: "GET", path: "/fleet/tenants/" + victim.ID, token: testFleetToken}, 404)
 }

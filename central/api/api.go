@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"github.com/fluxvm/fluxvm/central/drainer"
+	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/leases"
 	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/nodecall"
@@ -26,6 +27,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 	"github.com/hashicorp/go-hclog"
 )
@@ -97,6 +99,9 @@ type Route struct {
 type Principal struct {
 	Operator bool
 	Tenant   *store.Tenant // set for a tenant
+	// Key is the tenant's named API key the call came with (nil: the
+	// tenant's primary token, or the operator).
+	Key *sdk.APIKey
 }
 
 // Who names the principal for logs.
@@ -137,6 +142,7 @@ type Server struct {
 	metering  *metering.Service
 	recon     *reconciler.Reconciler
 	drainer   *drainer.Drainer
+	keys      *keys.Service
 }
 
 // New makes the fleet API.
@@ -161,6 +167,7 @@ func New(opts Options) *Server {
 	s.drainer = drainer.New(opts.Store, s.nodes, s.place, s.vms, opts.Now, opts.Logger)
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
 	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
+	s.keys = keys.New(opts.Store, opts.Now, opts.Logger)
 	events := opts.Events
 	if events == nil {
 		events = opts.Store
@@ -207,6 +214,12 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 				"tenants may call the routes listed in docs/tenancy.md; ask the operator for anything else")
 			return
 		}
+		if p.Key != nil && p.Key.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			s.record(r, p, rt.Action, "", http.StatusForbidden)
+			jsonapi.WriteError(w, http.StatusForbidden, "API key "+p.Key.Name+" is read-only: it may only read (GET), not "+r.Method+" "+rt.Path,
+				"make this call with a full key or the tenant's primary token; the primary token makes full keys (fluxctl fleet keys create NAME)")
+			return
+		}
 		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 		// Reads, and dry runs (an estimate; nothing changes), are not activity.
 		if r.Method == http.MethodGet || r.Method == http.MethodHead || rt.NoActivity || r.URL.Query().Get("dry_run") == "true" {
@@ -220,9 +233,12 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 	})
 }
 
-// authenticate finds the caller from the bearer token.
+// authenticate finds the caller from the bearer token: the operator's fleet
+// token, a tenant's primary token (fvt_) or one of its API keys (fvk_). An
+// expired key is as invalid as an unknown one; a disabled tenant's token and
+// keys are refused alike.
 func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hint string) {
-	const tokenHint = "send Authorization: Bearer <token>: the operator's fleet token (central -token) or a tenant's fvt_ token"
+	const tokenHint = "send Authorization: Bearer <token>: the operator's fleet token (central -token), a tenant's fvt_ token or one of its fvk_ API keys"
 	header := r.Header.Get("Authorization")
 	scheme, token, _ := strings.Cut(header, " ")
 	if header != "" && !strings.EqualFold(scheme, "Bearer") {
@@ -233,18 +249,28 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 	if token != "" && len(s.fleet) > 0 && subtle.ConstantTimeCompare([]byte(token), s.fleet) == 1 {
 		return Principal{Operator: true}, 0, "", ""
 	}
-	if strings.HasPrefix(token, "fvt_") {
-		t, err := s.opts.Store.TenantByToken(r.Context(), store.HashToken(token))
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return p, http.StatusUnauthorized, "invalid token", tokenHint
-		case err != nil:
-			s.log.Error("look up tenant token", "error", err)
-			return p, http.StatusServiceUnavailable, "cannot check the token now", "central's store does not answer; retry"
-		case t.Disabled:
-			return Principal{Tenant: t}, http.StatusForbidden, "tenant " + t.Name + " is disabled", "ask the operator to enable it"
+	if strings.HasPrefix(token, TenantTokenPrefix) || strings.HasPrefix(token, sdk.APIKeyPrefix) {
+		var err error
+		if strings.HasPrefix(token, TenantTokenPrefix) {
+			p.Tenant, err = s.opts.Store.TenantByToken(r.Context(), store.HashToken(token))
+		} else {
+			var k *store.APIKey
+			k, p.Tenant, err = s.keys.Authenticate(r.Context(), token)
+			if err == nil {
+				wire := keys.Wire(*k)
+				p.Key = &wire
+			}
 		}
-		return Principal{Tenant: t}, 0, "", ""
+		switch {
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, keys.ErrUnknown):
+			return Principal{}, http.StatusUnauthorized, "invalid token", tokenHint
+		case err != nil:
+			s.log.Error("look up a tenant's token or key", "error", err)
+			return Principal{}, http.StatusServiceUnavailable, "cannot check the token now", "central's store does not answer; retry"
+		case p.Tenant.Disabled:
+			return p, http.StatusForbidden, "tenant " + p.Tenant.Name + " is disabled", "ask the operator to enable it"
+		}
+		return p, 0, "", ""
 	}
 	if len(s.fleet) == 0 && token == "" {
 		// Lab mode: open until the first tenant exists.
@@ -278,6 +304,9 @@ func (s *Server) record(r *http.Request, p Principal, action, target string, sta
 		Target: target, Action: strings.TrimSpace(action + " " + target), Status: status}
 	if p.Tenant != nil {
 		e.Tenant, e.Actor = p.Tenant.ID, p.Tenant.Name
+	}
+	if p.Key != nil {
+		e.Key = p.Key.Name
 	}
 	s.opts.Activity.Append(e)
 }

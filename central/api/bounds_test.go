@@ -157,7 +157,7 @@ func TestStoreRangesMatchTheDescription(t *testing.T) {
 		}
 		return out
 	}
-	policy, pool, res, lease := schema("Policy"), schema("Pool"), schema("Resources"), schema("CreateLeaseRequest")
+	policy, pool, res, lease, key := schema("Policy"), schema("Pool"), schema("Resources"), schema("CreateLeaseRequest"), schema("CreateKeyRequest")
 	vm := schema("VMSummary")
 	for _, c := range []struct {
 		what       string
@@ -175,6 +175,8 @@ func TestStoreRangesMatchTheDescription(t *testing.T) {
 		{"Resources.vcpus", res["vcpus"], store.MaxNodeVCPUs},
 		{"Resources.memory_mib", res["memory_mib"], store.MaxNodeMemoryMiB},
 		{"Resources.macos_slots", res["macos_slots"], store.MaxNodeMacOSSlots},
+		{"CreateKeyRequest.expires_days", key["expires_days"], store.MaxKeyExpiresDays},
+		{"KeyName.maxLength", float64(*spec.Doc.Components.Schemas["KeyName"].Value.MaxLength), store.MaxKeyNameLen},
 	} {
 		if c.spec != c.code {
 			t.Errorf("%s: the description's maximum is %s, the store's %s", c.what, fmt.Sprint(c.spec), fmt.Sprint(c.code))

@@ -79,7 +79,7 @@ func TestNoAnswerRepeatsLongInput(t *testing.T) {
 			continue // a WebSocket upgrade
 		}
 		vars := []string{}
-		for _, v := range []string{"{name}", "{id}", "{node}"} {
+		for _, v := range []string{"{name}", "{id}", "{node}", "{key}"} {
 			if strings.Contains(rt.Path, v) {
 				vars = append(vars, v)
 			}
@@ -92,7 +92,7 @@ func TestNoAnswerRepeatsLongInput(t *testing.T) {
 			}
 			paths = append(paths, p)
 		}
-		plain := strings.NewReplacer("{name}", "x1", "{id}", "x1", "{node}", "x1").Replace(rt.Path)
+		plain := strings.NewReplacer("{name}", "x1", "{id}", "x1", "{node}", "x1", "{key}", "x1").Replace(rt.Path)
 		for _, p := range params {
 			paths = append(paths, plain+"?"+p+"="+long)
 		}

@@ -217,8 +217,12 @@ func tenantID(p Principal) string {
 	return ""
 }
 
-// storeError answers a store failure that is not the caller's fault.
+// storeError answers a store failure that is not the caller's fault. A
+// service's *store.OpError says itself what was being done.
 func (s *Server) storeError(w http.ResponseWriter, what string, err error) {
+	if oe := (*store.OpError)(nil); errors.As(err, &oe) {
+		what, err = oe.Op, oe.Err
+	}
 	switch {
 	case errors.Is(err, store.ErrInvalid):
 		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)

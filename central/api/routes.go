@@ -40,6 +40,13 @@ func Routes() []Route {
 		{Method: "GET", Path: "/fleet/tenants", Access: Operator, handler: h((*Server).listTenants)},
 		{Method: "POST", Path: "/fleet/tenants", Action: "create tenant", Access: Operator, handler: h((*Server).createTenant)},
 		{Method: "GET", Path: "/fleet/tenants/me", Access: Tenant, handler: h((*Server).tenantMe)},
+		// A tenant's API keys; the /me routes come before /{id} so that "me" is never taken for a tenant.
+		{Method: "GET", Path: "/fleet/tenants/me/keys", Access: Tenant, handler: h((*Server).listKeys)},
+		{Method: "POST", Path: "/fleet/tenants/me/keys", Action: "create key", Access: Tenant, handler: h((*Server).createKey)},
+		{Method: "DELETE", Path: "/fleet/tenants/me/keys/{key}", Action: "revoke key", Access: Tenant, handler: h((*Server).revokeKey)},
+		{Method: "GET", Path: "/fleet/tenants/{id}/keys", Access: Operator, handler: h((*Server).listKeys)},
+		{Method: "POST", Path: "/fleet/tenants/{id}/keys", Action: "create key", Access: Operator, handler: h((*Server).createKey)},
+		{Method: "DELETE", Path: "/fleet/tenants/{id}/keys/{key}", Action: "revoke key", Access: Operator, handler: h((*Server).revokeKey)},
 		{Method: "GET", Path: "/fleet/tenants/{id}", Access: Operator, handler: h((*Server).getTenant)},
 		{Method: "PATCH", Path: "/fleet/tenants/{id}", Action: "update tenant", Access: Operator, handler: h((*Server).updateTenant)},
 		{Method: "DELETE", Path: "/fleet/tenants/{id}", Action: "delete tenant", Access: Operator, handler: h((*Server).deleteTenant)},
@@ -87,7 +94,8 @@ func Routes() []Route {
 
 // targetOf finds the name or id a change is about, for the activity log:
 // "name" or "id" from a JSON body (nothing else of the body is kept, and an
-// exec's body is never read), else the route's own name or id. Only a valid
+// exec's body is never read), else the route's own key, name or id (a key's
+// route names its tenant too: the key is what it is about). Only a valid
 // name or id (store.ValidName, which VM names and ids meet too) is a target:
 // whatever else a caller sends, however long, is not repeated in the log.
 func targetOf(r *http.Request) string {
@@ -110,7 +118,7 @@ func targetOf(r *http.Request) string {
 		}
 	}
 	v := mux.Vars(r)
-	for _, k := range []string{"id", "name", "node"} {
+	for _, k := range []string{"key", "id", "name", "node"} {
 		if store.ValidName(v[k]) {
 			return v[k]
 		}

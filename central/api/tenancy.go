@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,15 +109,6 @@ func wireUsage(u store.UsageView) sdk.TenantUsage {
 	return sdk.TenantUsage{Running: usage(u.Running), Reserved: usage(u.Reserved), Total: usage(u.Total())}
 }
 
-// newTenantToken makes a token: fvt_ and 43 base64url characters (256 random bits).
-func newTenantToken() string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand does not fail on supported platforms
-	}
-	return TenantTokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-}
-
 // invalid answers a store.ErrInvalid as a 400, without the sentinel's prefix.
 func invalid(w http.ResponseWriter, err error, hint string) {
 	msg := err.Error()
@@ -157,8 +146,19 @@ func (s *Server) findTenant(ctx context.Context, ref string) (*store.Tenant, err
 	return t, err
 }
 
-// tenantFromPath finds the route's {id} (an id or a name), or answers 404.
+// tenantFromPath finds the route's {id} (an id or a name), or answers 404;
+// the tenant is what the request is about, for the activity log.
 func (s *Server) tenantFromPath(w http.ResponseWriter, r *http.Request) (*store.Tenant, bool) {
+	t, ok := s.pathTenant(w, r)
+	if ok {
+		nameTarget(r, t.Name)
+	}
+	return t, ok
+}
+
+// pathTenant is tenantFromPath for routes about something of the tenant's
+// (its keys), which name that in the activity log instead.
+func (s *Server) pathTenant(w http.ResponseWriter, r *http.Request) (*store.Tenant, bool) {
 	ref := mux.Vars(r)["id"]
 	t, err := s.findTenant(r.Context(), ref)
 	switch {
@@ -169,7 +169,6 @@ func (s *Server) tenantFromPath(w http.ResponseWriter, r *http.Request) (*store.
 		s.storeError(w, "read tenant "+jsonapi.Echo(ref), err)
 		return nil, false
 	}
-	nameTarget(r, t.Name)
 	return t, true
 }
 
@@ -204,7 +203,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 	if !checkTenantName(w, req.Name) {
 		return
 	}
-	token := newTenantToken()
+	token := store.NewToken(TenantTokenPrefix)
 	t := &store.Tenant{Tenant: sdk.Tenant{Name: req.Name, CreatedAt: s.opts.Now().UTC(), Quota: req.Quota}, TokenSHA256: store.HashToken(token)}
 	err := s.opts.Store.CreateTenant(r.Context(), t)
 	switch {
@@ -331,7 +330,7 @@ func (s *Server) rotateTenantToken(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	token := newTenantToken()
+	token := store.NewToken(TenantTokenPrefix)
 	updated, err := s.opts.Store.RotateTenantToken(r.Context(), t.ID, store.HashToken(token))
 	if errors.Is(err, store.ErrNotFound) {
 		jsonapi.WriteError(w, http.StatusNotFound, "no tenant "+mux.Vars(r)["id"], "it was deleted meanwhile")

@@ -228,6 +228,16 @@ func (e *env) createTenant(name, quota string) (sdk.Tenant, string) {
 	return out.Tenant, out.Token
 }
 
+// createKey makes an API key with a tenant's primary token and returns the
+// key itself.
+func (e *env) createKey(tenantToken, name string, readOnly bool) string {
+	e.t.Helper()
+	var out sdk.APIKeyWithToken
+	e.must(req{method: "POST", path: "/fleet/tenants/me/keys", token: tenantToken,
+		body: fmt.Sprintf(`{"name": %q, "read_only": %v}`, name, readOnly)}, 201).decode(e.t, &out)
+	return out.Token
+}
+
 // dump is every key and value under the env's prefix: what "nothing was
 // written" is checked against.
 func (e *env) dump() map[string]string {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/drainer"
+	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -67,6 +68,7 @@ func TestWireTypesCarryEveryRecordField(t *testing.T) {
 		{"node", reflect.TypeFor[store.Node](), reflect.TypeFor[sdk.FleetNode](), nil, nil},
 		{"tenant", reflect.TypeFor[store.Tenant](), reflect.TypeFor[sdk.Tenant](), nil, []string{"token_sha256"}},
 		{"lease", reflect.TypeFor[store.Lease](), reflect.TypeFor[sdk.Lease](), []string{"active"}, nil},
+		{"api key", reflect.TypeFor[store.APIKey](), reflect.TypeFor[sdk.APIKey](), nil, []string{"tenant", "token_sha256"}},
 	} {
 		rec, wire := jsonKeys(t, c.record), jsonKeys(t, c.wire)
 		rec = slices.DeleteFunc(rec, func(k string) bool { return slices.Contains(c.storageOnly, k) })
@@ -124,6 +126,7 @@ func TestWireConversionsCopyEveryField(t *testing.T) {
 		node   = filled(&store.Node{}).(*store.Node)
 		tenant = filled(&store.Tenant{}).(*store.Tenant)
 		lease  = filled(&store.Lease{}).(*store.Lease)
+		key    = filled(&store.APIKey{}).(*store.APIKey)
 	)
 	for _, c := range []struct {
 		name         string
@@ -136,6 +139,7 @@ func TestWireConversionsCopyEveryField(t *testing.T) {
 		{"node", node, wireNode(node), nil, nil},
 		{"tenant", tenant, wireTenant(tenant), nil, []string{"token_sha256"}},
 		{"lease", lease, leaseOf(lease), []string{"active"}, nil},
+		{"api key", key, keys.Wire(*key), nil, []string{"tenant", "token_sha256"}},
 	} {
 		asMap := func(v any, drop []string) map[string]any {
 			b, err := json.Marshal(v)

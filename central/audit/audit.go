@@ -10,7 +10,7 @@
 // with requests, refused or cheap. So:
 //
 //   - Every field of an event is bounded (Who, Tenant and Method at
-//     MaxFieldBytes, Target and Actor at MaxTargetBytes, Action at
+//     MaxFieldBytes, Target, Actor and Key at MaxTargetBytes, Action at
 //     MaxActionBytes, Path at MaxPathBytes, and nothing in them that JSON
 //     must escape), so a line is at most
 //     MaxLineBytes however large the request was. The caller records a target
@@ -29,9 +29,9 @@
 //     size of the rest survive. A record stays in its file until at least
 //     MaxBytes of newer lines follow it, and one principal alone writes at
 //     most 2*PerHour lines an hour: with the defaults, more than seven days
-//     of refusals (120 lines of at most 772 bytes an hour) or about a week of
-//     cheap changes (480 lines of some 200 bytes; two days with the longest
-//     lines) before it can push anyone's record out.
+//     of a tenant's refusals (120 lines of at most 772 bytes an hour) or
+//     about a week of cheap changes (480 lines of some 200 bytes; two days
+//     with the longest lines) before it can push anyone's record out.
 //   - In memory each kind keeps Options.Keep events and Options.KeepBytes
 //     bytes; when full, the principal holding the most bytes gives up its
 //     oldest event. A flooding principal therefore evicts its own records,
@@ -87,7 +87,7 @@ var (
 // Bounds of an event's fields (bytes; longer values are cut, with "…").
 const (
 	MaxFieldBytes  = 80  // Who, Tenant, Method
-	MaxTargetBytes = 64  // Target and Actor: the longest valid name
+	MaxTargetBytes = 64  // Target, Actor and Key: the longest valid name
 	MaxActionBytes = 112 // Action: a route's words and a target
 	MaxPathBytes   = 256 // Path
 	// MaxLineBytes bounds one line of a file, summaries included.
@@ -325,7 +325,7 @@ func (s *stream) openFile() error {
 // size is what an event costs in memory: its strings and a fixed overhead
 // for the struct and its slot.
 func size(e Event) int64 {
-	return int64(160 + len(e.Who) + len(e.Tenant) + len(e.Actor) + len(e.Method) + len(e.Path) + len(e.Target) + len(e.Action))
+	return int64(160 + len(e.Who) + len(e.Tenant) + len(e.Actor) + len(e.Key) + len(e.Method) + len(e.Path) + len(e.Target) + len(e.Action))
 }
 
 // push keeps an event in memory; when that is over Keep or KeepBytes, the
@@ -380,7 +380,7 @@ func (l *Log) Append(e Event) {
 			b.summary = &Event{Time: e.Time, Who: e.Who, Tenant: e.Tenant, Actor: e.Actor}
 		}
 		b.summary.Suppressed++
-		b.summary.Until, b.summary.Method, b.summary.Path, b.summary.Status, b.summary.Action = e.Time, e.Method, e.Path, e.Status, e.Action
+		b.summary.Until, b.summary.Method, b.summary.Path, b.summary.Status, b.summary.Action, b.summary.Key = e.Time, e.Method, e.Path, e.Status, e.Action, e.Key
 		l.seq++
 		b.seq = l.seq
 		return
@@ -477,6 +477,7 @@ func bound(e Event) Event {
 	e.Path = clean(e.Path, MaxPathBytes)
 	e.Target = clean(e.Target, MaxTargetBytes)
 	e.Actor = clean(e.Actor, MaxTargetBytes)
+	e.Key = clean(e.Key, MaxTargetBytes)
 	e.Action = clean(e.Action, MaxActionBytes)
 	return e
 }

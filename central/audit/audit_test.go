@@ -226,9 +226,9 @@ func TestEveryFieldIsBoundedAndALineStaysUnderMaxLineBytes(t *testing.T) {
 	nasty := strings.Repeat("\"\\\n\x00\u2028é\xff<&>", 1<<14) // what JSON escapes, and what it need not
 	for i, s := range []string{huge, nasty} {
 		l.Append(Event{Time: time.Date(2026, 3, 1, 12, 0, i, 123456789, time.UTC), Who: s, Tenant: s, Method: s, Path: s, Target: s,
-			Actor: s, Action: s, Status: 400 + i})
+			Actor: s, Key: s, Action: s, Status: 400 + i})
 		l.Append(Event{Time: time.Date(2026, 3, 1, 12, 0, i, 123456789, time.UTC), Who: s, Tenant: s, Method: s, Path: s, Target: s,
-			Actor: s, Action: s, Status: 200})
+			Actor: s, Key: s, Action: s, Status: 200})
 	}
 	for _, e := range l.Recent(0, "") {
 		for _, f := range []struct {
@@ -236,7 +236,7 @@ func TestEveryFieldIsBoundedAndALineStaysUnderMaxLineBytes(t *testing.T) {
 			max     int
 		}{{"who", e.Who, MaxFieldBytes}, {"tenant", e.Tenant, MaxFieldBytes}, {"method", e.Method, MaxFieldBytes},
 			{"path", e.Path, MaxPathBytes}, {"target", e.Target, MaxTargetBytes}, {"actor", e.Actor, MaxTargetBytes},
-			{"action", e.Action, MaxActionBytes}} {
+			{"key", e.Key, MaxTargetBytes}, {"action", e.Action, MaxActionBytes}} {
 			if len(f.v) > f.max || !strings.HasSuffix(f.v, "…") || strings.ContainsAny(f.v, "\"\\\n\x00\u2028") {
 				t.Fatalf("%s in memory is %d bytes (bound %d): %q", f.name, len(f.v), f.max, f.v)
 			}
@@ -253,20 +253,42 @@ func TestEveryFieldIsBoundedAndALineStaysUnderMaxLineBytes(t *testing.T) {
 			}
 		}
 	}
-	// The largest line there can be, a summary with every field full and the
-	// widest numbers and times, fits too.
+	// The largest lines there can be fit too: an event with every field
+	// full, and a summary with every field it carries full (it has no
+	// target, Append never gives it one), with the widest numbers and times.
 	full := func(n int) string { return strings.Repeat("…", n/len("…")+1)[:n] }
 	widest := time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("", -23*3600-59*60))
-	e := bound(Event{Time: widest, Until: widest, Who: full(MaxFieldBytes), Tenant: full(MaxFieldBytes), Method: full(MaxFieldBytes),
-		Path: full(MaxPathBytes), Target: full(MaxTargetBytes), Status: math.MinInt64, Suppressed: math.MinInt64})
-	line, err := json.Marshal(e)
-	if err != nil {
-		t.Fatal(err)
+	event := Event{Time: widest, Who: full(MaxFieldBytes), Tenant: full(MaxFieldBytes), Actor: full(MaxTargetBytes), Key: full(MaxTargetBytes),
+		Method: full(MaxFieldBytes), Path: full(MaxPathBytes), Target: full(MaxTargetBytes), Action: full(MaxActionBytes), Status: math.MinInt64}
+	summary := event
+	summary.Target, summary.Suppressed, summary.Until = "", math.MinInt64, widest
+	for name, e := range map[string]Event{"event": event, "summary": summary} {
+		line, err := json.Marshal(bound(e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(line)+1 > MaxLineBytes {
+			t.Fatalf("the largest %s line is %d bytes, bound %d: %s", name, len(line)+1, MaxLineBytes, line)
+		}
+		t.Logf("the largest %s line is %d bytes", name, len(line)+1)
 	}
-	if len(line)+1 > MaxLineBytes {
-		t.Fatalf("the largest line is %d bytes, bound %d: %s", len(line)+1, MaxLineBytes, line)
+	// A tenant's line, whose who, tenant id, method, status and time (UTC,
+	// as central records it) have fixed shapes, stays within the 772 bytes
+	// that the package doc counts a week of refusals with.
+	real := time.Date(2026, 12, 31, 23, 59, 59, 999999999, time.UTC)
+	tenantLine := Event{Time: real, Who: "tenant:t-0123456789abcdef", Tenant: "t-0123456789abcdef", Actor: full(MaxTargetBytes),
+		Key: full(MaxTargetBytes), Method: "DELETE", Path: full(MaxPathBytes), Target: full(MaxTargetBytes), Action: full(MaxActionBytes), Status: 403}
+	tenantSummary := tenantLine
+	tenantSummary.Target, tenantSummary.Suppressed, tenantSummary.Until = "", 1<<31-1, real
+	for name, e := range map[string]Event{"event": tenantLine, "summary": tenantSummary} {
+		line, err := json.Marshal(bound(e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(line)+1 > 772 {
+			t.Fatalf("a tenant's largest %s line is %d bytes, more than the 772 the docs count with: %s", name, len(line)+1, line)
+		}
 	}
-	t.Logf("the largest line is %d bytes", len(line)+1)
 }
 
 // TestAFloodOfRefusalsLeavesEveryEarlierEventInPlace is issue #12's attack:

@@ -42,6 +42,9 @@ import (
 //	P schedulers/<id>                        a dedicated scheduler's announcement (leased)
 //	P pools/<owner>/<name>                   Pool (owner: tenant id, or _shared for the operator's)
 //	P pool-members/<owner>/<pool>/<id>       PoolMember
+//	P api-keys/<tenant>/<id>                 APIKey (a tenant's named API key: keys.go)
+//	P api-key-names/<tenant>/<name>          key id (unique name within the tenant)
+//	P api-key-tokens/<sha256>                <tenant>/<id> (key token index)
 //	P prices/<effective-from>                Prices, one version each (billing.go)
 //	P notify-events/<id>                     Event to deliver (budget.near, budget.over, ...)
 //	P notify-once/<key>                      event id: an event recorded at most once per key
@@ -445,8 +448,8 @@ func (s *Store) RotateTenantToken(ctx context.Context, id, newTokenSHA256 string
 	})
 }
 
-// DeleteTenant removes a tenant and its indexes in one transaction. Its ledger entries stay
-// for metering until retention drops them.
+// DeleteTenant removes a tenant, its indexes and its API keys (with theirs) in one
+// transaction. Its ledger entries stay for metering until retention drops them.
 //
 // A tenant with VMs running (its usage counter) or being created (live reservations under
 // its prefix) is refused with ErrConflict. The check and the delete are one decision: the
@@ -454,12 +457,14 @@ func (s *Store) RotateTenantToken(ctx context.Context, id, newTokenSHA256 string
 // operation that adds to a tenant's usage (Reserve, Commit, RecordEntry) rewrites that
 // counter, so a reservation landing between the read and the delete makes the delete decide
 // again instead of orphaning the reservation. A reservation released (or lapsed) meanwhile
-// only makes the refusal stale, never the delete wrong.
+// only makes the refusal stale, never the delete wrong. A key created meanwhile makes it
+// decide again too (the keys read are compared), so none outlives its tenant.
 func (s *Store) DeleteTenant(ctx context.Context, id string) error {
-	key, uk, rp := s.tenantKey(id), s.usageTenantKey(id), s.resTenantPrefix(id)
+	key, uk, rp, kp := s.tenantKey(id), s.usageTenantKey(id), s.resTenantPrefix(id), s.keyPrefix(id)
 	what := "delete tenant " + id
 	return s.casLoop(ctx, what, func(bool) (bool, error) {
-		r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(uk), clientv3.OpGet(rp, clientv3.WithPrefix())).Commit()
+		r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(uk), clientv3.OpGet(rp, clientv3.WithPrefix()),
+			clientv3.OpGet(kp, clientv3.WithPrefix())).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -483,12 +488,19 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		if c.VMs > 0 || reserved.VMs > 0 {
 			return false, fmt.Errorf("%s: %w: %d VMs running and %d being created", what, ErrConflict, c.VMs, reserved.VMs)
 		}
-		resp, err := s.kv(ctx).Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(key), "=", rev),
-			clientv3.Compare(clientv3.ModRevision(uk), "=", urev), // 0: no counter yet, none may appear
-		).Then(
+		ops := []clientv3.Op{
 			clientv3.OpDelete(key), clientv3.OpDelete(s.tenantNameKey(t.Name)), clientv3.OpDelete(s.tenantTokenKey(t.TokenSHA256)),
-		).Commit()
+			clientv3.OpDelete(kp, clientv3.WithPrefix()), clientv3.OpDelete(s.keyNamePrefix(id), clientv3.WithPrefix()),
+		}
+		for _, kv := range r.Responses[3].GetResponseRange().Kvs {
+			var k APIKey
+			if err := json.Unmarshal(kv.Value, &k); err != nil {
+				return false, fmt.Errorf("%s: decode %s: %w", what, kv.Key, err)
+			}
+			ops = append(ops, clientv3.OpDelete(s.keyTokenKey(k.TokenSHA256)))
+		}
+		// urev 0: no counter yet, and none may appear.
+		resp, err := s.kv(ctx).Txn(ctx).If(unchanged(r.Header.Revision, []readKey{{key, rev}, {uk, urev}}, kp)...).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}

@@ -63,6 +63,9 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if err := s.CreateMember(ctx, &PoolMember{ID: "pool-p-1", Pool: "p", Tenant: acme.ID, Node: "n1", State: MemberCreating, CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.CreateKey(ctx, &APIKey{APIKey: sdk.APIKey{Name: "ci", CreatedAt: now}, Tenant: acme.ID, TokenSHA256: HashToken("fvk_ci")}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.PutPrices(ctx, billing.DefaultPrices(), now); err != nil {
 		t.Fatal(err)
 	}

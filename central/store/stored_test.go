@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // readStored decodes testdata/stored/<name>.json, a record as the store
@@ -77,6 +78,15 @@ func TestStoredRecordsReadAndWriteAsBefore(t *testing.T) {
 	}
 	if d := readStored[Drain](t, "drain"); !d.Finished || len(d.VMs) != 1 || d.VMs[0].MovedTo != "mac-2" || !d.VMs[0].Ephemeral {
 		t.Errorf("drain read as %+v", d)
+	}
+	// API keys came after ec95ca2: these are their first layout.
+	if k := readStored[APIKey](t, "api-key"); k.ID != "key-0123456789abcdef" || k.Name != "ci-github" || !k.ReadOnly ||
+		k.Tenant != "t-0123456789abcdef" || k.TokenSHA256 != HashToken("fvt_acme") || k.ExpiresAt.Month() != 4 || k.LastUsedAt.Day() != 1 ||
+		k.Validate() != nil {
+		t.Errorf("api key read as %+v", k)
+	}
+	if k := readStored[APIKey](t, "api-key-plain"); k.ReadOnly || !k.ExpiresAt.IsZero() || !k.LastUsedAt.IsZero() || k.Expired(time.Now().AddDate(100, 0, 0)) {
+		t.Errorf("api key that never expired nor was used read as %+v", k)
 	}
 	n := readStored[Node](t, "node")
 	if n.Capacity.Free.MacOSSlots != 1 || n.Capacity.Total.MemoryMiB != 65536 || !n.Healthy() || n.Unavailable() != "cordoned" ||

@@ -46,8 +46,9 @@ image catalog, run commands, and (as the operator) manage nodes, tenants and
 the catalog.
 
 Central is --central (or $` + envCentral + `, default ` + sdk.DefaultCentralURL + `); the token
---token (or $` + envFleetToken + `): the operator's fleet token or a tenant's fvt_
-token. VMs are named by name, by ID prefix, or as NODE/NAME.`,
+--token (or $` + envFleetToken + `): the operator's fleet token, a tenant's fvt_
+token or one of its fvk_ API keys. VMs are named by name, by ID prefix, or as
+NODE/NAME.`,
 		Example: `  export ` + envCentral + `=http://fleet:7799 ` + envFleetToken + `=fvt_…
   fluxctl fleet status
   fluxctl fleet launch --image debian-minimal --wait
@@ -61,7 +62,7 @@ token. VMs are named by name, by ID prefix, or as NODE/NAME.`,
 	// --token here shadows the root's node token: a fleet command is never
 	// sent to a node.
 	pf.StringVar(&f.central, "central", sdk.DefaultCentralURL, "central's URL (env "+envCentral+")")
-	pf.StringVar(&f.token, "token", "", "the operator's fleet token or a tenant's fvt_ token (env "+envFleetToken+")")
+	pf.StringVar(&f.token, "token", "", "the operator's fleet token, a tenant's fvt_ token or one of its fvk_ API keys (env "+envFleetToken+")")
 	c.AddCommand(
 		f.statusCmd(), f.launchCmd(), f.runCmd(), f.vmsCmd(), f.rmCmd(),
 		f.powerCmd("start", "Start a stopped VM", "started", false),
@@ -69,7 +70,7 @@ token. VMs are named by name, by ID prefix, or as NODE/NAME.`,
 		f.powerCmd("restart", "Stop a VM and start it again (asks first on a terminal)", "restarted", true),
 		f.powerCmd("pause", "Freeze a running VM's vCPUs", "paused", false),
 		f.powerCmd("resume", "Continue a paused VM", "resumed", false),
-		f.logsCmd(), f.screenCmd(), f.nodesCmd(), f.nodeCmd(), f.capacityCmd(), f.imagesCmd(), f.tenantCmd(),
+		f.logsCmd(), f.screenCmd(), f.nodesCmd(), f.nodeCmd(), f.capacityCmd(), f.imagesCmd(), f.tenantCmd(), f.keysCmd(),
 		f.eventsCmd(), f.reconcileCmd(),
 		f.leaseCmd(), f.cordonCmd(), f.uncordonCmd(), f.drainCmd(), f.drainStatusCmd(), f.scrubCmd(),
 		f.poolsCmd(), f.macOSPoolCmd(), f.rebalancePlanCmd(),
@@ -131,9 +132,12 @@ func (f *fleet) bearer() string {
 }
 
 // asTenant reports whether the caller is a tenant: tenant tokens start
-// with fvt_; anything else is the operator's fleet token (or none, in lab
-// mode).
-func (f *fleet) asTenant() bool { return strings.HasPrefix(f.bearer(), "fvt_") }
+// with fvt_ and their API keys with fvk_; anything else is the operator's
+// fleet token (or none, in lab mode).
+func (f *fleet) asTenant() bool {
+	b := f.bearer()
+	return strings.HasPrefix(b, "fvt_") || strings.HasPrefix(b, sdk.APIKeyPrefix)
+}
 
 func (f *fleet) client() (*sdk.FleetClient, error) {
 	if err := checkToken(f.bearer(), envFleetToken); err != nil {
@@ -211,12 +215,16 @@ func (f *fleet) explain(err error) error {
 		if f.bearer() == "" {
 			hint = "central needs a token: pass --token TOKEN or set " + envFleetToken + " (the operator's fleet token, or a tenant's fvt_ token)"
 		} else {
-			hint = "central does not know this token: check --token or " + envFleetToken + " (a rotated tenant token stops working at once; ask the operator for the new one)"
+			hint = "central does not know this token: check --token or " + envFleetToken +
+				" (a rotated tenant token stops working at once, and so does a revoked or expired API key; ask for a new one)"
 		}
 	case 403:
-		if strings.HasPrefix(api.Message, "this route is for the operator") {
+		switch {
+		case strings.HasPrefix(api.Message, "this route is for the operator"):
 			hint = "this command is for the operator: pass central's fleet token with --token or " + envFleetToken +
 				"; as a tenant, fluxctl fleet status shows your VMs and quota"
+		case readOnlyKeyRefusal(api):
+			hint = "make changes with a full API key or the tenant's primary token (fvt_), in --token or " + envFleetToken
 		}
 	case 429:
 		hint = hintQuota
@@ -224,11 +232,18 @@ func (f *fleet) explain(err error) error {
 	return &cliError{msg: api.Message, hint: hint}
 }
 
+// readOnlyKeyRefusal reports whether central refused a change because the
+// caller's API key is read-only, which any changing command may meet.
+func readOnlyKeyRefusal(api *sdk.APIError) bool {
+	return api.Status == 403 && strings.HasPrefix(api.Message, "API key ") && strings.Contains(api.Message, " is read-only")
+}
+
 // withHints gives API refusals of the statuses in hints fluxctl's own hint
-// instead of central's, which names API routes.
+// instead of central's, which names API routes. A read-only key's refusal
+// keeps the one hint that fits it (explain's).
 func withHints(err error, hints map[int]string) error {
 	var api *sdk.APIError
-	if errors.As(err, &api) {
+	if errors.As(err, &api) && !readOnlyKeyRefusal(api) {
 		if h, ok := hints[api.Status]; ok {
 			return &cliError{msg: api.Message, hint: h}
 		}

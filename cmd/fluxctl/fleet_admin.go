@@ -286,7 +286,8 @@ func (f *fleet) tenantCmd() *cobra.Command {
 		Short:   "Tenants: create, list, get, me, update, rotate-token, delete",
 		Long: `Tenants are the fleet's customers. The operator creates them; each gets an
 fvt_ token, printed once. A tenant sees its own record with
-"fluxctl fleet tenant me".`,
+"fluxctl fleet tenant me", and makes named API keys for its people and tools
+with "fluxctl fleet keys".`,
 		Args: subcommandArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
@@ -647,16 +648,20 @@ func (f *fleet) tenantDeleteCmd() *cobra.Command {
 
 // eventColumns are the columns of fleet activity. The default ones fit a
 // row in 80 columns: who and the action are cut (with …) where a name is
-// long; -o json shows them whole.
+// long; -o json shows them whole. A tenant's request made with one of its
+// API keys is the tenant's, as TENANT/KEY.
 func eventColumns(tenants *tenantNames) []column[sdk.Event] {
 	who := func(e *sdk.Event) string {
+		name := e.Who
 		if e.Actor != "" {
-			return e.Actor
+			name = e.Actor
+		} else if id, ok := strings.CutPrefix(e.Who, "tenant:"); ok { // an event recorded before actors were
+			name = tenants.name(id)
 		}
-		if id, ok := strings.CutPrefix(e.Who, "tenant:"); ok { // an event recorded before actors were
-			return tenants.name(id)
+		if e.Key != "" {
+			name += "/" + e.Key
 		}
-		return e.Who
+		return name
 	}
 	action := func(e *sdk.Event) string {
 		if e.Suppressed > 0 { // a summary of requests over the caller's budget
@@ -674,6 +679,7 @@ func eventColumns(tenants *tenantNames) []column[sdk.Event] {
 		{"path", "PATH", true, func(e *sdk.Event) string { return e.Path }},
 		{"status", "STATUS", true, func(e *sdk.Event) string { return strconv.Itoa(e.Status) }},
 		{"tenant-id", "TENANT ID", true, func(e *sdk.Event) string { return e.Tenant }},
+		{"key", "KEY", true, func(e *sdk.Event) string { return e.Key }},
 	}
 }
 
@@ -706,11 +712,11 @@ func (f *fleet) eventsCmd() *cobra.Command {
 		Aliases: []string{"events"},
 		Short:   "The activity log: who changed what, newest first (a tenant sees its own)",
 		Long: `The activity log: every change made through central, and every refused
-one, newest first: when, who (the operator or a tenant, by name), what was
-asked in words ("launch vm web-1", "run in web-1") and how it ended (ok,
-refused with its status, or failed). Reads are not in it, nor are bodies,
-commands or tokens. -o wide adds the HTTP method, path and status and the
-tenant's id.`,
+one, newest first: when, who (the operator or a tenant, by name, as
+TENANT/KEY when one of its API keys was used), what was asked in words
+("launch vm web-1", "run in web-1") and how it ended (ok, refused with its
+status, or failed). Reads are not in it, nor are bodies, commands or tokens.
+-o wide adds the HTTP method, path and status, the tenant's id and the key.`,
 		Example: `  fluxctl fleet activity
   fluxctl fleet activity -n 20 --tenant acme -o wide`,
 		Args: cobra.NoArgs,

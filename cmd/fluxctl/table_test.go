@@ -30,6 +30,7 @@ func TestEveryListCommandPrintsCSVYAMLAndTheColumnsAsked(t *testing.T) {
 	l := decode[sdk.Lease](t, "lease create", tenant.run(t, "fleet", "lease", "create").ok(t, "lease create").stdout)
 	vm := decode[sdk.FleetCreateVMResponse](t, "launch", tenant.run(t, "fleet", "launch", "web-1", "--image", "debian-minimal").ok(t, "launch").stdout)
 	tenant.run(t, "fleet", "pools", "create", "ci", "--image", "debian-minimal", "--size", "0").ok(t, "pools create")
+	key := decode[sdk.APIKeyWithToken](t, "keys create", tenant.run(t, "fleet", "keys", "create", "ci-key").ok(t, "keys create").stdout)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		// The node's record has the VM from its next heartbeat.
 		if n := decode[sdk.FleetNode](t, "node", op.run(t, "fleet", "node", f.Node).ok(t, "node").stdout); len(n.VMs) == 1 {
@@ -59,6 +60,8 @@ func TestEveryListCommandPrintsCSVYAMLAndTheColumnsAsked(t *testing.T) {
 		{"fleet capacity", op, []string{"fleet", "capacity"}, "node,free-vcpus,macos-slots", "", ""},
 		{"fleet images", tenant, []string{"fleet", "images"}, "name,guest,memory", "debian-minimal", ""},
 		{"fleet tenant list", op, []string{"fleet", "tenant", "list"}, "name,state,id", "acme", tenantID},
+		{"fleet keys", tenant, []string{"fleet", "keys"}, "name,access,last-used", "ci-key", key.Key.ID},
+		{"fleet keys of a tenant", op, []string{"fleet", "keys", "--tenant", "acme"}, "name,expires,id", key.Key.ID, key.Key.ID},
 		{"fleet activity", op, []string{"fleet", "activity"}, "who,action,result,tenant-id", "acme", tenantID},
 		{"fleet lease list", op, []string{"fleet", "lease", "list"}, "id,node,tenant", "acme", tenantID},
 		{"fleet lease", tenant, []string{"fleet", "lease"}, "node,state,ends", l.Node, ""},

@@ -1,6 +1,6 @@
 // Package storetest opens central's store on a real embedded etcd for the
 // tests of the packages built on it, in a temporary directory that goes away
-// with the test.
+// with the test, and makes the tenants those tests need.
 package storetest
 
 import (
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // Open starts an embedded etcd (without fsync: the data is thrown away) and
@@ -20,4 +21,15 @@ func Open(t testing.TB) *store.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// Tenant creates a tenant without quotas whose primary token is "fvt_" and
+// its name.
+func Tenant(t testing.TB, st *store.Store, name string) *store.Tenant {
+	t.Helper()
+	tn := &store.Tenant{Tenant: sdk.Tenant{Name: name}, TokenSHA256: store.HashToken("fvt_" + name)}
+	if err := st.CreateTenant(context.Background(), tn); err != nil {
+		t.Fatalf("create tenant %s: %v", name, err)
+	}
+	return tn
 }
