@@ -103,7 +103,7 @@ func TestNewcomerFirstTenMinutes(t *testing.T) {
 	// banner's export line set (plus the operator's token for blocks marked
 	// so).
 	var export, operator string
-	var pasted []string
+	var pasted, more []string // the README's commands; the operator's and the node's lines
 	for _, line := range banner {
 		f := strings.Fields(line)
 		switch {
@@ -113,6 +113,9 @@ func TestNewcomerFirstTenMinutes(t *testing.T) {
 			operator = f[2]
 		case export != "" && strings.HasPrefix(line, "  fluxctl "):
 			pasted = append(pasted, strings.TrimSpace(line))
+		case strings.HasPrefix(line, "As the operator: "), strings.HasPrefix(line, "The node directly: "):
+			_, cmd, _ := strings.Cut(line, ": ")
+			more = append(more, cmd)
 		}
 	}
 	if export == "" || operator == "" || len(pasted) != 4 {
@@ -127,6 +130,12 @@ func TestNewcomerFirstTenMinutes(t *testing.T) {
 		}
 	}
 	sh("the banner's commands", strings.Join(pasted, "\n"))
+	if len(more) != 2 {
+		t.Fatalf("the banner lacks the operator's or the node's line:\n%s", strings.Join(banner, "\n"))
+	}
+	for _, line := range more {
+		sh("the banner's line", line)
+	}
 	blocks := runnableBlocks(t, "../..")
 	if len(blocks) < 4 {
 		t.Fatalf("found %d runnable doc blocks; README.md and docs/quickstart.md alone have 4", len(blocks))
