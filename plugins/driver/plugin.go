@@ -2,13 +2,7 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"regexp"
-	"strconv"
-	"syscall"
-	"time"
 
 	"github.com/fluxvm/fluxvm/plugins/base"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
@@ -73,130 +67,29 @@ func Serve(impl Driver, logger hclog.Logger) {
 }
 
 // LaunchConfig says how to start a plugin process.
-type LaunchConfig struct {
-	// Cmd is the plugin command, not yet started. Its stdout and stderr
-	// belong to go-plugin: the plugin's logs arrive through Logger.
-	Cmd *exec.Cmd
-	// Logger receives the plugin's own log lines; nil discards them.
-	Logger hclog.Logger
-	// StartTimeout bounds the handshake (default 20s), so a binary that is
-	// not a FluxVM plugin fails instead of hanging.
-	StartTimeout time.Duration
-}
+type LaunchConfig = base.LaunchConfig
 
 // Plugin is a running driver plugin process.
 type Plugin struct {
 	Driver
-	client *plugin.Client
-	cmd    *exec.Cmd
-	// Info is what the plugin said of itself at launch.
-	Info *basepb.PluginInfoResponse
+	*base.Process
 }
 
-// otherVersion finds go-plugin's complaint that the plugin negotiated a
-// protocol version the agent does not speak, and the plugin's version in it.
-var otherVersion = regexp.MustCompile(`(?i)incompatible API version with plugin\. Plugin version: (\d+)`)
+// contract is what Launch checks of a driver plugin.
+var contract = base.Contract{
+	Kind:      pluginName,
+	Type:      basepb.PluginType_PLUGIN_TYPE_DRIVER,
+	Version:   APIVersion,
+	Handshake: Handshake,
+	Plugins:   versionedPlugins(nil),
+}
 
 // Launch starts a plugin process, checks its handshake and contract version,
 // and returns a Driver that talks to it.
 func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
-	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 20 * time.Second
-	}
-	name := cfg.Cmd.Path
-	// The plugin leads a process group of its own, so that ending it also
-	// ends any child of its that still holds its output open (go-plugin
-	// waits for that output to close). VMs are not in it: drivers start them
-	// in sessions of their own.
-	if cfg.Cmd.SysProcAttr == nil {
-		cfg.Cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cfg.Cmd.SysProcAttr.Setpgid = true
-	dieWithParent(cfg.Cmd.SysProcAttr)
-	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: versionedPlugins(nil),
-		Cmd:              cfg.Cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           cfg.Logger,
-		StartTimeout:     cfg.StartTimeout,
-		AutoMTLS:         true,
-		// The agent, not go-plugin, decides when a plugin ends.
-		Managed: false,
-	})
-	p := &Plugin{client: client, cmd: cfg.Cmd}
-	rpc, err := client.Client()
+	proc, d, err := base.Launch[Driver](ctx, contract, cfg)
 	if err != nil {
-		p.Kill()
-		if m := otherVersion.FindStringSubmatch(err.Error()); m != nil {
-			fix := "rebuild the plugin against plugins/driver of this FluxVM release"
-			if v, _ := strconv.Atoi(m[1]); v > APIVersion {
-				fix = fmt.Sprintf("upgrade this agent, or use a build of the plugin for contract version %d", APIVersion)
-			}
-			return nil, fmt.Errorf("launch driver plugin %s: it failed the FluxVM plugin handshake: it speaks driver contract version %s, "+
-				"and this agent speaks version %d only; %s (%w)", name, m[1], APIVersion, fix, err)
-		}
-		return nil, fmt.Errorf("launch driver plugin %s: it did not complete the FluxVM plugin handshake (is it a FluxVM driver plugin of contract version %d?): %w", name, APIVersion, err)
+		return nil, err
 	}
-	raw, err := rpc.Dispense(pluginName)
-	if err != nil {
-		p.Kill()
-		return nil, fmt.Errorf("launch driver plugin %s: %w", name, err)
-	}
-	d, ok := raw.(Driver)
-	if !ok {
-		p.Kill()
-		return nil, fmt.Errorf("launch driver plugin %s: it serves no driver", name)
-	}
-	p.Driver = d
-	infoCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	p.Info, err = d.PluginInfo(infoCtx)
-	if err != nil {
-		p.Kill()
-		return nil, fmt.Errorf("launch driver plugin %s: plugin info: %w", name, err)
-	}
-	if t := p.Info.GetType(); t != basepb.PluginType_PLUGIN_TYPE_DRIVER {
-		p.Kill()
-		return nil, fmt.Errorf("launch driver plugin %s: it says it is a plugin of type %s, not a driver", name, t)
-	}
-	return p, nil
-}
-
-// Pid is the plugin process's id.
-func (p *Plugin) Pid() int {
-	if p.cmd.Process == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-// Ping checks that the plugin process answers its health service.
-func (p *Plugin) Ping() error {
-	rpc, err := p.client.Client()
-	if err != nil {
-		return err
-	}
-	return rpc.Ping()
-}
-
-// Exited reports whether the plugin process has ended.
-func (p *Plugin) Exited() bool { return p.client.Exited() }
-
-// Kill ends the plugin process (gracefully, then by force). VMs it started
-// keep running; a new plugin process takes them back with RecoverVM.
-func (p *Plugin) Kill() {
-	done := make(chan struct{})
-	go func() { p.client.Kill(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
-		if pid := p.Pid(); pid > 0 {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-		<-done
-	}
+	return &Plugin{Driver: d, Process: proc}, nil
 }

@@ -6,17 +6,12 @@ package drivertest
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base/basetest"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"github.com/hashicorp/go-hclog"
@@ -48,7 +43,7 @@ func LaunchCommand(name string, args ...string) func(t testing.TB) *driver.Plugi
 		if _, ok := t.(*testing.B); ok {
 			level = hclog.Warn // benchmark logs are always printed
 		}
-		logger := hclog.New(&hclog.LoggerOptions{Name: filepath.Base(name), Level: level, Output: testWriter{t}})
+		logger := hclog.New(&hclog.LoggerOptions{Name: filepath.Base(name), Level: level, Output: basetest.LogWriter(t)})
 		p, err := driver.Launch(context.Background(), driver.LaunchConfig{Cmd: exec.Command(name, args...), Logger: logger})
 		if err != nil {
 			t.Fatalf("launch plugin %s: %v", name, err)
@@ -58,82 +53,9 @@ func LaunchCommand(name string, args ...string) func(t testing.TB) *driver.Plugi
 	}
 }
 
-// testWriter sends plugin log lines to the test log while the test runs.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	defer func() { _ = recover() }() // a plugin may log after its test ended
-	w.t.Logf("%s", p)
-	return len(p), nil
-}
-
-var (
-	buildMu     sync.Mutex
-	buildCache  = map[string]string{}
-	sweepBuilds sync.Once
-)
-
-// buildPrefix starts the name of Build's folders in the temporary directory:
-// fluxvm-build-<pid>-<random>. A test binary cannot remove its folder when it
-// exits (nothing runs then), so the next Build removes the folders of
-// processes that are gone.
-const buildPrefix = "fluxvm-build-"
-
-// removeStaleBuilds deletes Build folders whose process no longer runs, and
-// folders of the older naming (fluxvm-plugin-build-*) older than an hour.
-func removeStaleBuilds() {
-	if _, err := os.Stat("/proc/self"); err != nil {
-		return // no /proc to tell live processes from gone ones (macOS): keep all
-	}
-	tmp := os.TempDir()
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, buildPrefix):
-			pid, _, ok := strings.Cut(strings.TrimPrefix(name, buildPrefix), "-")
-			if !ok {
-				continue
-			}
-			if _, err := os.Stat(filepath.Join("/proc", pid)); errors.Is(err, fs.ErrNotExist) {
-				_ = os.RemoveAll(filepath.Join(tmp, name))
-			}
-		case strings.HasPrefix(name, "fluxvm-plugin-build-"):
-			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Hour {
-				_ = os.RemoveAll(filepath.Join(tmp, name))
-			}
-		}
-	}
-}
-
 // Build compiles the Go main package pkg (run from dir, "" for the current
 // directory) once per test binary and returns the path of the executable.
 func Build(t testing.TB, dir, pkg string) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	key := dir + "\x00" + pkg
-	if p, ok := buildCache[key]; ok {
-		return p
-	}
-	sweepBuilds.Do(removeStaleBuilds)
-	out, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", buildPrefix, os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := filepath.Base(pkg)
-	if name == "." || name == "/" {
-		name = "plugin"
-	}
-	bin := filepath.Join(out, name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = dir
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
-	}
-	buildCache[key] = bin
-	return bin
+	return basetest.Build(t, dir, pkg)
 }

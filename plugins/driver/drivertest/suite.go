@@ -3,7 +3,6 @@ package drivertest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"image/png"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/plugins/base"
+	"github.com/fluxvm/fluxvm/plugins/base/basetest"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
@@ -124,40 +124,11 @@ func (s *suite) testCapabilities(t *testing.T) {
 }
 
 func (s *suite) testSchema(t *testing.T) {
-	p := s.launch(t)
-	schema, err := p.ConfigSchema(t.Context())
-	if err != nil {
-		t.Fatalf("ConfigSchema: %v", err)
-	}
-	seen := map[string]bool{}
-	for _, a := range schema.Attributes {
-		if a.Name == "" || seen[a.Name] {
-			t.Errorf("attribute name %q is empty or repeated", a.Name)
-		}
-		seen[a.Name] = true
-		if base.EnumName(a.Type) == "" {
-			t.Errorf("attribute %s: unknown type %v", a.Name, a.Type)
-		}
-		if a.DefaultJson != "" && !json.Valid([]byte(a.DefaultJson)) {
-			t.Errorf("attribute %s: default %q is not JSON", a.Name, a.DefaultJson)
-		}
-		if a.Description == "" {
-			t.Errorf("attribute %s has no description", a.Name)
-		}
-	}
+	basetest.CheckSchema(t, s.launch(t))
 }
 
 func (s *suite) testBadConfig(t *testing.T) {
-	p := s.h.Launch(t)
-	for _, bad := range []string{`not json`, `{"no_such_attribute_anywhere": 1}`} {
-		err := p.SetConfig(t.Context(), &basepb.SetConfigRequest{
-			ConfigJson: []byte(bad),
-			Agent:      &basepb.AgentContext{StateDir: s.h.StateDir, NodeName: "drivertest"},
-		})
-		if !errors.Is(err, driver.ErrInvalid) {
-			t.Errorf("SetConfig(%s) = %v, want an ErrInvalid error", bad, err)
-		}
-	}
+	basetest.CheckBadConfig(t, s.h.Launch(t), s.h.StateDir)
 }
 
 func (s *suite) testFingerprint(t *testing.T) {
