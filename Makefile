@@ -16,7 +16,7 @@ help:
 	@echo "make test-fresh   make dev and make test in a new Debian 12 root with no Go (slow; not in make test)"
 	@echo "make bench        boot and plugin benchmarks, with ratios (docs/benchmarks.md)"
 	@echo "make guest-image  build the minimal Linux guest image (cached)"
-	@echo "make proto        regenerate the plugin contracts' Go code (base, driver)"
+	@echo "make proto        regenerate the plugin contracts' Go code (base, driver, network)"
 	@echo "make lint         gofmt, go vet, staticcheck"
 	@echo "make docs         regenerate docs/cli.md from fluxctl's commands"
 
@@ -63,7 +63,7 @@ bench: deps guest-image
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	@command -v protoc-gen-go-grpc >/dev/null || $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
-	for dir in plugins/base/proto plugins/driver/proto; do \
+	for dir in plugins/base/proto plugins/driver/proto plugins/network/proto; do \
 		(cd $$dir && protoc --go_out=. --go_opt=paths=source_relative \
 			--go-grpc_out=. --go-grpc_opt=paths=source_relative *.proto) || exit 1; \
 	done

@@ -1,0 +1,69 @@
+package network
+
+import (
+	"context"
+
+	"github.com/fluxvm/fluxvm/plugins/base"
+	pb "github.com/fluxvm/fluxvm/plugins/network/proto"
+)
+
+// grpcServer runs in the plugin process and serves the Network service of a
+// Network over gRPC (base.RegisterServer serves its base service). It refuses
+// requests missing a required message, so plugins never see a nil one.
+type grpcServer struct {
+	pb.UnimplementedNetworkServer
+	impl Network
+}
+
+func (s *grpcServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesRequest) (*pb.CapabilitiesResponse, error) {
+	r, err := s.impl.Capabilities(ctx)
+	return r, base.ToStatus(err)
+}
+
+func (s *grpcServer) EnsureNetwork(ctx context.Context, req *pb.EnsureNetworkRequest) (*pb.EnsureNetworkResponse, error) {
+	if req.GetNetwork() == nil {
+		return nil, base.ToStatus(Errorf(ErrInvalid, "ensure network: the request has no network"))
+	}
+	n, err := s.impl.EnsureNetwork(ctx, req.Network)
+	return &pb.EnsureNetworkResponse{Network: n}, base.ToStatus(err)
+}
+
+func (s *grpcServer) DeleteNetwork(ctx context.Context, req *pb.DeleteNetworkRequest) (*pb.DeleteNetworkResponse, error) {
+	return &pb.DeleteNetworkResponse{}, base.ToStatus(s.impl.DeleteNetwork(ctx, req.Tenant))
+}
+
+func (s *grpcServer) CreateInterface(ctx context.Context, req *pb.CreateInterfaceRequest) (*pb.CreateInterfaceResponse, error) {
+	if req.GetNetwork() == nil {
+		return nil, base.ToStatus(Errorf(ErrInvalid, "create interface for vm %s: the request has no network", req.GetVmId()))
+	}
+	i, err := s.impl.CreateInterface(ctx, req)
+	return &pb.CreateInterfaceResponse{Interface: i}, base.ToStatus(err)
+}
+
+func (s *grpcServer) DeleteInterface(ctx context.Context, req *pb.DeleteInterfaceRequest) (*pb.DeleteInterfaceResponse, error) {
+	if req.GetRef() == nil {
+		return nil, base.ToStatus(Errorf(ErrInvalid, "delete interface: the request names no interface"))
+	}
+	return &pb.DeleteInterfaceResponse{}, base.ToStatus(s.impl.DeleteInterface(ctx, req.Ref))
+}
+
+func (s *grpcServer) InterfaceExists(ctx context.Context, req *pb.InterfaceExistsRequest) (*pb.InterfaceExistsResponse, error) {
+	if req.GetRef() == nil {
+		return nil, base.ToStatus(Errorf(ErrInvalid, "interface exists: the request names no interface"))
+	}
+	ok, err := s.impl.InterfaceExists(ctx, req.Ref)
+	return &pb.InterfaceExistsResponse{Exists: ok}, base.ToStatus(err)
+}
+
+func (s *grpcServer) InterfaceDetails(ctx context.Context, req *pb.InterfaceDetailsRequest) (*pb.InterfaceDetailsResponse, error) {
+	if req.GetRef() == nil {
+		return nil, base.ToStatus(Errorf(ErrInvalid, "interface details: the request names no interface"))
+	}
+	i, err := s.impl.InterfaceDetails(ctx, req.Ref)
+	return &pb.InterfaceDetailsResponse{Interface: i}, base.ToStatus(err)
+}
+
+func (s *grpcServer) ListInterfaces(ctx context.Context, _ *pb.ListInterfacesRequest) (*pb.ListInterfacesResponse, error) {
+	l, err := s.impl.ListInterfaces(ctx)
+	return &pb.ListInterfacesResponse{Interfaces: l}, base.ToStatus(err)
+}
