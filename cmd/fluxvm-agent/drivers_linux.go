@@ -1,5 +1,11 @@
 package main
 
-import "github.com/fluxvm/fluxvm/drivers/qemu"
+import (
+	"github.com/fluxvm/fluxvm/drivers/qemu"
+	"github.com/fluxvm/fluxvm/plugins/netns"
+)
 
-func init() { builtinDrivers["qemu"] = qemu.New }
+func init() {
+	builtinDrivers["qemu"] = qemu.New
+	builtinNetworks["netns"] = netns.New
+}

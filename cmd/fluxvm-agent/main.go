@@ -8,6 +8,7 @@
 //	fluxvm-agent dev                      central, a node and a demo tenant in one process
 //	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
 //	fluxvm-agent plugin sim               the simulated driver plugin
+//	fluxvm-agent plugin netns             the network plugin (Linux; not started by the agent yet)
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 	"github.com/fluxvm/fluxvm/central"
 	"github.com/fluxvm/fluxvm/drivers/sim"
 	"github.com/fluxvm/fluxvm/plugins/driver"
+	"github.com/fluxvm/fluxvm/plugins/network"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -34,6 +36,10 @@ import (
 var builtinDrivers = map[string]func(hclog.Logger) driver.Driver{
 	"sim": sim.New,
 }
+
+// builtinNetworks are the network plugins this binary carries (netns, on
+// Linux: drivers_linux.go). The node agent does not start them yet.
+var builtinNetworks = map[string]func(hclog.Logger) network.Network{}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -75,7 +81,7 @@ func usage() {
   fluxvm-agent version
 
 built-in plugins: %v
-`, driverNames())
+`, pluginNames())
 }
 
 // runNode runs the node agent, or with -check validates its config.
@@ -215,19 +221,32 @@ func driverNames() []string {
 	return names
 }
 
-// runPlugin serves a built-in driver over go-plugin. Started by hand, it
-// explains that the node agent starts it.
+// pluginNames lists every built-in plugin, drivers and networks.
+func pluginNames() []string {
+	names := driverNames()
+	for n := range builtinNetworks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// runPlugin serves a built-in driver or network plugin over go-plugin.
+// Started by hand, it explains that the node agent starts it.
 func runPlugin(args []string) int {
 	if len(args) != 1 {
-		fmt.Fprintf(os.Stderr, "usage: fluxvm-agent plugin NAME (one of %v)\n", driverNames())
-		return 2
-	}
-	newDriver, ok := builtinDrivers[args[0]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "fluxvm-agent: no built-in plugin %q (built-in: %v)\n", args[0], driverNames())
+		fmt.Fprintf(os.Stderr, "usage: fluxvm-agent plugin NAME (one of %v)\n", pluginNames())
 		return 2
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: args[0], Level: hclog.Trace, Output: os.Stderr, JSONFormat: true})
-	driver.Serve(newDriver(logger), logger)
-	return 0
+	if newDriver, ok := builtinDrivers[args[0]]; ok {
+		driver.Serve(newDriver(logger), logger)
+		return 0
+	}
+	if newNetwork, ok := builtinNetworks[args[0]]; ok {
+		network.Serve(newNetwork(logger), logger)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "fluxvm-agent: no built-in plugin %q (built-in: %v)\n", args[0], pluginNames())
+	return 2
 }

@@ -1,0 +1,177 @@
+//go:build linux
+
+package netns
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+)
+
+// The plugin's nftables table (family inet, named "fluxvm") has two chains:
+//
+//	forward      (filter, hook forward): per tenant, a counted drop of what
+//	             comes in on the tenant's bridge and would leave on another
+//	             tenant's bridge. Each tenant's rule covers the traffic it
+//	             sends, so between any two tenants both ways are closed.
+//	postrouting  (nat, hook postrouting): per tenant, masquerade of what
+//	             leaves the tenant subnet through any device but its bridge.
+//
+// Every rule carries the comment "fluxvm tenant=<id>", which is how the
+// plugin finds a tenant's rules again (and how `nft list ruleset` shows them).
+// The table goes when the last tenant's rules go.
+
+func table() *nftables.Table {
+	return &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
+}
+
+var accept = nftables.ChainPolicyAccept
+
+func chains(t *nftables.Table) (forward, postrouting *nftables.Chain) {
+	forward = &nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	postrouting = &nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept}
+	return forward, postrouting
+}
+
+// ifname is an interface name as nftables compares it: NUL-padded to 16.
+func ifname(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+// tenantRules returns the rules a tenant needs.
+func tenantRules(fwd, post *nftables.Chain, tenant, bridge string, subnet netip.Prefix, nat bool) []*nftables.Rule {
+	tag := userdata.AppendString(nil, userdata.TypeComment, ruleTag+tenant)
+	rules := []*nftables.Rule{{
+		Table: fwd.Table, Chain: fwd, UserData: tag,
+		Exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(bridge)},
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			// A prefix compare: oifname "fxbr-*".
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(bridgePrefix)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(bridge)},
+			&expr.Counter{},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		},
+	}}
+	if nat {
+		mask := netip.MustParsePrefix(fmt.Sprintf("255.255.255.255/%d", subnet.Bits())).Masked().Addr().As4()
+		rules = append(rules, &nftables.Rule{
+			Table: post.Table, Chain: post, UserData: tag,
+			Exprs: []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+				// ip saddr & mask == subnet
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask[:], Xor: make([]byte, 4)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: subnet.Addr().AsSlice()},
+				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(bridge)},
+				&expr.Counter{},
+				&expr.Masq{},
+			},
+		})
+	}
+	return rules
+}
+
+// ensureRules replaces the tenant's rules with the ones it needs now, in one
+// nftables transaction.
+func ensureRules(tenant, bridge string, subnet netip.Prefix, nat bool) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := c.AddTable(table())
+	fwd, post := chains(t)
+	c.AddChain(fwd)
+	c.AddChain(post)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: make table %s: %w", tableName, err)
+	}
+	if err := delTenantRules(c, tenant); err != nil {
+		return err
+	}
+	for _, r := range tenantRules(fwd, post, tenant, bridge, subnet, nat) {
+		c.AddRule(r)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: add rules of tenant %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// deleteRules removes the tenant's rules, and the table once no rule is
+// left in it.
+func deleteRules(tenant string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if _, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err != nil {
+		return nil // no table, no rules
+	}
+	if err := delTenantRules(c, tenant); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: delete rules of tenant %s: %w", tenant, err)
+	}
+	left, err := TenantRules(c, "")
+	if err != nil {
+		return err
+	}
+	if len(left) == 0 {
+		c.DelTable(table())
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("nftables: delete table %s: %w", tableName, err)
+		}
+	}
+	return nil
+}
+
+// delTenantRules queues the deletion of the tenant's rules on c.
+func delTenantRules(c *nftables.Conn, tenant string) error {
+	rules, err := TenantRules(c, tenant)
+	if err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if err := c.DelRule(r); err != nil {
+			return fmt.Errorf("nftables: delete rule of tenant %s: %w", tenant, err)
+		}
+	}
+	return nil
+}
+
+// TenantRules lists the rules of the plugin's table that belong to tenant,
+// or every rule in it for tenant "". Tests read the drop counters from them.
+func TenantRules(c *nftables.Conn, tenant string) ([]*nftables.Rule, error) {
+	t := table()
+	if _, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err != nil {
+		return nil, nil
+	}
+	fwd, post := chains(t)
+	var out []*nftables.Rule
+	for _, ch := range []*nftables.Chain{fwd, post} {
+		rules, err := c.GetRules(t, ch)
+		if err != nil {
+			return nil, fmt.Errorf("nftables: list chain %s: %w", ch.Name, err)
+		}
+		for _, r := range rules {
+			comment, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+			if tenant == "" || comment == ruleTag+tenant {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
