@@ -419,3 +419,79 @@ func TestPluginKillLeavesTrafficRunning(t *testing.T) {
 	}
 	checkNothingLeft(t, ns)
 }
+
+// TestEgressIsMasqueraded: a VM's packet to an address beyond the node
+// leaves with the node's address. "Beyond the node" is a second namespace
+// the test makes, joined to the node's by a veth pair on a documentation
+// subnet (198.51.100.0/24).
+func TestEgressIsMasqueraded(t *testing.T) {
+	requireRoot(t)
+	node, outside := newNetns(t), newNetns(t)
+	h, err := netlink.NewHandleAt(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = "up0"
+	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "out0", PeerNamespace: netlink.NsFd(outside)}); err != nil {
+		t.Fatalf("add veth: %v", err)
+	}
+	ho, err := netlink.NewHandleAt(outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ho.Close()
+	for _, side := range []struct {
+		h    *netlink.Handle
+		name string
+		addr string
+	}{{h, "up0", "198.51.100.1/24"}, {ho, "out0", "198.51.100.2/24"}} {
+		l, err := side.h.LinkByName(side.name)
+		if err == nil {
+			addr, _ := netlink.ParseAddr(side.addr)
+			if err = side.h.AddrAdd(l, addr); err == nil {
+				err = side.h.LinkSetUp(l)
+			}
+		}
+		if err != nil {
+			t.Fatalf("set up %s: %v", side.name, err)
+		}
+	}
+	var conn *net.UDPConn
+	inNetns(t, outside, func() {
+		if conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 51, 100, 2), Port: 40001}); err != nil {
+			t.Fatalf("listen outside: %v", err)
+		}
+	})
+	defer conn.Close()
+
+	p := launch(t, harness(t, node))
+	n := &pb.TenantNetwork{Tenant: "tenant-e", Subnet: "10.230.5.0/24"}
+	v := createVM(t, node, p, n, "e1")
+	frame := udpFrame(v.mac, gatewayMAC(t, node, n.Tenant), v.ip, netip.MustParseAddr("198.51.100.2"), "egress")
+	buf := make([]byte, 64)
+	var from *net.UDPAddr
+	for deadline := time.Now().Add(5 * time.Second); from == nil && time.Now().Before(deadline); {
+		if _, err := v.tap.Write(frame); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if k, addr, err := conn.ReadFromUDP(buf); err == nil && string(buf[:k]) == "egress" {
+			from = addr
+		}
+	}
+	if from == nil {
+		t.Fatal("the VM's packet never reached the outside namespace")
+	}
+	if !from.IP.Equal(net.IPv4(198, 51, 100, 1)) {
+		t.Errorf("the outside saw the packet from %s, want the node's 198.51.100.1 (masqueraded)", from)
+	}
+	if err := p.DeleteInterface(t.Context(), v.iface.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteNetwork(t.Context(), n.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, node)
+}
