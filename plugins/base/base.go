@@ -1,8 +1,8 @@
 // Package base is the part of the FluxVM plugin contract that every plugin
 // serves, whatever it plugs in: plugin info, config schema and set config
 // (proto/base.proto), the error kinds that cross the plugin boundary, and the
-// gRPC glue for both. The driver contract (plugins/driver) builds on it, and
-// the network contract (plugins/network, not built yet) will.
+// gRPC glue for both, and the launch of a plugin process. The driver contract
+// (plugins/driver) and the network contract (plugins/network) build on it.
 package base
 
 import (

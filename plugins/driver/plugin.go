@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"os"
 
 	"github.com/fluxvm/fluxvm/plugins/base"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
@@ -31,40 +30,19 @@ const pluginName = "driver"
 // version that the agent must speak next to this one adds an entry here.
 func versionedPlugins(impl Driver) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		APIVersion: {pluginName: &grpcPlugin{impl: impl}},
+		APIVersion: {pluginName: &base.Service[Driver]{
+			Impl:     impl,
+			Register: func(s *grpc.Server, impl Driver) { pb.RegisterDriverServer(s, &grpcServer{impl: impl}) },
+			NewClient: func(b base.Plugin, conn *grpc.ClientConn) Driver {
+				return &grpcClient{Plugin: b, c: pb.NewDriverClient(conn)}
+			},
+		}},
 	}
-}
-
-// grpcPlugin is go-plugin's glue: a driver plugin serves the base service
-// and the Driver service on one connection.
-type grpcPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	impl Driver
-}
-
-func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	base.RegisterServer(s, p.impl)
-	pb.RegisterDriverServer(s, &grpcServer{impl: p.impl})
-	return nil
-}
-
-func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &grpcClient{Plugin: base.NewClient(c), c: pb.NewDriverClient(c)}, nil
 }
 
 // Serve runs impl as a plugin process. It is the whole main of a driver
 // binary: it returns only when the agent ends the plugin.
-func Serve(impl Driver, logger hclog.Logger) {
-	if logger == nil {
-		logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: os.Stderr, JSONFormat: true})
-	}
-	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: versionedPlugins(impl),
-		GRPCServer:       plugin.DefaultGRPCServer,
-		Logger:           logger,
-	})
-}
+func Serve(impl Driver, logger hclog.Logger) { base.Serve(Handshake, versionedPlugins(impl), logger) }
 
 // LaunchConfig says how to start a plugin process.
 type LaunchConfig = base.LaunchConfig

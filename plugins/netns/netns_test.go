@@ -100,15 +100,22 @@ func launch(t *testing.T, h networktest.Harness) *network.Plugin {
 	return p
 }
 
+// handleAt is a netlink handle for ns, closed when the test ends.
+func handleAt(t *testing.T, ns netns.NsHandle) *netlink.Handle {
+	t.Helper()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatalf("netlink handle: %v", err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
 // checkNothingLeft fails unless the namespace holds no link, address or
 // nftables table of the plugin's.
 func checkNothingLeft(t *testing.T, ns netns.NsHandle) {
 	t.Helper()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := handleAt(t, ns)
 	links, err := h.LinkList()
 	if err != nil {
 		t.Fatal(err)
@@ -261,11 +268,7 @@ func send(t *testing.T, from, to *vm, frame []byte, payload string, within time.
 // gatewayMAC is the MAC of the tenant bridge in ns.
 func gatewayMAC(t *testing.T, ns netns.NsHandle, tenant string) net.HardwareAddr {
 	t.Helper()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := handleAt(t, ns)
 	l, err := h.LinkByName(bridgeName(tenant))
 	if err != nil {
 		t.Fatalf("bridge of tenant %s: %v", tenant, err)
@@ -276,11 +279,7 @@ func gatewayMAC(t *testing.T, ns netns.NsHandle, tenant string) net.HardwareAddr
 // addNeighbor tells the host in ns the MAC of v, a VM of tenant.
 func addNeighbor(t *testing.T, ns netns.NsHandle, tenant string, v *vm) {
 	t.Helper()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := handleAt(t, ns)
 	br, err := h.LinkByName(bridgeName(tenant))
 	if err != nil {
 		t.Fatal(err)
@@ -437,11 +436,7 @@ func TestEgressIsMasqueraded(t *testing.T) {
 	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "out0", PeerNamespace: netlink.NsFd(outside)}); err != nil {
 		t.Fatalf("add veth: %v", err)
 	}
-	ho, err := netlink.NewHandleAt(outside)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ho.Close()
+	ho := handleAt(t, outside)
 	for _, side := range []struct {
 		h    *netlink.Handle
 		name string

@@ -2,7 +2,6 @@ package network
 
 import (
 	"context"
-	"os"
 
 	"github.com/fluxvm/fluxvm/plugins/base"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
@@ -28,40 +27,19 @@ const pluginName = "network"
 // the agent speaks: version 1.
 func versionedPlugins(impl Network) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		APIVersion: {pluginName: &grpcPlugin{impl: impl}},
+		APIVersion: {pluginName: &base.Service[Network]{
+			Impl:     impl,
+			Register: func(s *grpc.Server, impl Network) { pb.RegisterNetworkServer(s, &grpcServer{impl: impl}) },
+			NewClient: func(b base.Plugin, conn *grpc.ClientConn) Network {
+				return &grpcClient{Plugin: b, c: pb.NewNetworkClient(conn)}
+			},
+		}},
 	}
-}
-
-// grpcPlugin is go-plugin's glue: a network plugin serves the base service
-// and the Network service on one connection.
-type grpcPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	impl Network
-}
-
-func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	base.RegisterServer(s, p.impl)
-	pb.RegisterNetworkServer(s, &grpcServer{impl: p.impl})
-	return nil
-}
-
-func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return &grpcClient{Plugin: base.NewClient(c), c: pb.NewNetworkClient(c)}, nil
 }
 
 // Serve runs impl as a plugin process. It is the whole main of a network
 // plugin binary: it returns only when the agent ends the plugin.
-func Serve(impl Network, logger hclog.Logger) {
-	if logger == nil {
-		logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: os.Stderr, JSONFormat: true})
-	}
-	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: versionedPlugins(impl),
-		GRPCServer:       plugin.DefaultGRPCServer,
-		Logger:           logger,
-	})
-}
+func Serve(impl Network, logger hclog.Logger) { base.Serve(Handshake, versionedPlugins(impl), logger) }
 
 // LaunchConfig says how to start a plugin process.
 type LaunchConfig = base.LaunchConfig

@@ -42,7 +42,7 @@ const (
 	PluginType_PLUGIN_TYPE_UNSPECIFIED PluginType = 0
 	// A hypervisor driver: serves fluxvm.driver.v2.Driver (plugins/driver).
 	PluginType_PLUGIN_TYPE_DRIVER PluginType = 1
-	// A network backend: plugins/network (not built yet).
+	// A network backend: serves fluxvm.network.v1.Network (plugins/network).
 	PluginType_PLUGIN_TYPE_NETWORK PluginType = 2
 )
 

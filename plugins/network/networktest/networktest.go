@@ -372,16 +372,8 @@ func (s *suite) testRecovery(t *testing.T) {
 	tenant := id("trec")
 	n := &pb.TenantNetwork{Tenant: tenant, Subnet: s.h.Subnet(6)}
 	var made []*pb.Interface
-	for _, vm := range []string{"vm-1", "vm-2", "vm-3"} {
-		i, err := p.CreateInterface(ctx, &pb.CreateInterfaceRequest{Network: n, VmId: vm})
-		if err != nil && !s.caps.AssignsAddresses {
-			prefix := netip.MustParsePrefix(n.Subnet)
-			a := prefix.Addr().Next().Next()
-			for range len(made) {
-				a = a.Next()
-			}
-			i, err = p.CreateInterface(ctx, &pb.CreateInterfaceRequest{Network: n, VmId: vm, Address: a.String()})
-		}
+	for k, vm := range []string{"vm-1", "vm-2", "vm-3"} {
+		i, err := p.CreateInterface(ctx, &pb.CreateInterfaceRequest{Network: n, VmId: vm, Address: s.address(n, k)})
 		if err != nil {
 			t.Fatalf("CreateInterface %s: %v", vm, err)
 		}
@@ -427,6 +419,19 @@ func (s *suite) testRecovery(t *testing.T) {
 	if err := p.DeleteNetwork(ctx, tenant); err != nil {
 		t.Errorf("DeleteNetwork after a plugin kill: %v", err)
 	}
+}
+
+// address is "" for a plugin that assigns addresses (it must pick), else
+// the k-th guest address of n (counting from 0, after the gateway).
+func (s *suite) address(n *pb.TenantNetwork, k int) string {
+	if s.caps.AssignsAddresses {
+		return ""
+	}
+	a := netip.MustParsePrefix(n.Subnet).Addr().Next().Next()
+	for range k {
+		a = a.Next()
+	}
+	return a.String()
 }
 
 // KillPlugin ends the plugin process with SIGKILL, the way a crash would,
