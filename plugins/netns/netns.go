@@ -122,6 +122,11 @@ func (p *Plugin) ensureNetwork(n *pb.TenantNetwork) (netlink.Link, *pb.NetworkDe
 	details := &pb.NetworkDetails{Tenant: n.Tenant, Subnet: subnet.String(), Gateway: gw.String(), Device: name}
 
 	br, err := netlink.LinkByName(name)
+	var rec bridgeRecord
+	if err == nil && decodeAlias(br.Attrs().Alias, &rec) && rec.Tenant != n.Tenant {
+		// Two tenant ids whose names hash alike: never take over the other's.
+		return nil, nil, network.Errorf(network.ErrState, "bridge %s belongs to tenant %s, whose name hashes like %s's", name, rec.Tenant, n.Tenant)
+	}
 	if err != nil {
 		var notFound netlink.LinkNotFoundError
 		if !errors.As(err, &notFound) {
@@ -242,6 +247,18 @@ func (p *Plugin) CreateInterface(_ context.Context, req *pb.CreateInterfaceReque
 	name := tapName(tenant, vm)
 	mac := guestMAC(tenant, vm)
 	what := fmt.Sprintf("create interface for vm %s of tenant %s", vm, tenant)
+	// A tap of this name is either another VM's whose ids hash alike (it has
+	// a record: leave it) or one a crashed create left without its record
+	// (remove it and start again).
+	if l, err := netlink.LinkByName(name); err == nil {
+		var other tapRecord
+		if decodeAlias(l.Attrs().Alias, &other) {
+			return nil, network.Errorf(network.ErrExists, "tap %s belongs to vm %s of tenant %s, whose ids hash like these", name, other.VM, other.Tenant)
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			return nil, unavailable(what+": remove the unfinished tap "+name, err)
+		}
+	}
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = name
 	attrs.MasterIndex = br.Attrs().Index

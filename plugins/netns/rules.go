@@ -125,7 +125,7 @@ func deleteRules(tenant string) error {
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: delete rules of tenant %s: %w", tenant, err)
 	}
-	left, err := TenantRules(c, "")
+	left, err := listTenantRules(c, "")
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func deleteRules(tenant string) error {
 
 // delTenantRules queues the deletion of the tenant's rules on c.
 func delTenantRules(c *nftables.Conn, tenant string) error {
-	rules, err := TenantRules(c, tenant)
+	rules, err := listTenantRules(c, tenant)
 	if err != nil {
 		return err
 	}
@@ -152,9 +152,9 @@ func delTenantRules(c *nftables.Conn, tenant string) error {
 	return nil
 }
 
-// TenantRules lists the rules of the plugin's table that belong to tenant,
+// listTenantRules lists the rules of the plugin's table that belong to tenant,
 // or every rule in it for tenant "". Tests read the drop counters from them.
-func TenantRules(c *nftables.Conn, tenant string) ([]*nftables.Rule, error) {
+func listTenantRules(c *nftables.Conn, tenant string) ([]*nftables.Rule, error) {
 	t := table()
 	if _, err := c.ListTableOfFamily(tableName, nftables.TableFamilyINet); err != nil {
 		return nil, nil
