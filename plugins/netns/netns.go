@@ -191,6 +191,9 @@ func (p *Plugin) DeleteNetwork(_ context.Context, tenant string) error {
 	if err := deleteRules(tenant); err != nil {
 		return unavailable(what, err)
 	}
+	if err := deleteUnfinishedTaps(bridgeName(tenant)); err != nil {
+		return unavailable(what, err)
+	}
 	if err := deleteLink(bridgeName(tenant)); err != nil {
 		return unavailable(what, err)
 	}
@@ -404,6 +407,33 @@ func (r tapRecord) toProto(device string, subnet netip.Prefix) *pb.Interface {
 		Gateway: gateway(subnet).String(),
 		Subnet:  subnet.String(),
 	}
+}
+
+// deleteUnfinishedTaps removes the taps on the bridge that have no record:
+// creates that crashed half way. Deleting the bridge alone would leave them.
+func deleteUnfinishedTaps(bridge string) error {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		var notFound netlink.LinkNotFoundError
+		if errors.As(err, &notFound) {
+			return nil // no bridge, no ports
+		}
+		return err
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		var rec tapRecord
+		a := l.Attrs()
+		if a.MasterIndex == br.Attrs().Index && strings.HasPrefix(a.Name, tapPrefix) && !decodeAlias(a.Alias, &rec) {
+			if err := netlink.LinkDel(l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // deleteLink removes a link by name; a missing link is no error.

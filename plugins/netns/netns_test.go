@@ -491,35 +491,44 @@ func TestEgressIsMasqueraded(t *testing.T) {
 	checkNothingLeft(t, node)
 }
 
-// TestCreateReplacesAnUnfinishedTap: a tap of the VM's name without its
-// record (a create that crashed half way) does not block the VM: the next
-// create replaces it.
-func TestCreateReplacesAnUnfinishedTap(t *testing.T) {
+// TestUnfinishedTapsAreCleanedUp: a tap of the VM's name without its record
+// (a create that crashed half way) does not block the VM: the next create
+// replaces it; and one left on a tenant's bridge goes with the network.
+func TestUnfinishedTapsAreCleanedUp(t *testing.T) {
 	requireRoot(t)
 	ns := newNetns(t)
 	p := launch(t, harness(t, ns))
 	n := &pb.TenantNetwork{Tenant: "tenant-u", Subnet: "10.230.3.0/24"}
-	attrs := netlink.NewLinkAttrs()
-	attrs.Name = tapName(n.Tenant, "u1")
-	inNetns(t, ns, func() { // taps are made in the calling thread's namespace
-		tap := &netlink.Tuntap{LinkAttrs: attrs, Mode: netlink.TUNTAP_MODE_TAP}
-		if err := netlink.LinkAdd(tap); err != nil {
-			t.Fatalf("add a tap without record: %v", err)
-		}
-		for _, f := range tap.Fds {
-			f.Close()
-		}
-	})
+	unfinished := func(vm string, master int) {
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name = tapName(n.Tenant, vm)
+		attrs.MasterIndex = master
+		inNetns(t, ns, func() { // taps are made in the calling thread's namespace
+			tap := &netlink.Tuntap{LinkAttrs: attrs, Mode: netlink.TUNTAP_MODE_TAP}
+			if err := netlink.LinkAdd(tap); err != nil {
+				t.Fatalf("add a tap without record: %v", err)
+			}
+			for _, f := range tap.Fds {
+				f.Close()
+			}
+		})
+	}
+	unfinished("u1", 0)
 	i, err := p.CreateInterface(t.Context(), &pb.CreateInterfaceRequest{Network: n, VmId: "u1"})
 	if err != nil {
 		t.Fatalf("CreateInterface over an unfinished tap: %v", err)
 	}
-	if got, err := p.InterfaceDetails(t.Context(), i.Ref); err != nil || got.Device != attrs.Name {
-		t.Fatalf("InterfaceDetails = %v, %v; want device %s", got, err, attrs.Name)
+	if got, err := p.InterfaceDetails(t.Context(), i.Ref); err != nil || got.Device != tapName(n.Tenant, "u1") {
+		t.Fatalf("InterfaceDetails = %v, %v; want device %s", got, err, tapName(n.Tenant, "u1"))
 	}
 	if err := p.DeleteInterface(t.Context(), i.Ref); err != nil {
 		t.Fatal(err)
 	}
+	br, err := handleAt(t, ns).LinkByName(bridgeName(n.Tenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfinished("u2", br.Attrs().Index)
 	if err := p.DeleteNetwork(t.Context(), n.Tenant); err != nil {
 		t.Fatal(err)
 	}
