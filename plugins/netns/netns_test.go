@@ -111,6 +111,23 @@ func handleAt(t *testing.T, ns netns.NsHandle) *netlink.Handle {
 	return h
 }
 
+// deleteAll deletes the interfaces, then the tenants' networks, and checks
+// that nothing of the plugin's is left in ns.
+func deleteAll(t *testing.T, ns netns.NsHandle, p *network.Plugin, tenants []string, refs ...*pb.InterfaceRef) {
+	t.Helper()
+	for _, ref := range refs {
+		if err := p.DeleteInterface(t.Context(), ref); err != nil {
+			t.Fatalf("DeleteInterface(%v): %v", ref, err)
+		}
+	}
+	for _, tenant := range tenants {
+		if err := p.DeleteNetwork(t.Context(), tenant); err != nil {
+			t.Fatalf("DeleteNetwork(%s): %v", tenant, err)
+		}
+	}
+	checkNothingLeft(t, ns)
+}
+
 // checkNothingLeft fails unless the namespace holds no link, address or
 // nftables table of the plugin's.
 func checkNothingLeft(t *testing.T, ns netns.NsHandle) {
@@ -373,17 +390,7 @@ func TestTenantsAreIsolatedAndDeleteLeavesNothing(t *testing.T) {
 		t.Fatal("after EnsureNetwork restored tenant B's rules, b1's packet still reaches tenant A")
 	}
 
-	for _, v := range []*vm{a1, a2, b1} {
-		if err := p.DeleteInterface(ctx, v.iface.Ref); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, n := range []*pb.TenantNetwork{netA, netB} {
-		if err := p.DeleteNetwork(ctx, n.Tenant); err != nil {
-			t.Fatal(err)
-		}
-	}
-	checkNothingLeft(t, ns)
+	deleteAll(t, ns, p, []string{netA.Tenant, netB.Tenant}, a1.iface.Ref, a2.iface.Ref, b1.iface.Ref)
 }
 
 // TestPluginKillLeavesTrafficRunning: with the plugin process killed, two
@@ -409,14 +416,8 @@ func TestPluginKillLeavesTrafficRunning(t *testing.T) {
 		if err != nil || got.Device != v.iface.Device || got.Mac != v.iface.Mac || got.Address != v.iface.Address || got.Gateway != v.iface.Gateway {
 			t.Errorf("a new plugin's InterfaceDetails(%v) = %v, %v; want %v", v.iface.Ref, got, err, v.iface)
 		}
-		if err := p.DeleteInterface(t.Context(), v.iface.Ref); err != nil {
-			t.Fatal(err)
-		}
 	}
-	if err := p.DeleteNetwork(t.Context(), n.Tenant); err != nil {
-		t.Fatal(err)
-	}
-	checkNothingLeft(t, ns)
+	deleteAll(t, ns, p, []string{n.Tenant}, a1.iface.Ref, a2.iface.Ref)
 }
 
 // TestEgressIsMasqueraded: a VM's packet to an address beyond the node
@@ -482,13 +483,7 @@ func TestEgressIsMasqueraded(t *testing.T) {
 	if !from.IP.Equal(net.IPv4(198, 51, 100, 1)) {
 		t.Errorf("the outside saw the packet from %s, want the node's 198.51.100.1 (masqueraded)", from)
 	}
-	if err := p.DeleteInterface(t.Context(), v.iface.Ref); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.DeleteNetwork(t.Context(), n.Tenant); err != nil {
-		t.Fatal(err)
-	}
-	checkNothingLeft(t, node)
+	deleteAll(t, node, p, []string{n.Tenant}, v.iface.Ref)
 }
 
 // TestUnfinishedTapsAreCleanedUp: a tap of the VM's name without its record
@@ -529,8 +524,5 @@ func TestUnfinishedTapsAreCleanedUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	unfinished("u2", br.Attrs().Index)
-	if err := p.DeleteNetwork(t.Context(), n.Tenant); err != nil {
-		t.Fatal(err)
-	}
-	checkNothingLeft(t, ns)
+	deleteAll(t, ns, p, []string{n.Tenant})
 }
