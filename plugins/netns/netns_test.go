@@ -5,7 +5,6 @@ package netns
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -87,7 +86,13 @@ func harness(t *testing.T, ns netns.NsHandle) networktest.Harness {
 			return p
 		},
 		StateDir: t.TempDir(),
-		Subnet:   func(n int) string { return fmt.Sprintf("10.230.%d.0/24", n) },
+		Subnet: func(n int) string {
+			s, err := network.TenantSubnet("10.230", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 	}
 }
 
