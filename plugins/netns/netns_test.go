@@ -5,6 +5,8 @@ package netns
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -530,4 +532,28 @@ func TestUnfinishedTapsAreCleanedUp(t *testing.T) {
 	}
 	unfinished("u2", br.Attrs().Index)
 	deleteAll(t, ns, p, []string{n.Tenant})
+}
+
+// TestFullSubnetIsNoCapacity: a /29 holds five guests (its network,
+// gateway and broadcast addresses are not theirs); the sixth is refused.
+func TestFullSubnetIsNoCapacity(t *testing.T) {
+	requireRoot(t)
+	ns := newNetns(t)
+	p := launch(t, harness(t, ns))
+	n := &pb.TenantNetwork{Tenant: "tenant-f", Subnet: "10.230.8.0/29"}
+	var refs []*pb.InterfaceRef
+	for k := range 5 {
+		i, err := p.CreateInterface(t.Context(), &pb.CreateInterfaceRequest{Network: n, VmId: fmt.Sprintf("f%d", k)})
+		if err != nil {
+			t.Fatalf("CreateInterface f%d: %v", k, err)
+		}
+		if want := fmt.Sprintf("10.230.8.%d/29", k+2); i.Address != want {
+			t.Errorf("f%d got %s, want %s", k, i.Address, want)
+		}
+		refs = append(refs, i.Ref)
+	}
+	if _, err := p.CreateInterface(t.Context(), &pb.CreateInterfaceRequest{Network: n, VmId: "f5"}); !errors.Is(err, network.ErrNoCapacity) {
+		t.Errorf("a sixth guest in a /29: %v, want ErrNoCapacity", err)
+	}
+	deleteAll(t, ns, p, []string{n.Tenant}, refs...)
 }

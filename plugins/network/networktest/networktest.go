@@ -7,6 +7,7 @@ package networktest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -95,6 +97,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("EnsureNetworkIsIdempotentAndExclusive", s.testEnsure)
 	t.Run("CreateInterfaceRefusesBadRequests", s.testBadInterfaces)
 	t.Run("InterfaceLifecycle", s.testLifecycle)
+	if s.caps.AssignsAddresses {
+		t.Run("ParallelCreatesGetDistinctAddresses", s.testParallel)
+	}
 	t.Run("InterfacesSurvivePluginKill", s.testRecovery)
 }
 
@@ -159,6 +164,9 @@ func (s *suite) testBadNetworks(t *testing.T) {
 			t.Errorf("EnsureNetwork(%v) = %v, want ErrInvalid", n, err)
 		}
 	}
+	if _, err := p.EnsureNetwork(t.Context(), nil); !errors.Is(err, network.ErrInvalid) {
+		t.Errorf("EnsureNetwork(nil) = %v, want ErrInvalid", err)
+	}
 	if err := p.DeleteNetwork(t.Context(), "a/b"); !errors.Is(err, network.ErrInvalid) {
 		t.Errorf("DeleteNetwork(a/b) = %v, want ErrInvalid", err)
 	}
@@ -212,6 +220,7 @@ func (s *suite) testBadInterfaces(t *testing.T) {
 		name string
 		req  *pb.CreateInterfaceRequest
 	}{
+		{"no network", &pb.CreateInterfaceRequest{VmId: "vm"}},
 		{"no vm id", &pb.CreateInterfaceRequest{Network: n}},
 		{"unsafe vm id", &pb.CreateInterfaceRequest{Network: n, VmId: "../vm"}},
 		{"address outside the subnet", &pb.CreateInterfaceRequest{Network: n, VmId: "vm", Address: outside.String()}},
@@ -363,6 +372,42 @@ func (s *suite) testLifecycle(t *testing.T) {
 	}
 	if err := p.DeleteNetwork(ctx, tenant); err != nil {
 		t.Errorf("DeleteNetwork after its interfaces: %v", err)
+	}
+}
+
+func (s *suite) testParallel(t *testing.T) {
+	p := s.launch(t)
+	tenant := id("tpar")
+	n := &pb.TenantNetwork{Tenant: tenant, Subnet: s.h.Subnet(7)}
+	const count = 8
+	made := make([]*pb.Interface, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for k := range count {
+		wg.Go(func() {
+			made[k], errs[k] = p.CreateInterface(t.Context(), &pb.CreateInterfaceRequest{Network: n, VmId: fmt.Sprintf("vm-%d", k)})
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, i := range made {
+			if i != nil {
+				_ = p.DeleteInterface(context.Background(), i.Ref)
+			}
+		}
+		_ = p.DeleteNetwork(context.Background(), tenant)
+	})
+	seen := map[string]string{}
+	for k, i := range made {
+		if errs[k] != nil {
+			t.Fatalf("CreateInterface vm-%d, one of %d at once: %v", k, count, errs[k])
+		}
+		for _, v := range []string{i.Address, i.Mac, i.Device} {
+			if other, ok := seen[v]; ok {
+				t.Errorf("%s and %s both got %s", other, i.Ref.VmId, v)
+			}
+			seen[v] = i.Ref.VmId
+		}
 	}
 }
 
