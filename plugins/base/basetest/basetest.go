@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -140,5 +142,23 @@ func CheckBadConfig(t *testing.T, p base.Plugin, stateDir string) {
 		if !errors.Is(err, base.ErrInvalid) {
 			t.Errorf("SetConfig(%s) = %v, want an ErrInvalid error", bad, err)
 		}
+	}
+}
+
+// CheckInfo checks what a plugin says of itself: a name of [a-z0-9_-]+, the
+// contract's type, the contract version among its api_versions, a version
+// and a description.
+func CheckInfo(t *testing.T, info *basepb.PluginInfoResponse, want basepb.PluginType, apiVersion uint32) {
+	if !regexp.MustCompile(`^[a-z0-9_-]+$`).MatchString(info.Name) {
+		t.Errorf("name %q is not [a-z0-9_-]+", info.Name)
+	}
+	if info.Type != want {
+		t.Errorf("type is %s, want %s", info.Type, want)
+	}
+	if !slices.Contains(info.ApiVersions, apiVersion) {
+		t.Errorf("api_versions %v lacks %d", info.ApiVersions, apiVersion)
+	}
+	if info.Version == "" || info.Description == "" {
+		t.Errorf("version %q and description %q must be set", info.Version, info.Description)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,18 +95,7 @@ func (s *suite) launch(t *testing.T) *driver.Plugin {
 }
 
 func (s *suite) testInfo(t *testing.T) {
-	if !regexp.MustCompile(`^[a-z0-9_-]+$`).MatchString(s.info.Name) {
-		t.Errorf("name %q is not [a-z0-9_-]+", s.info.Name)
-	}
-	if s.info.Type != basepb.PluginType_PLUGIN_TYPE_DRIVER {
-		t.Errorf("type is %s, want PLUGIN_TYPE_DRIVER", s.info.Type)
-	}
-	if !slices.Contains(s.info.ApiVersions, driver.APIVersion) {
-		t.Errorf("api_versions %v lacks %d", s.info.ApiVersions, driver.APIVersion)
-	}
-	if s.info.Version == "" || s.info.Description == "" {
-		t.Errorf("version %q and description %q must be set", s.info.Version, s.info.Description)
-	}
+	basetest.CheckInfo(t, s.info, basepb.PluginType_PLUGIN_TYPE_DRIVER, driver.APIVersion)
 }
 
 // testCapabilities checks what the capabilities say beyond the optional RPCs

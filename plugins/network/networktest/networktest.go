@@ -12,8 +12,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,7 +87,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	t.Logf("network plugin %s %s, capabilities: %v", info.Name, info.Version, s.caps)
 
-	t.Run("PluginInfoNamesNetworkAndVersion", func(t *testing.T) { testInfo(t, info) })
+	t.Run("PluginInfoNamesNetworkAndVersion", func(t *testing.T) {
+		basetest.CheckInfo(t, info, basepb.PluginType_PLUGIN_TYPE_NETWORK, network.APIVersion)
+	})
 	t.Run("CapabilitiesAreKnown", s.testCapabilities)
 	t.Run("ConfigSchemaIsWellFormed", func(t *testing.T) { basetest.CheckSchema(t, s.launch(t)) })
 	t.Run("SetConfigRefusesBadConfig", func(t *testing.T) { basetest.CheckBadConfig(t, s.h.Launch(t), s.h.StateDir) })
@@ -119,21 +119,6 @@ func (s *suite) launch(t *testing.T) *network.Plugin {
 // id makes a tenant or VM id unique to this run.
 func id(short string) string {
 	return short + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-}
-
-func testInfo(t *testing.T, info *basepb.PluginInfoResponse) {
-	if !regexp.MustCompile(`^[a-z0-9_-]+$`).MatchString(info.Name) {
-		t.Errorf("name %q is not [a-z0-9_-]+", info.Name)
-	}
-	if info.Type != basepb.PluginType_PLUGIN_TYPE_NETWORK {
-		t.Errorf("type is %s, want PLUGIN_TYPE_NETWORK", info.Type)
-	}
-	if !slices.Contains(info.ApiVersions, network.APIVersion) {
-		t.Errorf("api_versions %v lacks %d", info.ApiVersions, network.APIVersion)
-	}
-	if info.Version == "" || info.Description == "" {
-		t.Errorf("version %q and description %q must be set", info.Version, info.Description)
-	}
 }
 
 func (s *suite) testCapabilities(t *testing.T) {
