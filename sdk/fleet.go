@@ -254,6 +254,60 @@ func (f *FleetClient) RevokeKey(ctx context.Context, tenant, key string) error {
 	return f.c.call(ctx, http.MethodDelete, keysPath(tenant, key), nil, nil, nil)
 }
 
+func membersPath(tenant string, email ...string) string {
+	p := "/fleet/tenants/me/members"
+	if tenant != "" {
+		p = tenantPath(tenant, "members")
+	}
+	for _, e := range email {
+		p += "/" + url.PathEscape(e)
+	}
+	return p
+}
+
+// ListMembers lists a tenant's members by email: the caller's own tenant
+// with tenant "", or, for the operator, tenant (id or name).
+func (f *FleetClient) ListMembers(ctx context.Context, tenant string) ([]Member, error) {
+	var out MemberList
+	if err := f.c.call(ctx, http.MethodGet, membersPath(tenant), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Members == nil {
+		out.Members = []Member{}
+	}
+	return out.Members, nil
+}
+
+// AddMember adds a person to a tenant with a role. Tenant is as for
+// ListMembers. An API key adding a member IsForbidden (only the primary
+// token, an admin or owner, or the operator add people), and so is anyone
+// but an owner adding an owner; an email already there IsConflict, a
+// tenant's 501st member IsQuota.
+func (f *FleetClient) AddMember(ctx context.Context, tenant string, req AddMemberRequest) (*Member, error) {
+	var out Member
+	if err := f.c.call(ctx, http.MethodPost, membersPath(tenant), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetMemberRole changes a member's role; who may is as for AddMember.
+// Demoting the last owner IsConflict.
+func (f *FleetClient) SetMemberRole(ctx context.Context, tenant, email string, role Role) (*Member, error) {
+	var out Member
+	if err := f.c.call(ctx, http.MethodPatch, membersPath(tenant, email), nil, MemberRoleRequest{Role: role}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RemoveMember takes a person out of a tenant; who may is as for
+// AddMember. Removing the last owner IsConflict; someone not there
+// IsNotFound.
+func (f *FleetClient) RemoveMember(ctx context.Context, tenant, email string) error {
+	return f.c.call(ctx, http.MethodDelete, membersPath(tenant, email), nil, nil, nil)
+}
+
 // GetPolicy returns the fleet's policy (operator only).
 func (f *FleetClient) GetPolicy(ctx context.Context) (*Policy, error) {
 	var out Policy

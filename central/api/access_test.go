@@ -33,7 +33,8 @@ type routeCase struct {
 // TestEveryRouteWithEveryCredential walks the access table with every kind
 // of caller: none, a bad token, the operator, tenant A on its own objects
 // and on tenant B's with its primary token, a full API key and a read-only
-// one, and a disabled tenant with its token and its key.
+// one, a revoked and an expired key, and a disabled tenant with its token
+// and its key.
 func TestEveryRouteWithEveryCredential(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
@@ -45,10 +46,20 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	readOnlyA := e.createKey(tokenA, "access-read-only", true)
 	keyD := e.createKey(tokenD, "disabled-key", false)
 	e.createKey(tokenA, "revoke-me", false)
+	revokedA := e.createKey(tokenA, "revoked", false)
+	e.must(req{method: "DELETE", path: "/fleet/tenants/me/keys/revoked", token: tokenA}, 204)
+	const expiredA = "fvk_expired-key-of-tenant-a-0123456789abcdefghijklm"
+	if err := e.store.CreateKey(ctx, &store.APIKey{APIKey: sdk.APIKey{Name: "expired", CreatedAt: time.Now().Add(-48 * time.Hour),
+		ExpiresAt: time.Now().Add(-time.Hour)}, Tenant: a.ID, TokenSHA256: store.HashToken(expiredA)}); err != nil {
+		t.Fatal(err)
+	}
 	e.createKey(tokenVictim, "op-revoke", false)
 	var keyB sdk.APIKeyWithToken
 	e.must(req{method: "POST", path: "/fleet/tenants/me/keys", token: tokenB, body: `{"name": "b-key"}`}, 201).decode(t, &keyB)
 	e.must(req{method: "PATCH", path: "/fleet/tenants/disabled", token: testFleetToken, body: `{"disabled": true}`}, 200)
+	for _, m := range []struct{ token, email string }{{tokenA, "a-admin@example.com"}, {tokenA, "a-rm@example.com"}, {tokenB, "b-only@example.com"}} {
+		e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: m.token, body: `{"email": "` + m.email + `", "role": "admin"}`}, 201)
+	}
 	e.must(req{method: "PUT", path: "/fleet/images/img-1", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-1.raw"}`}, 201)
 	// A node nobody answers on, with one VM of A's and one of B's in the ledger.
 	if err := e.store.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "node-1", URL: "http://127.0.0.1:1", State: store.NodeUp,
@@ -120,6 +131,19 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		// Another tenant's key is "not found", as one that does not exist.
 		"DELETE /fleet/tenants/me/keys/{key}": {own: "/fleet/tenants/me/keys/revoke-me", other: "/fleet/tenants/me/keys/" + keyB.Key.ID,
 			foreign: 404, tenantOK: 204, keyRefused: true},
+		"GET /fleet/tenants/me/members":  {own: "/fleet/tenants/me/members", tenantOK: 200},
+		"POST /fleet/tenants/me/members": {own: "/fleet/tenants/me/members", body: `{"email": "new@example.com", "role": "viewer"}`, tenantOK: 201, keyRefused: true},
+		// Another tenant's member is "not found", as someone who is in no team.
+		"PATCH /fleet/tenants/me/members/{email}": {own: "/fleet/tenants/me/members/a-admin@example.com", other: "/fleet/tenants/me/members/b-only@example.com",
+			body: `{"role": "member"}`, foreign: 404, tenantOK: 200, keyRefused: true},
+		"DELETE /fleet/tenants/me/members/{email}": {own: "/fleet/tenants/me/members/a-rm@example.com", other: "/fleet/tenants/me/members/b-only@example.com",
+			foreign: 404, tenantOK: 204, keyRefused: true},
+		"GET /fleet/tenants/{id}/members":  {own: "/fleet/tenants/" + a.ID + "/members", other: "/fleet/tenants/" + b.ID + "/members"},
+		"POST /fleet/tenants/{id}/members": {own: "/fleet/tenants/" + a.ID + "/members", other: "/fleet/tenants/" + b.ID + "/members", body: `{"email": "op@example.com", "role": "owner"}`},
+		"PATCH /fleet/tenants/{id}/members/{email}": {own: "/fleet/tenants/" + a.ID + "/members/a-admin@example.com",
+			other: "/fleet/tenants/" + b.ID + "/members/b-only@example.com", body: `{"role": "viewer"}`},
+		"DELETE /fleet/tenants/{id}/members/{email}": {own: "/fleet/tenants/" + a.ID + "/members/a-admin@example.com",
+			other: "/fleet/tenants/" + b.ID + "/members/b-only@example.com"},
 		"GET /fleet/tenants/{id}/keys":          {own: "/fleet/tenants/" + a.ID + "/keys", other: "/fleet/tenants/" + b.ID + "/keys"},
 		"POST /fleet/tenants/{id}/keys":         {own: "/fleet/tenants/" + a.ID + "/keys", other: "/fleet/tenants/" + b.ID + "/keys", body: `{"name": "made-by-operator"}`},
 		"DELETE /fleet/tenants/{id}/keys/{key}": {own: "/fleet/tenants/" + a.ID + "/keys/op-revoke", other: "/fleet/tenants/" + b.ID + "/keys/b-key"},
@@ -248,6 +272,8 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			expect("bad token", call("not-a-token", c.own), is(http.StatusUnauthorized), "401")
 			expect("forged tenant token", call("fvt_"+strings.Repeat("x", 43), c.own), is(http.StatusUnauthorized), "401")
 			expect("forged key", call("fvk_"+strings.Repeat("x", 43), c.own), is(http.StatusUnauthorized), "401")
+			expect("revoked key", call(revokedA, c.own), is(http.StatusUnauthorized), "401")
+			expect("expired key", call(expiredA, c.own), is(http.StatusUnauthorized), "401")
 			expect("disabled tenant", call(tokenD, c.own), is(http.StatusForbidden), "403")
 			expect("disabled tenant's key", call(keyD, c.own), is(http.StatusForbidden), "403")
 			reads := rt.Method == http.MethodGet

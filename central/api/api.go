@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/leases"
@@ -18,6 +19,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/reconciler"
+	"github.com/fluxvm/fluxvm/central/team"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
 	"strings"
@@ -91,7 +93,12 @@ type Route struct {
 	NoActivity bool
 	// Action says in words what a changing route does, for the activity
 	// log: "launch vm", "run in"; the target's name follows it there.
-	Action  string
+	Action string
+	// Role is, on a tenant route, the least role a member of the tenant's
+	// team needs to call it (the primary token acts as an owner, an API key
+	// as an admin). Empty closes the route to members: a new tenant route is
+	// theirs only once it says which role may call it.
+	Role    sdk.Role
 	handler func(*Server) http.HandlerFunc
 }
 
@@ -102,6 +109,12 @@ type Principal struct {
 	// Key is the tenant's named API key the call came with (nil: the
 	// tenant's primary token, or the operator).
 	Key *sdk.APIKey
+	// Role is what the caller may do in its tenant: owner for the primary
+	// token, admin for a key, a member's own role in a session.
+	Role sdk.Role
+	// User is the email of the member whose console session made the call
+	// ("": no session).
+	User string
 }
 
 // Who names the principal for logs.
@@ -143,6 +156,7 @@ type Server struct {
 	recon     *reconciler.Reconciler
 	drainer   *drainer.Drainer
 	keys      *keys.Service
+	team      *team.Service
 }
 
 // New makes the fleet API.
@@ -168,6 +182,7 @@ func New(opts Options) *Server {
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
 	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
 	s.keys = keys.New(opts.Store, opts.Now, opts.Logger)
+	s.team = team.New(opts.Store, opts.Now, opts.Logger)
 	events := opts.Events
 	if events == nil {
 		events = opts.Store
@@ -214,6 +229,11 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 				"tenants may call the routes listed in docs/tenancy.md; ask the operator for anything else")
 			return
 		}
+		if msg, hint := roleRefusal(rt, p); msg != "" {
+			s.record(r, p, rt.Action, "", http.StatusForbidden)
+			jsonapi.WriteError(w, http.StatusForbidden, msg, hint)
+			return
+		}
 		if p.Key != nil && p.Key.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
 			s.record(r, p, rt.Action, "", http.StatusForbidden)
 			jsonapi.WriteError(w, http.StatusForbidden, "API key "+p.Key.Name+" is read-only: it may only read (GET), not "+r.Method+" "+rt.Path,
@@ -231,6 +251,23 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 		next(rec, r.WithContext(context.WithValue(r.Context(), namedKey{}, n)))
 		s.record(r, p, rt.Action, n.target, rec.status)
 	})
+}
+
+// roleRefusal says why a tenant's caller may not call a tenant route with
+// its role ("" when it may): a member in a console session on a route that
+// names no role, or anyone whose role ranks below the route's.
+func roleRefusal(rt Route, p Principal) (msg, hint string) {
+	switch {
+	case p.Tenant == nil || rt.Access != Tenant:
+		return "", ""
+	case rt.Role == "" && p.User != "":
+		return "members signed in to the console may not call " + rt.Method + " " + rt.Path,
+			"this route takes the tenant's primary token or one of its API keys"
+	case p.Role.Rank() < rt.Role.Rank():
+		return fmt.Sprintf("the %s role may not call %s %s: it takes %s or above", p.Role, rt.Method, rt.Path, rt.Role),
+			"an admin or owner of the team can change your role (fluxctl fleet member-role EMAIL ROLE)"
+	}
+	return "", ""
 }
 
 // authenticate finds the caller from the bearer token: the operator's fleet
@@ -258,8 +295,11 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 			k, p.Tenant, err = s.keys.Authenticate(r.Context(), token)
 			if err == nil {
 				wire := keys.Wire(*k)
-				p.Key = &wire
+				p.Key, p.Role = &wire, sdk.RoleAdmin
 			}
+		}
+		if p.Key == nil {
+			p.Role = sdk.RoleOwner
 		}
 		switch {
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, keys.ErrUnknown):
@@ -308,6 +348,7 @@ func (s *Server) record(r *http.Request, p Principal, action, target string, sta
 	if p.Key != nil {
 		e.Key = p.Key.Name
 	}
+	e.User = p.User
 	s.opts.Activity.Append(e)
 }
 
