@@ -55,6 +55,11 @@ type Options struct {
 	Logger  hclog.Logger
 	// Listening, if set, receives the API's address once it listens.
 	Listening func(addr string)
+	// PublicURL, SessionTTL and OperatorEmails are the console's sign-in
+	// (api.Options).
+	PublicURL      string
+	SessionTTL     time.Duration
+	OperatorEmails []string
 }
 
 // Run serves central until ctx ends.
@@ -94,7 +99,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer activity.Close()
 
 	srv := api.New(api.Options{Store: st, FleetToken: opts.FleetToken, Logger: log.Named("api"), Version: opts.Version,
-		Activity: activity, HeartbeatInterval: opts.HeartbeatInterval})
+		Activity: activity, HeartbeatInterval: opts.HeartbeatInterval,
+		PublicURL: opts.PublicURL, SessionTTL: opts.SessionTTL, OperatorEmails: opts.OperatorEmails})
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("central: fleet api: %w", err)

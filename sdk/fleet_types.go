@@ -474,6 +474,20 @@ type MemberRoleRequest struct {
 	Role Role `json:"role"`
 }
 
+// ConsoleSession is GET /auth/session: who the browser's console session
+// is for, now (POST /auth/logout answers it signed out).
+type ConsoleSession struct {
+	SignedIn bool   `json:"signed_in"`
+	Email    string `json:"email,omitempty"`
+	// Operator sessions have no tenant and no role.
+	Operator   bool   `json:"operator,omitempty"`
+	TenantID   string `json:"tenant_id,omitempty"`
+	TenantName string `json:"tenant_name,omitempty"`
+	// Role is the member's role in the tenant now.
+	Role      Role      `json:"role,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
 // Usage is an amount of VMs, vCPUs, memory and macOS guests.
 type Usage struct {
 	VMs       int64 `json:"vms"`

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
@@ -41,7 +42,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	a, tokenA := e.createTenant("tenant-a", "")
 	b, tokenB := e.createTenant("tenant-b", "")
 	victim, tokenVictim := e.createTenant("victim", "") // what the operator's destructive calls hit
-	_, tokenD := e.createTenant("disabled", "")
+	dTenant, tokenD := e.createTenant("disabled", "")
 	keyA := e.createKey(tokenA, "access-full", false)
 	readOnlyA := e.createKey(tokenA, "access-read-only", true)
 	keyD := e.createKey(tokenD, "disabled-key", false)
@@ -54,6 +55,22 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.createKey(tokenVictim, "op-revoke", false)
+	// Console sessions of A's team, one per role, and one of the disabled tenant's.
+	sessions := map[sdk.Role]string{}
+	for _, role := range sdk.Roles {
+		email := string(role) + "@example.com"
+		e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: tokenA, body: `{"email": "` + email + `", "role": "` + string(role) + `"}`}, 201)
+		tok, _, err := e.api.sessions.Start(ctx, email, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[role] = tok
+	}
+	e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: tokenD, body: `{"email": "d@example.com", "role": "owner"}`}, 201)
+	sessionD, _, err := e.api.sessions.Start(ctx, "d@example.com", dTenant.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var keyB sdk.APIKeyWithToken
 	e.must(req{method: "POST", path: "/fleet/tenants/me/keys", token: tokenB, body: `{"name": "b-key"}`}, 201).decode(t, &keyB)
 	e.must(req{method: "PATCH", path: "/fleet/tenants/disabled", token: testFleetToken, body: `{"disabled": true}`}, 200)
@@ -105,6 +122,8 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	}
 	cases := map[string]routeCase{
 		"GET /healthz":                       {own: "/healthz"},
+		"GET /auth/session":                  {own: "/auth/session"},
+		"POST /auth/logout":                  {own: "/auth/logout"},
 		"GET /metrics":                       {own: "/metrics"},
 		"POST /fleet/nodes/{name}/heartbeat": {own: "/fleet/nodes/node-2/heartbeat", body: `{}`},
 		"GET /fleet/nodes":                   {own: "/fleet/nodes"},
@@ -252,6 +271,11 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 				t.Helper()
 				return e.call(req{method: rt.Method, path: path, token: token, body: c.body}).status
 			}
+			inSession := func(session, path string) int {
+				t.Helper()
+				return e.call(req{method: rt.Method, path: path, body: c.body, header: http.Header{
+					"Cookie": {identity.CookieName + "=" + session}, "X-Fluxvm-Console": {"1"}}}).status
+			}
 			expect := func(who string, got int, ok func(int) bool, want string) {
 				t.Helper()
 				if !ok(got) {
@@ -276,6 +300,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			expect("expired key", call(expiredA, c.own), is(http.StatusUnauthorized), "401")
 			expect("disabled tenant", call(tokenD, c.own), is(http.StatusForbidden), "403")
 			expect("disabled tenant's key", call(keyD, c.own), is(http.StatusForbidden), "403")
+			expect("disabled tenant's session", inSession(sessionD, c.own), is(http.StatusForbidden), "403")
 			reads := rt.Method == http.MethodGet
 			switch rt.Access {
 			case Operator:
@@ -284,6 +309,9 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 					if c.other != "" {
 						expect(who+" on B's", call(tok, c.other), is(http.StatusForbidden), "403")
 					}
+				}
+				for _, role := range sdk.Roles {
+					expect(string(role)+" session", inSession(sessions[role], c.own), is(http.StatusForbidden), "403")
 				}
 			case Tenant:
 				// The primary token first: its exact answers hold before a
@@ -311,6 +339,23 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 					}
 					if c.other != "" {
 						expect(who+" on B's", call(tok, c.other), is(c.foreign), http.StatusText(c.foreign))
+					}
+				}
+				// Each role of the team, in a console session: below the
+				// route's least role (roles_test.go) refused, at or above it
+				// let through, to the same answers as a key.
+				for _, role := range sdk.Roles {
+					who := string(role) + " session"
+					if role.Rank() < sdk.Role(leastRole[key]).Rank() {
+						expect(who, inSession(sessions[role], c.own), is(http.StatusForbidden), "403")
+						if c.other != "" {
+							expect(who+" on B's", inSession(sessions[role], c.other), is(http.StatusForbidden), "403")
+						}
+						continue
+					}
+					expect(who, inSession(sessions[role], c.own), notRefused, "neither 401 nor 403")
+					if c.other != "" {
+						expect(who+" on B's", inSession(sessions[role], c.other), is(c.foreign), http.StatusText(c.foreign))
 					}
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/fluxvm/fluxvm/central/drainer"
+	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/leases"
 	"github.com/fluxvm/fluxvm/central/metering"
@@ -22,6 +23,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/team"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -56,6 +58,16 @@ type Options struct {
 	// Events receives budget.near, budget.over and the like (nil: the store
 	// records them in etcd for delivery).
 	Events notify.Sink
+	// PublicURL is central's URL as browsers reach it: a change made with a
+	// console session must come from its origin, and with https the session
+	// cookie is Secure.
+	PublicURL string
+	// SessionTTL is how long a console session lasts (identity.DefaultTTL
+	// by default).
+	SessionTTL time.Duration
+	// OperatorEmails sign in to the console as the operator (matched
+	// lowercase).
+	OperatorEmails []string
 }
 
 // ActivityLog is where the API records changes (central/audit.Log).
@@ -157,6 +169,9 @@ type Server struct {
 	drainer   *drainer.Drainer
 	keys      *keys.Service
 	team      *team.Service
+	sessions  *identity.Sessions
+	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
+	publicOrigin string
 }
 
 // New makes the fleet API.
@@ -183,6 +198,10 @@ func New(opts Options) *Server {
 	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
 	s.keys = keys.New(opts.Store, opts.Now, opts.Logger)
 	s.team = team.New(opts.Store, opts.Now, opts.Logger)
+	s.sessions = identity.NewSessions(opts.Store, opts.SessionTTL, opts.Now, s.isOperatorEmail, opts.Logger)
+	if u, err := url.Parse(opts.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
+		s.publicOrigin = u.Scheme + "://" + u.Host
+	}
 	events := opts.Events
 	if events == nil {
 		events = opts.Store
@@ -217,8 +236,8 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 		}
 		p, status, msg, hint := s.authenticate(r)
 		if status != 0 {
-			if status == http.StatusForbidden && p.Tenant != nil {
-				s.record(r, p, rt.Action, "", status) // a disabled tenant knocking
+			if status == http.StatusForbidden && (p.Tenant != nil || p.User != "") {
+				s.record(r, p, rt.Action, "", status) // a disabled tenant knocking, a change from outside the console
 			}
 			jsonapi.WriteError(w, status, msg, hint)
 			return
@@ -277,6 +296,9 @@ func roleRefusal(rt Route, p Principal) (msg, hint string) {
 func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hint string) {
 	const tokenHint = "send Authorization: Bearer <token>: the operator's fleet token (central -token), a tenant's fvt_ token or one of its fvk_ API keys"
 	header := r.Header.Get("Authorization")
+	if c, err := r.Cookie(identity.CookieName); header == "" && err == nil && c.Value != "" {
+		return s.sessionPrincipal(r, c.Value)
+	}
 	scheme, token, _ := strings.Cut(header, " ")
 	if header != "" && !strings.EqualFold(scheme, "Bearer") {
 		// A bare token, or another scheme, is refused before it is looked at.
@@ -328,6 +350,43 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 		return p, http.StatusUnauthorized, "missing token", tokenHint
 	}
 	return p, http.StatusUnauthorized, "invalid token", tokenHint
+}
+
+// sessionPrincipal finds the caller from a console session's cookie (only
+// when no Authorization header came: a bearer token ignores the cookie),
+// and refuses a change that does not come from the console.
+func (s *Server) sessionPrincipal(r *http.Request, token string) (p Principal, status int, msg, hint string) {
+	who, err := s.sessions.Lookup(r.Context(), token)
+	switch {
+	case errors.Is(err, identity.ErrNoSession):
+		return p, http.StatusUnauthorized, "your console session has ended", "sign in again (GET /auth/login)"
+	case err != nil:
+		s.log.Error("look up a console session", "error", err)
+		return p, http.StatusServiceUnavailable, "cannot check the session now", "central's store does not answer; retry"
+	}
+	p.User = who.Session.Email
+	if who.Tenant == nil {
+		p.Operator = true
+	} else {
+		p.Tenant, p.Role = who.Tenant, who.Member.Role
+	}
+	if err := identity.CheckConsoleChange(r, s.publicOrigin); err != nil {
+		return p, http.StatusForbidden, err.Error(), "changes made in the console come from the console's own pages; scripts use a token or an API key"
+	}
+	if p.Tenant != nil && p.Tenant.Disabled {
+		return p, http.StatusForbidden, "tenant " + p.Tenant.Name + " is disabled", "ask the operator to enable it"
+	}
+	return p, 0, "", ""
+}
+
+// isOperatorEmail says whether email signs in as the operator.
+func (s *Server) isOperatorEmail(_ context.Context, email string) (bool, error) {
+	for _, e := range s.opts.OperatorEmails {
+		if store.NormalEmail(e) == email {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // record appends one event to the activity log. The path is the escaped

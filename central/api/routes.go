@@ -26,6 +26,9 @@ func Routes() []Route {
 	}
 	return []Route{
 		{Method: "GET", Path: "/healthz", Access: Public, handler: h((*Server).healthz)},
+		// The console's session: public routes that read the cookie themselves.
+		{Method: "GET", Path: "/auth/session", Access: Public, handler: h((*Server).authSession)},
+		{Method: "POST", Path: "/auth/logout", Access: Public, handler: h((*Server).authLogout)},
 		{Method: "GET", Path: "/metrics", Access: Operator, handler: h((*Server).metrics)},
 
 		{Method: "POST", Path: "/fleet/nodes/{name}/heartbeat", Access: Operator, NoActivity: true, handler: h((*Server).heartbeat)},

@@ -46,6 +46,8 @@ import (
 //	P api-key-names/<tenant>/<name>          key id (unique name within the tenant)
 //	P api-key-tokens/<sha256>                <tenant>/<id> (key token index)
 //	P team-members/<tenant>/<email>          TeamMember (a person of a tenant's team: team.go)
+//	P sessions/<sha256>                      Session (a console session, leased: sessions.go)
+//	P session-people/<email>/<sha256>        the session's created_at (a person's sessions)
 //	P prices/<effective-from>                Prices, one version each (billing.go)
 //	P notify-events/<id>                     Event to deliver (budget.near, budget.over, ...)
 //	P notify-once/<key>                      event id: an event recorded at most once per key

@@ -135,11 +135,17 @@ func runCentral(args []string) int {
 	reconcileSecs := fs.Int("reconcile-secs", 60, "seconds between reconciler passes (leader only)")
 	heartbeatSecs := fs.Int("heartbeat-secs", 10, "seconds between node heartbeats; a node silent for three is marked down")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	publicURL := fs.String("public-url", os.Getenv("FLUXVM_PUBLIC_URL"),
+		"central's URL as browsers reach it (default $FLUXVM_PUBLIC_URL); with https the console's session cookie is Secure")
+	sessionHours := fs.Int("session-hours", 12, "hours a console session lasts")
+	operators := splitList(os.Getenv("FLUXVM_SSO_OPERATORS"))
+	fs.Func("sso-operator", "an email that signs in to the console as the operator (repeatable; default $FLUXVM_SSO_OPERATORS, comma-separated)",
+		func(v string) error { operators = append(operators, v); return nil })
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 || *reconcileSecs < 1 || *heartbeatSecs < 1 {
-		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -reconcile-secs and -heartbeat-secs must be at least 1, and no arguments follow the flags")
+	if fs.NArg() > 0 || *reconcileSecs < 1 || *heartbeatSecs < 1 || *sessionHours < 1 || *sessionHours > 24*30 {
+		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -reconcile-secs and -heartbeat-secs must be at least 1, -session-hours 1 to 720, and no arguments follow the flags")
 		return 2
 	}
 	eps := splitList(*endpoints)
@@ -150,6 +156,7 @@ func runCentral(args []string) int {
 		ReconcileEvery: time.Duration(*reconcileSecs) * time.Second, HeartbeatInterval: time.Duration(*heartbeatSecs) * time.Second,
 		Version: version, Logger: hclog.New(&hclog.LoggerOptions{Name: "central", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
 		Listening: func(addr string) { fmt.Printf("fluxvm central: http://%s\n", addr) },
+		PublicURL: *publicURL, SessionTTL: time.Duration(*sessionHours) * time.Hour, OperatorEmails: operators,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fluxvm-agent central: %v\n", err)
