@@ -474,6 +474,17 @@ type MemberRoleRequest struct {
 	Role Role `json:"role"`
 }
 
+// AuthConfig is GET /auth/config: whether the console offers sign-in with
+// the company's identity provider.
+type AuthConfig struct {
+	SSO bool `json:"sso"`
+	// ProviderName labels the sign-in button ("Sign in with Okta").
+	ProviderName string `json:"provider_name,omitempty"`
+	// LoginURL is where the browser starts a sign-in (add ?tenant=T to
+	// pick a team).
+	LoginURL string `json:"login_url,omitempty"`
+}
+
 // ConsoleSession is GET /auth/session: who the browser's console session
 // is for, now (POST /auth/logout answers it signed out).
 type ConsoleSession struct {

@@ -66,8 +66,12 @@ type Options struct {
 	// by default).
 	SessionTTL time.Duration
 	// OperatorEmails sign in to the console as the operator (matched
-	// lowercase).
+	// lowercase), with the policy's operator_emails.
 	OperatorEmails []string
+	// OIDC is the sign-in with the company's identity provider (nil: SSO
+	// is off), and OIDCProviderName its name on the sign-in button.
+	OIDC             *identity.OIDC
+	OIDCProviderName string
 }
 
 // ActivityLog is where the API records changes (central/audit.Log).

@@ -3,10 +3,12 @@ package api
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/identity"
+	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -64,4 +66,149 @@ func (s *Server) authLogout(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, identity.Cookie("", time.Time{}, s.secureCookie()))
 	jsonapi.Write(w, http.StatusOK, sdk.ConsoleSession{})
+}
+
+// authConfig is GET /auth/config: whether sign-in with the identity
+// provider is on.
+func (s *Server) authConfig(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.OIDC == nil {
+		jsonapi.Write(w, http.StatusOK, sdk.AuthConfig{})
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, sdk.AuthConfig{SSO: true, ProviderName: s.opts.OIDCProviderName, LoginURL: "/auth/login"})
+}
+
+// ssoOff answers the sign-in's routes when SSO is not configured.
+func (s *Server) ssoOff(w http.ResponseWriter) bool {
+	if s.opts.OIDC != nil {
+		return false
+	}
+	jsonapi.WriteError(w, http.StatusNotFound, "sign-in with an identity provider is not configured on this central",
+		"the operator starts central with -public-url and -oidc-issuer, -oidc-client-id (docs/identity.md); tokens and API keys work meanwhile")
+	return true
+}
+
+// authLogin is GET /auth/login[?tenant=T]: the browser goes to the
+// provider, carrying a short-lived cookie that binds the sign-in to it.
+func (s *Server) authLogin(w http.ResponseWriter, r *http.Request) {
+	if s.ssoOff(w) {
+		return
+	}
+	tenant := r.URL.Query().Get("tenant")
+	if tenant != "" && !store.ValidName(tenant) {
+		jsonapi.WriteError(w, http.StatusBadRequest, "tenant "+jsonapi.Echo(tenant)+" is not a tenant's name or id", "leave ?tenant= out, or name one of your teams")
+		return
+	}
+	to, binding, err := s.opts.OIDC.Begin(tenant)
+	if err != nil {
+		jsonapi.WriteError(w, http.StatusTooManyRequests, err.Error(), "")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: identity.BindingCookie, Value: binding, Path: "/auth/callback", HttpOnly: true,
+		SameSite: http.SameSiteLaxMode, Secure: s.secureCookie(), MaxAge: int(identity.PendingTTL / time.Second)})
+	http.Redirect(w, r, to, http.StatusFound)
+}
+
+// authCallback is GET /auth/callback: the provider's answer. The verified
+// email picks the operator, a membership (the one asked for with ?tenant=
+// at login, else the first of the person's teams by name), or nobody:
+// nobody is created here. Only a sign-in that passes every check starts a
+// session, and the sign-in is in the activity log.
+func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
+	if s.ssoOff(w) {
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: identity.BindingCookie, Path: "/auth/callback", MaxAge: -1, HttpOnly: true, Secure: s.secureCookie()})
+	q := r.URL.Query()
+	if e := q.Get("error"); e != "" {
+		jsonapi.WriteError(w, http.StatusUnauthorized, "the identity provider did not sign you in", "start again from the console's sign-in page")
+		return
+	}
+	var binding string
+	if c, err := r.Cookie(identity.BindingCookie); err == nil {
+		binding = c.Value
+	}
+	claims, tenant, err := s.opts.OIDC.Finish(r.Context(), q.Get("state"), q.Get("code"), binding)
+	if err != nil {
+		s.log.Warn("sign-in refused", "error", err)
+		jsonapi.WriteError(w, http.StatusUnauthorized, "the sign-in could not be completed", "start again from the console's sign-in page, in this browser")
+		return
+	}
+	email := store.NormalEmail(claims.Email)
+	p, err := s.signInTarget(r, email, tenant)
+	switch {
+	case errors.Is(err, identity.ErrNoAccess):
+		msg := email + " has no access to this cloud"
+		if tenant != "" {
+			msg = email + " is not a member of " + tenant
+		}
+		jsonapi.WriteError(w, http.StatusForbidden, msg,
+			"ask an owner or admin of your team to add you (fluxctl fleet member-add "+email+" --role viewer), or the operator")
+		return
+	case err != nil:
+		s.storeError(w, "sign in", err)
+		return
+	}
+	var token string
+	var x *store.Session
+	if p.Operator {
+		token, x, err = s.sessions.Start(r.Context(), email, "")
+	} else {
+		token, x, err = s.sessions.Start(r.Context(), email, p.Tenant.ID)
+	}
+	if errors.Is(err, identity.ErrNoAccess) { // removed meanwhile
+		jsonapi.WriteError(w, http.StatusForbidden, email+" has no access to this cloud", "ask an owner or admin of your team to add you")
+		return
+	}
+	if err != nil {
+		s.storeError(w, "start a session", err)
+		return
+	}
+	p.User = email
+	s.record(r, p, "sign in", "", http.StatusFound)
+	http.SetCookie(w, identity.Cookie(token, x.ExpiresAt, s.secureCookie()))
+	http.Redirect(w, r, "/", http.StatusFound)
+}
+
+// signInTarget decides where a verified email signs in: as the operator
+// (when no tenant was asked for), else as the member of the tenant asked
+// for, or of the first of their teams by name. identity.ErrNoAccess when
+// none.
+func (s *Server) signInTarget(r *http.Request, email, tenant string) (Principal, error) {
+	ctx := r.Context()
+	if tenant == "" {
+		if ok, err := s.isOperatorEmail(ctx, email); err != nil || ok {
+			return Principal{Operator: true}, err
+		}
+	}
+	var ts []store.Tenant
+	if tenant != "" {
+		t, err := s.findTenant(ctx, tenant)
+		if errors.Is(err, store.ErrNotFound) {
+			return Principal{}, identity.ErrNoAccess
+		}
+		if err != nil {
+			return Principal{}, err
+		}
+		ts = []store.Tenant{*t}
+	} else {
+		// Every tenant is asked; a person index is for when tenants are many.
+		all, err := s.opts.Store.ListTenants(ctx)
+		if err != nil {
+			return Principal{}, err
+		}
+		ts = all
+		slices.SortFunc(ts, func(a, b store.Tenant) int { return strings.Compare(a.Name, b.Name) })
+	}
+	for i := range ts {
+		m, err := s.opts.Store.GetTeamMember(ctx, ts[i].ID, email)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return Principal{}, err
+		}
+		return Principal{Tenant: &ts[i], Role: m.Role}, nil
+	}
+	return Principal{}, identity.ErrNoAccess
 }

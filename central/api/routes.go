@@ -27,6 +27,9 @@ func Routes() []Route {
 	return []Route{
 		{Method: "GET", Path: "/healthz", Access: Public, handler: h((*Server).healthz)},
 		// The console's session: public routes that read the cookie themselves.
+		{Method: "GET", Path: "/auth/config", Access: Public, handler: h((*Server).authConfig)},
+		{Method: "GET", Path: "/auth/login", Access: Public, handler: h((*Server).authLogin)},
+		{Method: "GET", Path: "/auth/callback", Access: Public, handler: h((*Server).authCallback)},
 		{Method: "GET", Path: "/auth/session", Access: Public, handler: h((*Server).authSession)},
 		{Method: "POST", Path: "/auth/logout", Access: Public, handler: h((*Server).authLogout)},
 		{Method: "GET", Path: "/metrics", Access: Operator, handler: h((*Server).metrics)},
