@@ -210,13 +210,18 @@ func (f *FleetClient) TenantMe(ctx context.Context) (*TenantMe, error) {
 
 // keysPath is the route of a tenant's keys: the caller's own (tenant "")
 // or, for the operator, those of tenant (id or name).
-func keysPath(tenant string, key ...string) string {
-	p := "/fleet/tenants/me/keys"
+func keysPath(tenant string, key ...string) string { return ownPath(tenant, "keys", key...) }
+
+// ownPath is the path of a tenant's keys or team (sub): the caller's own
+// with tenant "", else tenant's (the operator), and the escaped segments of
+// rest below it.
+func ownPath(tenant, sub string, rest ...string) string {
+	p := "/fleet/tenants/me/" + sub
 	if tenant != "" {
-		p = tenantPath(tenant, "keys")
+		p = tenantPath(tenant, sub)
 	}
-	for _, k := range key {
-		p += "/" + url.PathEscape(k)
+	for _, r := range rest {
+		p += "/" + url.PathEscape(r)
 	}
 	return p
 }
@@ -254,16 +259,7 @@ func (f *FleetClient) RevokeKey(ctx context.Context, tenant, key string) error {
 	return f.c.call(ctx, http.MethodDelete, keysPath(tenant, key), nil, nil, nil)
 }
 
-func membersPath(tenant string, email ...string) string {
-	p := "/fleet/tenants/me/members"
-	if tenant != "" {
-		p = tenantPath(tenant, "members")
-	}
-	for _, e := range email {
-		p += "/" + url.PathEscape(e)
-	}
-	return p
-}
+func membersPath(tenant string, email ...string) string { return ownPath(tenant, "members", email...) }
 
 // ListMembers lists a tenant's members by email: the caller's own tenant
 // with tenant "", or, for the operator, tenant (id or name).

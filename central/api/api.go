@@ -383,9 +383,20 @@ func (s *Server) sessionPrincipal(r *http.Request, token string) (p Principal, s
 	return p, 0, "", ""
 }
 
-// isOperatorEmail says whether email signs in as the operator.
-func (s *Server) isOperatorEmail(_ context.Context, email string) (bool, error) {
+// isOperatorEmail says whether email signs in as the operator: one of
+// central's -sso-operator emails, or of the policy's operator_emails (read
+// on every call, so that removing one ends its sessions at once).
+func (s *Server) isOperatorEmail(ctx context.Context, email string) (bool, error) {
 	for _, e := range s.opts.OperatorEmails {
+		if store.NormalEmail(e) == email {
+			return true, nil
+		}
+	}
+	p, err := s.opts.Store.GetPolicy(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range p.OperatorEmails {
 		if store.NormalEmail(e) == email {
 			return true, nil
 		}

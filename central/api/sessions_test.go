@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
@@ -161,10 +162,27 @@ func TestOperatorSessions(t *testing.T) {
 	if err != nil || !x.Operator {
 		t.Fatalf("an operator's sign-in: %+v %v", x, err)
 	}
-	if _, _, err := e.api.sessions.Start(ctx, "dev@example.com", ""); err != identity.ErrNoAccess {
+	if _, _, err := e.api.sessions.Start(ctx, "stranger@example.com", ""); err != identity.ErrNoAccess {
 		t.Fatalf("a stranger as the operator: %v", err)
 	}
 	e.must(inConsole("GET", "/fleet/tenants", ops, "", false, ""), 200)
+
+	// The policy's operator_emails add operators without a restart, and
+	// removing one ends their session on the next request.
+	var pol sdk.Policy
+	e.must(req{method: "GET", path: "/fleet/policy", token: testFleetToken}, 200).decode(t, &pol)
+	pol.OperatorEmails = []string{"Dev@Example.com"}
+	body, _ := json.Marshal(pol)
+	e.must(req{method: "PUT", path: "/fleet/policy", token: testFleetToken, body: string(body)}, 200)
+	dev, _, err := e.api.sessions.Start(ctx, "dev@example.com", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.must(inConsole("GET", "/fleet/tenants", dev, "", false, ""), 200)
+	pol.OperatorEmails = []string{}
+	body, _ = json.Marshal(pol)
+	e.must(req{method: "PUT", path: "/fleet/policy", token: testFleetToken, body: string(body)}, 200)
+	e.must(inConsole("GET", "/fleet/tenants", dev, "", false, ""), 401)
 	e.must(inConsole("POST", "/fleet/tenants", ops, `{"name": "made-in-console"}`, true, ""), 201)
 	found := false
 	for _, ev := range e.api.opts.Activity.Recent(0, "") {

@@ -214,6 +214,16 @@ func TestSignInWithARealProvider(t *testing.T) {
 	if r.StatusCode != http.StatusUnauthorized || e.sessionsStored() != before {
 		t.Fatalf("a replayed callback: %d, %d sessions (were %d)", r.StatusCode, e.sessionsStored(), before)
 	}
+	// Bad input to the routes themselves.
+	if status, _ := get(browser(t), "/auth/login?tenant=a/b"); status != http.StatusBadRequest {
+		t.Fatalf("a tenant that is no name: %d", status)
+	}
+	if status, _ := get(browser(t), "/auth/callback?error=access_denied&state=x"); status != http.StatusUnauthorized {
+		t.Fatalf("the provider's refusal: %d", status)
+	}
+	if status, _ := get(browser(t), "/auth/callback"); status != http.StatusUnauthorized {
+		t.Fatalf("a callback with nothing: %d", status)
+	}
 	// An unknown state.
 	if status, _ := get(browser(t), "/auth/callback?state=made-up&code=x"); status != http.StatusUnauthorized {
 		t.Fatalf("an unknown state: %d", status)

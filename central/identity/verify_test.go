@@ -166,3 +166,46 @@ func TestTheVerifierRefusesEveryForgery(t *testing.T) {
 		t.Fatalf("after the hour: %v, %d fetches", err, fetches()-before)
 	}
 }
+
+// TestAStateWorksOnceInItsBrowserForTenMinutes: Finish refuses, before it
+// asks the provider anything, a state that is unknown, already used, older
+// than ten minutes or shown with another browser's binding; a state is
+// used up by any attempt.
+func TestAStateWorksOnceInItsBrowserForTenMinutes(t *testing.T) {
+	ti := newTestIssuer(t)
+	o := &OIDC{cfg: OIDCConfig{Now: ti.clock}, pending: map[string]pending{}}
+	ctx := context.Background()
+	stateOf := func(authURL string) string {
+		i := strings.Index(authURL, "state=")
+		if i < 0 {
+			t.Fatalf("no state in %s", authURL)
+		}
+		s := authURL[i+len("state="):]
+		if j := strings.IndexByte(s, '&'); j >= 0 {
+			s = s[:j]
+		}
+		return s
+	}
+	u, binding, err := o.Begin("acme")
+	if err != nil || !strings.Contains(u, "code_challenge_method=S256") || !strings.Contains(u, "nonce=") {
+		t.Fatalf("begin: %s %v", u, err)
+	}
+	state := stateOf(u)
+	if _, _, err := o.Finish(ctx, state, "code", "another browser's"); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "another browser") {
+		t.Fatalf("another browser: %v", err)
+	}
+	if _, _, err := o.Finish(ctx, state, "code", binding); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "unknown or used") {
+		t.Fatalf("the same state again: %v", err)
+	}
+	if _, _, err := o.Finish(ctx, "made-up", "code", binding); !errors.Is(err, ErrSignIn) {
+		t.Fatalf("an unknown state: %v", err)
+	}
+	u, binding, err = o.Begin("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti.tick(PendingTTL + time.Second)
+	if _, _, err := o.Finish(ctx, stateOf(u), "code", binding); !errors.Is(err, ErrSignIn) || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("an expired state: %v", err)
+	}
+}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fluxvm/fluxvm/sdk"
@@ -32,30 +30,14 @@ func teamColumns(now time.Time) []column[sdk.Member] {
 	}
 }
 
-// membersTenant refuses what cannot work before anything is sent: the
-// operator has no team of its own and must name a tenant.
-func (f *fleet) membersTenant(tenant string) error {
-	if !f.asTenant() && tenant == "" {
-		return &cliError{msg: "the operator has no team of its own: name the tenant with --tenant", hint: hintTenants}
-	}
-	return nil
-}
+// membersTenant is ownTenant for the team.
+func (f *fleet) membersTenant(tenant string) error { return f.ownTenant(tenant, "team") }
 
 // membersRefusal gives central's refusals of the members' routes fluxctl's
-// hints.
+// hints (a 409 keeps central's: the last owner, or someone already there).
 func (f *fleet) membersRefusal(err error, tenant string) error {
-	var api *sdk.APIError
-	if !errors.As(err, &api) {
-		return err
-	}
-	switch {
-	case api.Status == 403 && tenant != "" && f.asTenant():
-		return &cliError{msg: api.Message, hint: "a tenant manages its own team: leave --tenant out"}
-	case api.Status == 403 && strings.HasPrefix(f.bearer(), sdk.APIKeyPrefix) && !strings.Contains(api.Message, "disabled"):
-		return &cliError{msg: api.Message, hint: "change the team with the tenant's primary token (fvt_) in --token or " + envFleetToken +
-			", or ask the operator"}
-	}
-	return withHints(err, map[int]string{404: hintMembers, 409: api.Hint, 429: "remove members who no longer need access, then add this one"})
+	return f.primaryTokenRefusal(err, tenant, "team", "change the team",
+		map[int]string{404: hintMembers, 429: "remove members who no longer need access, then add this one"})
 }
 
 // roleArg checks a role before anything is sent.
