@@ -66,3 +66,29 @@ func TestFleetMembersAgainstARealCentral(t *testing.T) {
 		t.Fatalf("the operator lists %+v", ms.Members)
 	}
 }
+
+// TestActivityNamesThePersonOfASession: an event made in a console session
+// shows the person's email as WHO (cut to the column) and whole as USER
+// with -o wide; a key's event stays TENANT/KEY.
+func TestActivityNamesThePersonOfASession(t *testing.T) {
+	cols := eventColumns(nil)
+	cell := func(name string, e sdk.Event) string {
+		for _, c := range cols {
+			if c.name == name {
+				return c.value(&e)
+			}
+		}
+		t.Fatalf("no column %s", name)
+		return ""
+	}
+	session := sdk.Event{Who: "tenant:t-1", Actor: "acme", User: "alex@example.com", Status: 200}
+	if got := cell("who", session); got != "alex@example.…" {
+		t.Fatalf("who of a session's event: %q", got)
+	}
+	if got := cell("user", session); got != "alex@example.com" {
+		t.Fatalf("user of a session's event: %q", got)
+	}
+	if got := cell("who", sdk.Event{Who: "tenant:t-1", Actor: "acme", Key: "ci", Status: 200}); got != "acme/ci" {
+		t.Fatalf("who of a key's event: %q", got)
+	}
+}
