@@ -2,6 +2,8 @@ package api
 
 import (
 	"errors"
+	"fmt"
+	"html"
 	"net/http"
 	"slices"
 	"strings"
@@ -109,6 +111,21 @@ func (s *Server) authLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, to, http.StatusFound)
 }
 
+// signInError answers a sign-in that ends without a session: a small page
+// for a browser (one that asks for text/html), the usual JSON error
+// otherwise.
+func signInError(w http.ResponseWriter, r *http.Request, status int, msg, hint string) {
+	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		jsonapi.WriteError(w, status, msg, hint)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, "<!doctype html>\n<title>FluxVM: not signed in</title>\n<h1>Not signed in</h1>\n<p>%s</p>\n<p>%s</p>\n<p><a href=\"/auth/login\">Sign in again</a></p>\n",
+		html.EscapeString(msg), html.EscapeString(hint))
+}
+
 // authCallback is GET /auth/callback: the provider's answer. The verified
 // email picks the operator, a membership (the one asked for with ?tenant=
 // at login, else the first of the person's teams by name), or nobody:
@@ -121,7 +138,7 @@ func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: identity.BindingCookie, Path: "/auth/callback", MaxAge: -1, HttpOnly: true, Secure: s.secureCookie()})
 	q := r.URL.Query()
 	if e := q.Get("error"); e != "" {
-		jsonapi.WriteError(w, http.StatusUnauthorized, "the identity provider did not sign you in", "start again from the console's sign-in page")
+		signInError(w, r, http.StatusUnauthorized, "the identity provider did not sign you in", "start again from the console's sign-in page")
 		return
 	}
 	var binding string
@@ -131,7 +148,7 @@ func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
 	claims, tenant, err := s.opts.OIDC.Finish(r.Context(), q.Get("state"), q.Get("code"), binding)
 	if err != nil {
 		s.log.Warn("sign-in refused", "error", err)
-		jsonapi.WriteError(w, http.StatusUnauthorized, "the sign-in could not be completed", "start again from the console's sign-in page, in this browser")
+		signInError(w, r, http.StatusUnauthorized, "the sign-in could not be completed", "start again from the console's sign-in page, in this browser")
 		return
 	}
 	email := store.NormalEmail(claims.Email)
@@ -142,7 +159,7 @@ func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
 		if tenant != "" {
 			msg = email + " is not a member of " + tenant
 		}
-		jsonapi.WriteError(w, http.StatusForbidden, msg,
+		signInError(w, r, http.StatusForbidden, msg,
 			"ask an owner or admin of your team to add you (fluxctl fleet member-add "+email+" --role viewer), or the operator")
 		return
 	case err != nil:
@@ -157,7 +174,7 @@ func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
 		token, x, err = s.sessions.Start(r.Context(), email, p.Tenant.ID)
 	}
 	if errors.Is(err, identity.ErrNoAccess) { // removed meanwhile
-		jsonapi.WriteError(w, http.StatusForbidden, email+" has no access to this cloud", "ask an owner or admin of your team to add you")
+		signInError(w, r, http.StatusForbidden, email+" has no access to this cloud", "ask an owner or admin of your team to add you")
 		return
 	}
 	if err != nil {

@@ -75,20 +75,28 @@ func startProvider(t *testing.T, callback string) string {
 }
 
 // browser is a browser without a screen: a cookie jar that follows
-// redirects.
+// redirects and asks for pages, as browsers do.
 func browser(t *testing.T) *http.Client {
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &http.Client{Jar: jar}
+	return &http.Client{Jar: jar, Transport: acceptHTML{}}
+}
+
+type acceptHTML struct{}
+
+func (acceptHTML) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // signIn walks a browser through the sign-in: central's /auth/login, the
 // provider's login page, its form, and back to central's /auth/callback.
-// It returns the callback's answer (the last redirect is not followed) and
-// the callback URL the provider sent the browser to.
-func signIn(t *testing.T, b *http.Client, central, query, user string) (*http.Response, string) {
+// It returns the callback's answer (the last redirect is not followed), its
+// body, and the callback URL the provider sent the browser to.
+func signIn(t *testing.T, b *http.Client, central, query, user string) (*http.Response, string, string) {
 	t.Helper()
 	resp, err := b.Get(central + "/auth/login" + query)
 	if err != nil {
@@ -115,12 +123,12 @@ func signIn(t *testing.T, b *http.Client, central, query, user string) (*http.Re
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.ReadAll(resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if callback == "" {
 		t.Fatalf("the provider never sent the browser back to central: %d at %s", resp.StatusCode, resp.Request.URL)
 	}
-	return resp, callback
+	return resp, string(body), callback
 }
 
 // sessionsStored counts the console sessions in etcd.
@@ -163,7 +171,7 @@ func TestSignInWithARealProvider(t *testing.T) {
 	}
 
 	b := browser(t)
-	resp, callback := signIn(t, b, e.srv.URL, "", "alex")
+	resp, _, callback := signIn(t, b, e.srv.URL, "", "alex")
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/" {
 		t.Fatalf("the callback answered %d (to %q)", resp.StatusCode, resp.Header.Get("Location"))
 	}
@@ -267,7 +275,7 @@ func TestSignInWithARealProvider(t *testing.T) {
 
 	// The operator's email signs in as the operator.
 	ops := browser(t)
-	if resp, _ := signIn(t, ops, e.srv.URL, "", "ops"); resp.StatusCode != http.StatusFound {
+	if resp, _, _ := signIn(t, ops, e.srv.URL, "", "ops"); resp.StatusCode != http.StatusFound {
 		t.Fatalf("the operator's sign-in: %d", resp.StatusCode)
 	}
 	if status, _ := get(ops, "/fleet/tenants"); status != 200 {
@@ -277,15 +285,20 @@ func TestSignInWithARealProvider(t *testing.T) {
 	// Nobody is created on the fly; an unverified email is no email.
 	for _, user := range []string{"stranger", "unverified"} {
 		before = e.sessionsStored()
-		resp, _ := signIn(t, browser(t), e.srv.URL, "", user)
+		resp, body, _ := signIn(t, browser(t), e.srv.URL, "", user)
 		want := map[string]int{"stranger": http.StatusForbidden, "unverified": http.StatusUnauthorized}[user]
 		if resp.StatusCode != want || e.sessionsStored() != before {
 			t.Fatalf("%s's sign-in: %d, sessions %d (were %d)", user, resp.StatusCode, e.sessionsStored(), before)
 		}
+		// A browser is shown a page; a stranger's says whom to ask.
+		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(body, "<h1>Not signed in</h1>") ||
+			user == "stranger" && !strings.Contains(body, "ask an owner or admin of your team to add you") {
+			t.Fatalf("%s's page: %s %s", user, resp.Header.Get("Content-Type"), body)
+		}
 	}
 	// A team asked for that the person is not on.
 	before = e.sessionsStored()
-	if resp, _ := signIn(t, browser(t), e.srv.URL, "?tenant=beta", "alex"); resp.StatusCode != http.StatusForbidden || e.sessionsStored() != before {
+	if resp, _, _ := signIn(t, browser(t), e.srv.URL, "?tenant=beta", "alex"); resp.StatusCode != http.StatusForbidden || e.sessionsStored() != before {
 		t.Fatalf("alex into beta: %d", resp.StatusCode)
 	}
 }
