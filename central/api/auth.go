@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"html"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -152,7 +151,7 @@ func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	email := store.NormalEmail(claims.Email)
-	p, err := s.signInTarget(r, email, tenant)
+	token, who, err := s.sessions.SignIn(r.Context(), email, tenant)
 	switch {
 	case errors.Is(err, identity.ErrNoAccess):
 		msg := email + " has no access to this cloud"
@@ -166,66 +165,11 @@ func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, "sign in", err)
 		return
 	}
-	var token string
-	var x *store.Session
-	if p.Operator {
-		token, x, err = s.sessions.Start(r.Context(), email, "")
-	} else {
-		token, x, err = s.sessions.Start(r.Context(), email, p.Tenant.ID)
+	p := Principal{Operator: who.Tenant == nil, Tenant: who.Tenant, User: email}
+	if who.Member != nil {
+		p.Role = who.Member.Role
 	}
-	if errors.Is(err, identity.ErrNoAccess) { // removed meanwhile
-		signInError(w, r, http.StatusForbidden, email+" has no access to this cloud", "ask an owner or admin of your team to add you")
-		return
-	}
-	if err != nil {
-		s.storeError(w, "start a session", err)
-		return
-	}
-	p.User = email
 	s.record(r, p, "sign in", "", http.StatusFound)
-	http.SetCookie(w, identity.Cookie(token, x.ExpiresAt, s.secureCookie()))
+	http.SetCookie(w, identity.Cookie(token, who.Session.ExpiresAt, s.secureCookie()))
 	http.Redirect(w, r, "/", http.StatusFound)
-}
-
-// signInTarget decides where a verified email signs in: as the operator
-// (when no tenant was asked for), else as the member of the tenant asked
-// for, or of the first of their teams by name. identity.ErrNoAccess when
-// none.
-func (s *Server) signInTarget(r *http.Request, email, tenant string) (Principal, error) {
-	ctx := r.Context()
-	if tenant == "" {
-		if ok, err := s.isOperatorEmail(ctx, email); err != nil || ok {
-			return Principal{Operator: true}, err
-		}
-	}
-	var ts []store.Tenant
-	if tenant != "" {
-		t, err := s.findTenant(ctx, tenant)
-		if errors.Is(err, store.ErrNotFound) {
-			return Principal{}, identity.ErrNoAccess
-		}
-		if err != nil {
-			return Principal{}, err
-		}
-		ts = []store.Tenant{*t}
-	} else {
-		// Every tenant is asked; a person index is for when tenants are many.
-		all, err := s.opts.Store.ListTenants(ctx)
-		if err != nil {
-			return Principal{}, err
-		}
-		ts = all
-		slices.SortFunc(ts, func(a, b store.Tenant) int { return strings.Compare(a.Name, b.Name) })
-	}
-	for i := range ts {
-		m, err := s.opts.Store.GetTeamMember(ctx, ts[i].ID, email)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return Principal{}, err
-		}
-		return Principal{Tenant: &ts[i], Role: m.Role}, nil
-	}
-	return Principal{}, identity.ErrNoAccess
 }

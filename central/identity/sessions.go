@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
@@ -30,6 +32,10 @@ type Store interface {
 	GetTeamMember(ctx context.Context, tenant, email string) (*store.TeamMember, error)
 	// NoteSignIn sets a member's last_sign_in_at.
 	NoteSignIn(ctx context.Context, tenant, email string, at time.Time) error
+	// TenantByName reads a tenant by name.
+	TenantByName(ctx context.Context, name string) (*store.Tenant, error)
+	// ListTenants reads every tenant.
+	ListTenants(ctx context.Context) ([]store.Tenant, error)
 }
 
 const (
@@ -115,6 +121,65 @@ func (s *Sessions) Start(ctx context.Context, email, tenant string) (string, *st
 	}
 	s.log.Info("session started", "tenant", tenant, "operator", x.Operator, "ended_older", ended)
 	return token, x, nil
+}
+
+// SignIn starts the session a verified email is entitled to: the
+// operator's when no tenant is asked for and the email is an operator's;
+// else the membership of the tenant asked for (its id or name), or of the
+// first of the person's teams by name. Nobody is added: ErrNoAccess when
+// the email has none of these.
+func (s *Sessions) SignIn(ctx context.Context, email, tenant string) (string, *Who, error) {
+	email = store.NormalEmail(email)
+	if tenant == "" {
+		ok, err := s.isOperator(ctx, email)
+		if err != nil {
+			return "", nil, &store.OpError{Op: "check the operator's emails", Err: err}
+		}
+		if ok {
+			token, x, err := s.Start(ctx, email, "")
+			if err != nil {
+				return "", nil, err
+			}
+			return token, &Who{Session: x}, nil
+		}
+	}
+	var ts []store.Tenant
+	if tenant != "" {
+		t, err := s.st.GetTenant(ctx, tenant)
+		if errors.Is(err, store.ErrNotFound) {
+			t, err = s.st.TenantByName(ctx, tenant)
+		}
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return "", nil, ErrNoAccess
+		case err != nil:
+			return "", nil, &store.OpError{Op: "find the tenant", Err: err}
+		}
+		ts = []store.Tenant{*t}
+	} else {
+		// Every tenant is asked: an index of people is for when tenants are many.
+		all, err := s.st.ListTenants(ctx)
+		if err != nil {
+			return "", nil, &store.OpError{Op: "list the tenants", Err: err}
+		}
+		ts = all
+		slices.SortFunc(ts, func(a, b store.Tenant) int { return strings.Compare(a.Name, b.Name) })
+	}
+	for i := range ts {
+		m, err := s.st.GetTeamMember(ctx, ts[i].ID, email)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", nil, &store.OpError{Op: "look up a member", Err: err}
+		}
+		token, x, err := s.Start(ctx, email, ts[i].ID)
+		if err != nil {
+			return "", nil, err
+		}
+		return token, &Who{Session: x, Tenant: &ts[i], Member: m}, nil
+	}
+	return "", nil, ErrNoAccess
 }
 
 // Lookup finds whom a session token is for, now: ErrNoSession when the

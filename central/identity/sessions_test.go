@@ -10,6 +10,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -85,5 +86,49 @@ func TestAnOperatorSessionEndsWithTheEmail(t *testing.T) {
 	}
 	if _, err := s.Lookup(ctx, "fvs_never-issued"); err != ErrNoSession {
 		t.Fatalf("a token never issued: %v", err)
+	}
+}
+
+// TestSignInPicksTheOperatorThenATeamAndCreatesNobody: an operator's email
+// without a tenant asked for is the operator; a tenant asked for (by id or
+// name) must have the person; without one, the first of their teams by
+// name; a stranger, or a team they are not on, is ErrNoAccess and leaves
+// nothing behind.
+func TestSignInPicksTheOperatorThenATeamAndCreatesNobody(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	s := NewSessions(st, 0, time.Now, func(_ context.Context, email string) (bool, error) { return email == "ops@example.com", nil }, hclog.NewNullLogger())
+	zeta, alpha, other := storetest.Tenant(t, st, "zeta"), storetest.Tenant(t, st, "alpha"), storetest.Tenant(t, st, "other")
+	for _, m := range []struct {
+		tenant *store.Tenant
+		email  string
+	}{{zeta, "alex@example.com"}, {alpha, "alex@example.com"}, {zeta, "ops@example.com"}} {
+		if err := st.AddTeamMember(ctx, &store.TeamMember{Member: sdk.Member{Email: m.email, Role: sdk.RoleMember, AddedAt: time.Now()}, Tenant: m.tenant.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		email, tenant, want string // want: "operator", a tenant id, or "" for ErrNoAccess
+	}{
+		{"Ops@Example.com", "", "operator"},
+		{"ops@example.com", "zeta", zeta.ID},
+		{"alex@example.com", "", alpha.ID},
+		{"alex@example.com", zeta.ID, zeta.ID},
+		{"alex@example.com", "other", ""},
+		{"alex@example.com", "nowhere", ""},
+		{"stranger@example.com", "", ""},
+	} {
+		_, who, err := s.SignIn(ctx, c.email, c.tenant)
+		switch {
+		case c.want == "" && err != ErrNoAccess:
+			t.Errorf("%s into %q: %+v %v, want ErrNoAccess", c.email, c.tenant, who, err)
+		case c.want == "operator" && (err != nil || who.Tenant != nil || !who.Session.Operator):
+			t.Errorf("%s: %+v %v, want the operator", c.email, who, err)
+		case c.want != "" && c.want != "operator" && (err != nil || who.Tenant == nil || who.Tenant.ID != c.want || who.Member.Role != sdk.RoleMember):
+			t.Errorf("%s into %q: %+v %v, want tenant %s", c.email, c.tenant, who, err, c.want)
+		}
+	}
+	if ms, err := st.ListTeam(ctx, other.ID); err != nil || len(ms) != 0 {
+		t.Fatalf("a refused sign-in added %+v (%v)", ms, err)
 	}
 }
