@@ -10,13 +10,16 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/hashicorp/go-hclog"
 )
@@ -55,6 +58,35 @@ type Options struct {
 	Logger  hclog.Logger
 	// Listening, if set, receives the API's address once it listens.
 	Listening func(addr string)
+	// PublicURL, SessionTTL and OperatorEmails are the console's sign-in
+	// (api.Options).
+	PublicURL      string
+	SessionTTL     time.Duration
+	OperatorEmails []string
+	// OIDC turns on sign-in with the company's identity provider when its
+	// Issuer is set (it needs FleetToken and PublicURL).
+	OIDC             identity.OIDCConfig
+	OIDCProviderName string
+}
+
+// startSSO checks the sign-in's settings and reads the provider's
+// discovery document.
+func startSSO(ctx context.Context, opts Options) (*identity.OIDC, error) {
+	pub, err := url.Parse(opts.PublicURL)
+	switch {
+	case opts.FleetToken == "":
+		return nil, errors.New("sign-in with an identity provider needs -token (there is no operator in lab mode)")
+	case err != nil || (pub.Scheme != "https" && pub.Scheme != "http") || pub.Host == "":
+		return nil, errors.New("sign-in with an identity provider needs -public-url, central's URL as browsers reach it")
+	case opts.OIDC.ClientID == "":
+		return nil, errors.New("-oidc-issuer needs -oidc-client-id")
+	}
+	iss, err := url.Parse(opts.OIDC.Issuer)
+	if err != nil || !(iss.Scheme == "https" || iss.Scheme == "http" && (iss.Hostname() == "localhost" || net.ParseIP(iss.Hostname()).IsLoopback())) {
+		return nil, fmt.Errorf("-oidc-issuer %q: use https (http only for localhost)", opts.OIDC.Issuer)
+	}
+	opts.OIDC.RedirectURL = strings.TrimSuffix(opts.PublicURL, "/") + "/auth/callback"
+	return identity.NewOIDC(ctx, opts.OIDC)
 }
 
 // Run serves central until ctx ends.
@@ -93,8 +125,16 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer activity.Close()
 
-	srv := api.New(api.Options{Store: st, FleetToken: opts.FleetToken, Logger: log.Named("api"), Version: opts.Version,
-		Activity: activity, HeartbeatInterval: opts.HeartbeatInterval})
+	var sso *identity.OIDC
+	if opts.OIDC.Issuer != "" {
+		if sso, err = startSSO(ctx, opts); err != nil {
+			return fmt.Errorf("central: %w", err)
+		}
+		log.Info("sign-in with the identity provider", "issuer", opts.OIDC.Issuer, "callback", strings.TrimSuffix(opts.PublicURL, "/")+"/auth/callback")
+	}
+	srv := api.New(api.Options{Store: st, FleetToken: opts.FleetToken, Logger: log.Named("api"), Version: opts.Version, OIDC: sso, OIDCProviderName: opts.OIDCProviderName,
+		Activity: activity, HeartbeatInterval: opts.HeartbeatInterval,
+		PublicURL: opts.PublicURL, SessionTTL: opts.SessionTTL, OperatorEmails: opts.OperatorEmails})
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("central: fleet api: %w", err)

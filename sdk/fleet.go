@@ -210,13 +210,18 @@ func (f *FleetClient) TenantMe(ctx context.Context) (*TenantMe, error) {
 
 // keysPath is the route of a tenant's keys: the caller's own (tenant "")
 // or, for the operator, those of tenant (id or name).
-func keysPath(tenant string, key ...string) string {
-	p := "/fleet/tenants/me/keys"
+func keysPath(tenant string, key ...string) string { return ownPath(tenant, "keys", key...) }
+
+// ownPath is the path of a tenant's keys or team (sub): the caller's own
+// with tenant "", else tenant's (the operator), and the escaped segments of
+// rest below it.
+func ownPath(tenant, sub string, rest ...string) string {
+	p := "/fleet/tenants/me/" + sub
 	if tenant != "" {
-		p = tenantPath(tenant, "keys")
+		p = tenantPath(tenant, sub)
 	}
-	for _, k := range key {
-		p += "/" + url.PathEscape(k)
+	for _, r := range rest {
+		p += "/" + url.PathEscape(r)
 	}
 	return p
 }
@@ -252,6 +257,51 @@ func (f *FleetClient) CreateKey(ctx context.Context, tenant string, req CreateKe
 // key that is not there (or not the tenant's) IsNotFound.
 func (f *FleetClient) RevokeKey(ctx context.Context, tenant, key string) error {
 	return f.c.call(ctx, http.MethodDelete, keysPath(tenant, key), nil, nil, nil)
+}
+
+func membersPath(tenant string, email ...string) string { return ownPath(tenant, "members", email...) }
+
+// ListMembers lists a tenant's members by email: the caller's own tenant
+// with tenant "", or, for the operator, tenant (id or name).
+func (f *FleetClient) ListMembers(ctx context.Context, tenant string) ([]Member, error) {
+	var out MemberList
+	if err := f.c.call(ctx, http.MethodGet, membersPath(tenant), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Members == nil {
+		out.Members = []Member{}
+	}
+	return out.Members, nil
+}
+
+// AddMember adds a person to a tenant with a role. Tenant is as for
+// ListMembers. An API key adding a member IsForbidden (only the primary
+// token, an admin or owner, or the operator add people), and so is anyone
+// but an owner adding an owner; an email already there IsConflict, a
+// tenant's 501st member IsQuota.
+func (f *FleetClient) AddMember(ctx context.Context, tenant string, req AddMemberRequest) (*Member, error) {
+	var out Member
+	if err := f.c.call(ctx, http.MethodPost, membersPath(tenant), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetMemberRole changes a member's role; who may is as for AddMember.
+// Demoting the last owner IsConflict.
+func (f *FleetClient) SetMemberRole(ctx context.Context, tenant, email string, role Role) (*Member, error) {
+	var out Member
+	if err := f.c.call(ctx, http.MethodPatch, membersPath(tenant, email), nil, MemberRoleRequest{Role: role}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RemoveMember takes a person out of a tenant; who may is as for
+// AddMember. Removing the last owner IsConflict; someone not there
+// IsNotFound.
+func (f *FleetClient) RemoveMember(ctx context.Context, tenant, email string) error {
+	return f.c.call(ctx, http.MethodDelete, membersPath(tenant, email), nil, nil, nil)
 }
 
 // GetPolicy returns the fleet's policy (operator only).

@@ -411,6 +411,94 @@ type APIKeyWithToken struct {
 	Note string `json:"note"`
 }
 
+// Role is what a member of a tenant may do there; each role may do all the
+// ones before it may, and more.
+type Role string
+
+// The roles, least first.
+const (
+	// RoleViewer looks: the tenant's VMs, usage, bills and activity.
+	RoleViewer Role = "viewer"
+	// RoleMember also launches, controls, runs commands in and deletes VMs.
+	RoleMember Role = "member"
+	// RoleAdmin also manages leases, warm pools, keys, members and the
+	// budget, but neither makes nor changes an owner.
+	RoleAdmin Role = "admin"
+	// RoleOwner may do everything in the tenant, other owners included.
+	RoleOwner Role = "owner"
+)
+
+// Roles lists the roles, least first.
+var Roles = []Role{RoleViewer, RoleMember, RoleAdmin, RoleOwner}
+
+// Rank orders roles (viewer 1 to owner 4); 0 for anything else.
+func (r Role) Rank() int {
+	for i, x := range Roles {
+		if r == x {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// Member is a person of a tenant's team: they sign in with the company's
+// identity provider by Email and get Role in the tenant.
+type Member struct {
+	// Email is matched lowercase; one person may be in several tenants.
+	Email string `json:"email"`
+	Role  Role   `json:"role"`
+	// AddedBy says who added them: "operator", "token" (the tenant's
+	// primary token), "key:<name>" or a member's email.
+	AddedBy string    `json:"added_by"`
+	AddedAt time.Time `json:"added_at"`
+	// LastSignInAt is their last sign-in to this tenant; zero: never.
+	LastSignInAt time.Time `json:"last_sign_in_at,omitzero"`
+}
+
+// MemberList is GET /fleet/tenants/me/members and
+// /fleet/tenants/{id}/members.
+type MemberList struct {
+	Members []Member `json:"members"`
+}
+
+// AddMemberRequest is POST /fleet/tenants/me/members and
+// /fleet/tenants/{id}/members.
+type AddMemberRequest struct {
+	// Email is at most 254 characters; it is kept lowercase.
+	Email string `json:"email"`
+	Role  Role   `json:"role"`
+}
+
+// MemberRoleRequest is PATCH …/members/{email}.
+type MemberRoleRequest struct {
+	Role Role `json:"role"`
+}
+
+// AuthConfig is GET /auth/config: whether the console offers sign-in with
+// the company's identity provider.
+type AuthConfig struct {
+	SSO bool `json:"sso"`
+	// ProviderName labels the sign-in button ("Sign in with Okta").
+	ProviderName string `json:"provider_name,omitempty"`
+	// LoginURL is where the browser starts a sign-in (add ?tenant=T to
+	// pick a team).
+	LoginURL string `json:"login_url,omitempty"`
+}
+
+// ConsoleSession is GET /auth/session: who the browser's console session
+// is for, now (POST /auth/logout answers it signed out).
+type ConsoleSession struct {
+	SignedIn bool   `json:"signed_in"`
+	Email    string `json:"email,omitempty"`
+	// Operator sessions have no tenant and no role.
+	Operator   bool   `json:"operator,omitempty"`
+	TenantID   string `json:"tenant_id,omitempty"`
+	TenantName string `json:"tenant_name,omitempty"`
+	// Role is the member's role in the tenant now.
+	Role      Role      `json:"role,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
 // Usage is an amount of VMs, vCPUs, memory and macOS guests.
 type Usage struct {
 	VMs       int64 `json:"vms"`
@@ -507,7 +595,10 @@ type Event struct {
 	Actor string `json:"actor,omitempty"`
 	// Key is the name of the tenant's API key the request came with ("":
 	// the tenant's primary token, or the operator).
-	Key    string `json:"key,omitempty"`
+	Key string `json:"key,omitempty"`
+	// User is the email of the person who signed in to the console and
+	// made the request in their session ("": not made in a session).
+	User   string `json:"user,omitempty"`
 	Method string `json:"method"`
 	Path   string `json:"path"`
 	// Target is the name or id the change was about.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
@@ -25,6 +26,8 @@ type routeCase struct {
 	// tenantOK is the exact status a tenant gets on its own object, where
 	// this test knows it (0: anything but 401 and 403).
 	tenantOK int
+	// public is the status a public route answers here (0: 200).
+	public int
 	// keyRefused is a tenant route that an API key may not call (403): a
 	// change of the tenant's keys, which only its primary token makes.
 	keyRefused bool
@@ -33,22 +36,49 @@ type routeCase struct {
 // TestEveryRouteWithEveryCredential walks the access table with every kind
 // of caller: none, a bad token, the operator, tenant A on its own objects
 // and on tenant B's with its primary token, a full API key and a read-only
-// one, and a disabled tenant with its token and its key.
+// one, a revoked and an expired key, and a disabled tenant with its token
+// and its key.
 func TestEveryRouteWithEveryCredential(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	a, tokenA := e.createTenant("tenant-a", "")
 	b, tokenB := e.createTenant("tenant-b", "")
 	victim, tokenVictim := e.createTenant("victim", "") // what the operator's destructive calls hit
-	_, tokenD := e.createTenant("disabled", "")
+	dTenant, tokenD := e.createTenant("disabled", "")
 	keyA := e.createKey(tokenA, "access-full", false)
 	readOnlyA := e.createKey(tokenA, "access-read-only", true)
 	keyD := e.createKey(tokenD, "disabled-key", false)
 	e.createKey(tokenA, "revoke-me", false)
+	revokedA := e.createKey(tokenA, "revoked", false)
+	e.must(req{method: "DELETE", path: "/fleet/tenants/me/keys/revoked", token: tokenA}, 204)
+	const expiredA = "fvk_expired-key-of-tenant-a-0123456789abcdefghijklm"
+	if err := e.store.CreateKey(ctx, &store.APIKey{APIKey: sdk.APIKey{Name: "expired", CreatedAt: time.Now().Add(-48 * time.Hour),
+		ExpiresAt: time.Now().Add(-time.Hour)}, Tenant: a.ID, TokenSHA256: store.HashToken(expiredA)}); err != nil {
+		t.Fatal(err)
+	}
 	e.createKey(tokenVictim, "op-revoke", false)
+	// Console sessions of A's team, one per role, and one of the disabled tenant's.
+	sessions := map[sdk.Role]string{}
+	for _, role := range sdk.Roles {
+		email := string(role) + "@example.com"
+		e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: tokenA, body: `{"email": "` + email + `", "role": "` + string(role) + `"}`}, 201)
+		tok, _, err := e.api.sessions.Start(ctx, email, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[role] = tok
+	}
+	e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: tokenD, body: `{"email": "d@example.com", "role": "owner"}`}, 201)
+	sessionD, _, err := e.api.sessions.Start(ctx, "d@example.com", dTenant.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var keyB sdk.APIKeyWithToken
 	e.must(req{method: "POST", path: "/fleet/tenants/me/keys", token: tokenB, body: `{"name": "b-key"}`}, 201).decode(t, &keyB)
 	e.must(req{method: "PATCH", path: "/fleet/tenants/disabled", token: testFleetToken, body: `{"disabled": true}`}, 200)
+	for _, m := range []struct{ token, email string }{{tokenA, "a-admin@example.com"}, {tokenA, "a-rm@example.com"}, {tokenB, "b-only@example.com"}} {
+		e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: m.token, body: `{"email": "` + m.email + `", "role": "admin"}`}, 201)
+	}
 	e.must(req{method: "PUT", path: "/fleet/images/img-1", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-1.raw"}`}, 201)
 	// A node nobody answers on, with one VM of A's and one of B's in the ledger.
 	if err := e.store.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "node-1", URL: "http://127.0.0.1:1", State: store.NodeUp,
@@ -93,7 +123,13 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		return routeCase{own: "/fleet/vms/node-1/vm-a" + action, other: "/fleet/vms/node-1/vm-b" + action, foreign: 404}
 	}
 	cases := map[string]routeCase{
-		"GET /healthz":                       {own: "/healthz"},
+		"GET /healthz":     {own: "/healthz"},
+		"GET /auth/config": {own: "/auth/config"},
+		// No SSO is configured here; sso_test.go signs in with a real provider.
+		"GET /auth/login":                    {own: "/auth/login", public: 404},
+		"GET /auth/callback":                 {own: "/auth/callback", public: 404},
+		"GET /auth/session":                  {own: "/auth/session"},
+		"POST /auth/logout":                  {own: "/auth/logout"},
 		"GET /metrics":                       {own: "/metrics"},
 		"POST /fleet/nodes/{name}/heartbeat": {own: "/fleet/nodes/node-2/heartbeat", body: `{}`},
 		"GET /fleet/nodes":                   {own: "/fleet/nodes"},
@@ -120,6 +156,19 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		// Another tenant's key is "not found", as one that does not exist.
 		"DELETE /fleet/tenants/me/keys/{key}": {own: "/fleet/tenants/me/keys/revoke-me", other: "/fleet/tenants/me/keys/" + keyB.Key.ID,
 			foreign: 404, tenantOK: 204, keyRefused: true},
+		"GET /fleet/tenants/me/members":  {own: "/fleet/tenants/me/members", tenantOK: 200},
+		"POST /fleet/tenants/me/members": {own: "/fleet/tenants/me/members", body: `{"email": "new@example.com", "role": "viewer"}`, tenantOK: 201, keyRefused: true},
+		// Another tenant's member is "not found", as someone who is in no team.
+		"PATCH /fleet/tenants/me/members/{email}": {own: "/fleet/tenants/me/members/a-admin@example.com", other: "/fleet/tenants/me/members/b-only@example.com",
+			body: `{"role": "member"}`, foreign: 404, tenantOK: 200, keyRefused: true},
+		"DELETE /fleet/tenants/me/members/{email}": {own: "/fleet/tenants/me/members/a-rm@example.com", other: "/fleet/tenants/me/members/b-only@example.com",
+			foreign: 404, tenantOK: 204, keyRefused: true},
+		"GET /fleet/tenants/{id}/members":  {own: "/fleet/tenants/" + a.ID + "/members", other: "/fleet/tenants/" + b.ID + "/members"},
+		"POST /fleet/tenants/{id}/members": {own: "/fleet/tenants/" + a.ID + "/members", other: "/fleet/tenants/" + b.ID + "/members", body: `{"email": "op@example.com", "role": "owner"}`},
+		"PATCH /fleet/tenants/{id}/members/{email}": {own: "/fleet/tenants/" + a.ID + "/members/a-admin@example.com",
+			other: "/fleet/tenants/" + b.ID + "/members/b-only@example.com", body: `{"role": "viewer"}`},
+		"DELETE /fleet/tenants/{id}/members/{email}": {own: "/fleet/tenants/" + a.ID + "/members/a-admin@example.com",
+			other: "/fleet/tenants/" + b.ID + "/members/b-only@example.com"},
 		"GET /fleet/tenants/{id}/keys":          {own: "/fleet/tenants/" + a.ID + "/keys", other: "/fleet/tenants/" + b.ID + "/keys"},
 		"POST /fleet/tenants/{id}/keys":         {own: "/fleet/tenants/" + a.ID + "/keys", other: "/fleet/tenants/" + b.ID + "/keys", body: `{"name": "made-by-operator"}`},
 		"DELETE /fleet/tenants/{id}/keys/{key}": {own: "/fleet/tenants/" + a.ID + "/keys/op-revoke", other: "/fleet/tenants/" + b.ID + "/keys/b-key"},
@@ -228,6 +277,11 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 				t.Helper()
 				return e.call(req{method: rt.Method, path: path, token: token, body: c.body}).status
 			}
+			inSession := func(session, path string) int {
+				t.Helper()
+				return e.call(req{method: rt.Method, path: path, body: c.body, header: http.Header{
+					"Cookie": {identity.CookieName + "=" + session}, "X-Fluxvm-Console": {"1"}}}).status
+			}
 			expect := func(who string, got int, ok func(int) bool, want string) {
 				t.Helper()
 				if !ok(got) {
@@ -238,9 +292,13 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			notRefused := func(got int) bool { return got != http.StatusUnauthorized && got != http.StatusForbidden }
 
 			if rt.Access == Public {
+				want := http.StatusOK
+				if c.public != 0 {
+					want = c.public
+				}
 				for who, tok := range map[string]string{"no token": "", "bad token": "garbage", "disabled tenant": tokenD, "tenant": tokenA,
 					"key": keyA, "read-only key": readOnlyA, "operator": testFleetToken} {
-					expect(who, call(tok, c.own), is(http.StatusOK), "200")
+					expect(who, call(tok, c.own), is(want), http.StatusText(want))
 				}
 				return
 			}
@@ -248,8 +306,11 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			expect("bad token", call("not-a-token", c.own), is(http.StatusUnauthorized), "401")
 			expect("forged tenant token", call("fvt_"+strings.Repeat("x", 43), c.own), is(http.StatusUnauthorized), "401")
 			expect("forged key", call("fvk_"+strings.Repeat("x", 43), c.own), is(http.StatusUnauthorized), "401")
+			expect("revoked key", call(revokedA, c.own), is(http.StatusUnauthorized), "401")
+			expect("expired key", call(expiredA, c.own), is(http.StatusUnauthorized), "401")
 			expect("disabled tenant", call(tokenD, c.own), is(http.StatusForbidden), "403")
 			expect("disabled tenant's key", call(keyD, c.own), is(http.StatusForbidden), "403")
+			expect("disabled tenant's session", inSession(sessionD, c.own), is(http.StatusForbidden), "403")
 			reads := rt.Method == http.MethodGet
 			switch rt.Access {
 			case Operator:
@@ -258,6 +319,9 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 					if c.other != "" {
 						expect(who+" on B's", call(tok, c.other), is(http.StatusForbidden), "403")
 					}
+				}
+				for _, role := range sdk.Roles {
+					expect(string(role)+" session", inSession(sessions[role], c.own), is(http.StatusForbidden), "403")
 				}
 			case Tenant:
 				// The primary token first: its exact answers hold before a
@@ -285,6 +349,23 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 					}
 					if c.other != "" {
 						expect(who+" on B's", call(tok, c.other), is(c.foreign), http.StatusText(c.foreign))
+					}
+				}
+				// Each role of the team, in a console session: below the
+				// route's least role (roles_test.go) refused, at or above it
+				// let through, to the same answers as a key.
+				for _, role := range sdk.Roles {
+					who := string(role) + " session"
+					if role.Rank() < sdk.Role(leastRole[key]).Rank() {
+						expect(who, inSession(sessions[role], c.own), is(http.StatusForbidden), "403")
+						if c.other != "" {
+							expect(who+" on B's", inSession(sessions[role], c.other), is(http.StatusForbidden), "403")
+						}
+						continue
+					}
+					expect(who, inSession(sessions[role], c.own), notRefused, "neither 401 nor 403")
+					if c.other != "" {
+						expect(who+" on B's", inSession(sessions[role], c.other), is(c.foreign), http.StatusText(c.foreign))
 					}
 				}
 			}

@@ -9,7 +9,9 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"github.com/fluxvm/fluxvm/central/drainer"
+	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/leases"
 	"github.com/fluxvm/fluxvm/central/metering"
@@ -18,8 +20,10 @@ import (
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/reconciler"
+	"github.com/fluxvm/fluxvm/central/team"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -54,6 +58,20 @@ type Options struct {
 	// Events receives budget.near, budget.over and the like (nil: the store
 	// records them in etcd for delivery).
 	Events notify.Sink
+	// PublicURL is central's URL as browsers reach it: a change made with a
+	// console session must come from its origin, and with https the session
+	// cookie is Secure.
+	PublicURL string
+	// SessionTTL is how long a console session lasts (identity.DefaultTTL
+	// by default).
+	SessionTTL time.Duration
+	// OperatorEmails sign in to the console as the operator (matched
+	// lowercase), with the policy's operator_emails.
+	OperatorEmails []string
+	// OIDC is the sign-in with the company's identity provider (nil: SSO
+	// is off), and OIDCProviderName its name on the sign-in button.
+	OIDC             *identity.OIDC
+	OIDCProviderName string
 }
 
 // ActivityLog is where the API records changes (central/audit.Log).
@@ -91,7 +109,12 @@ type Route struct {
 	NoActivity bool
 	// Action says in words what a changing route does, for the activity
 	// log: "launch vm", "run in"; the target's name follows it there.
-	Action  string
+	Action string
+	// Role is, on a tenant route, the least role a member of the tenant's
+	// team needs to call it (the primary token acts as an owner, an API key
+	// as an admin). Empty closes the route to members: a new tenant route is
+	// theirs only once it says which role may call it.
+	Role    sdk.Role
 	handler func(*Server) http.HandlerFunc
 }
 
@@ -102,6 +125,12 @@ type Principal struct {
 	// Key is the tenant's named API key the call came with (nil: the
 	// tenant's primary token, or the operator).
 	Key *sdk.APIKey
+	// Role is what the caller may do in its tenant: owner for the primary
+	// token, admin for a key, a member's own role in a session.
+	Role sdk.Role
+	// User is the email of the member whose console session made the call
+	// ("": no session).
+	User string
 }
 
 // Who names the principal for logs.
@@ -143,6 +172,10 @@ type Server struct {
 	recon     *reconciler.Reconciler
 	drainer   *drainer.Drainer
 	keys      *keys.Service
+	team      *team.Service
+	sessions  *identity.Sessions
+	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
+	publicOrigin string
 }
 
 // New makes the fleet API.
@@ -168,6 +201,11 @@ func New(opts Options) *Server {
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
 	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
 	s.keys = keys.New(opts.Store, opts.Now, opts.Logger)
+	s.team = team.New(opts.Store, opts.Now, opts.Logger)
+	s.sessions = identity.NewSessions(opts.Store, opts.SessionTTL, opts.Now, s.isOperatorEmail, opts.Logger)
+	if u, err := url.Parse(opts.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
+		s.publicOrigin = u.Scheme + "://" + u.Host
+	}
 	events := opts.Events
 	if events == nil {
 		events = opts.Store
@@ -202,8 +240,8 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 		}
 		p, status, msg, hint := s.authenticate(r)
 		if status != 0 {
-			if status == http.StatusForbidden && p.Tenant != nil {
-				s.record(r, p, rt.Action, "", status) // a disabled tenant knocking
+			if status == http.StatusForbidden && (p.Tenant != nil || p.User != "") {
+				s.record(r, p, rt.Action, "", status) // a disabled tenant knocking, a change from outside the console
 			}
 			jsonapi.WriteError(w, status, msg, hint)
 			return
@@ -212,6 +250,11 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 			s.record(r, p, rt.Action, "", http.StatusForbidden)
 			jsonapi.WriteError(w, http.StatusForbidden, "this route is for the operator: "+r.Method+" "+rt.Path,
 				"tenants may call the routes listed in docs/tenancy.md; ask the operator for anything else")
+			return
+		}
+		if msg, hint := roleRefusal(rt, p); msg != "" {
+			s.record(r, p, rt.Action, "", http.StatusForbidden)
+			jsonapi.WriteError(w, http.StatusForbidden, msg, hint)
 			return
 		}
 		if p.Key != nil && p.Key.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -233,6 +276,23 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 	})
 }
 
+// roleRefusal says why a tenant's caller may not call a tenant route with
+// its role ("" when it may): a member in a console session on a route that
+// names no role, or anyone whose role ranks below the route's.
+func roleRefusal(rt Route, p Principal) (msg, hint string) {
+	switch {
+	case p.Tenant == nil || rt.Access != Tenant:
+		return "", ""
+	case rt.Role == "" && p.User != "":
+		return "members signed in to the console may not call " + rt.Method + " " + rt.Path,
+			"this route takes the tenant's primary token or one of its API keys"
+	case p.Role.Rank() < rt.Role.Rank():
+		return fmt.Sprintf("the %s role may not call %s %s: it takes %s or above", p.Role, rt.Method, rt.Path, rt.Role),
+			"an admin or owner of the team can change your role (fluxctl fleet member-role EMAIL ROLE)"
+	}
+	return "", ""
+}
+
 // authenticate finds the caller from the bearer token: the operator's fleet
 // token, a tenant's primary token (fvt_) or one of its API keys (fvk_). An
 // expired key is as invalid as an unknown one; a disabled tenant's token and
@@ -240,6 +300,9 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hint string) {
 	const tokenHint = "send Authorization: Bearer <token>: the operator's fleet token (central -token), a tenant's fvt_ token or one of its fvk_ API keys"
 	header := r.Header.Get("Authorization")
+	if c, err := r.Cookie(identity.CookieName); header == "" && err == nil && c.Value != "" {
+		return s.sessionPrincipal(r, c.Value)
+	}
 	scheme, token, _ := strings.Cut(header, " ")
 	if header != "" && !strings.EqualFold(scheme, "Bearer") {
 		// A bare token, or another scheme, is refused before it is looked at.
@@ -258,8 +321,11 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 			k, p.Tenant, err = s.keys.Authenticate(r.Context(), token)
 			if err == nil {
 				wire := keys.Wire(*k)
-				p.Key = &wire
+				p.Key, p.Role = &wire, sdk.RoleAdmin
 			}
+		}
+		if p.Key == nil {
+			p.Role = sdk.RoleOwner
 		}
 		switch {
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, keys.ErrUnknown):
@@ -290,6 +356,54 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 	return p, http.StatusUnauthorized, "invalid token", tokenHint
 }
 
+// sessionPrincipal finds the caller from a console session's cookie (only
+// when no Authorization header came: a bearer token ignores the cookie),
+// and refuses a change that does not come from the console.
+func (s *Server) sessionPrincipal(r *http.Request, token string) (p Principal, status int, msg, hint string) {
+	who, err := s.sessions.Lookup(r.Context(), token)
+	switch {
+	case errors.Is(err, identity.ErrNoSession):
+		return p, http.StatusUnauthorized, "your console session has ended", "sign in again (GET /auth/login)"
+	case err != nil:
+		s.log.Error("look up a console session", "error", err)
+		return p, http.StatusServiceUnavailable, "cannot check the session now", "central's store does not answer; retry"
+	}
+	p.User = who.Session.Email
+	if who.Tenant == nil {
+		p.Operator = true
+	} else {
+		p.Tenant, p.Role = who.Tenant, who.Member.Role
+	}
+	if err := identity.CheckConsoleChange(r, s.publicOrigin); err != nil {
+		return p, http.StatusForbidden, err.Error(), "changes made in the console come from the console's own pages; scripts use a token or an API key"
+	}
+	if p.Tenant != nil && p.Tenant.Disabled {
+		return p, http.StatusForbidden, "tenant " + p.Tenant.Name + " is disabled", "ask the operator to enable it"
+	}
+	return p, 0, "", ""
+}
+
+// isOperatorEmail says whether email signs in as the operator: one of
+// central's -sso-operator emails, or of the policy's operator_emails (read
+// on every call, so that removing one ends its sessions at once).
+func (s *Server) isOperatorEmail(ctx context.Context, email string) (bool, error) {
+	for _, e := range s.opts.OperatorEmails {
+		if store.NormalEmail(e) == email {
+			return true, nil
+		}
+	}
+	p, err := s.opts.Store.GetPolicy(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range p.OperatorEmails {
+		if store.NormalEmail(e) == email {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // record appends one event to the activity log. The path is the escaped
 // one (plain ASCII, as the caller sent it); the log bounds it, and every
 // other field.
@@ -308,6 +422,7 @@ func (s *Server) record(r *http.Request, p Principal, action, target string, sta
 	if p.Key != nil {
 		e.Key = p.Key.Name
 	}
+	e.User = p.User
 	s.opts.Activity.Append(e)
 }
 

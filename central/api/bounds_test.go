@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fluxvm/fluxvm/central/audit"
 	"maps"
 	"strings"
 	"testing"
@@ -177,6 +178,10 @@ func TestStoreRangesMatchTheDescription(t *testing.T) {
 		{"Resources.macos_slots", res["macos_slots"], store.MaxNodeMacOSSlots},
 		{"CreateKeyRequest.expires_days", key["expires_days"], store.MaxKeyExpiresDays},
 		{"KeyName.maxLength", float64(*spec.Doc.Components.Schemas["KeyName"].Value.MaxLength), store.MaxKeyNameLen},
+		{"MemberEmail.maxLength", float64(*spec.Doc.Components.Schemas["MemberEmail"].Value.MaxLength), store.MaxEmailLen},
+		{"MemberList.members.maxItems", float64(*spec.Doc.Components.Schemas["MemberList"].Value.Properties["members"].Value.MaxItems), store.MaxMembersPerTenant},
+		{"Event.user.maxLength", float64(*spec.Doc.Components.Schemas["Event"].Value.Properties["user"].Value.MaxLength), audit.MaxUserBytes},
+		{"audit.MaxUserBytes", float64(audit.MaxUserBytes), store.MaxEmailLen},
 	} {
 		if c.spec != c.code {
 			t.Errorf("%s: the description's maximum is %s, the store's %s", c.what, fmt.Sprint(c.spec), fmt.Sprint(c.code))

@@ -7,24 +7,37 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
 )
 
 // Routes is the access table: every route central serves and who may call
 // it. A route missing here is not served; the access test walks this table
-// with every kind of credential.
+// with every kind of credential. A tenant route names, as Role, the least
+// role a member of the tenant's team needs to call it; one without is closed
+// to members (see roleRefusal), and the role test walks every route with
+// every role.
 func Routes() []Route {
+	const (
+		Viewer, Member, Admin = sdk.RoleViewer, sdk.RoleMember, sdk.RoleAdmin
+	)
 	h := func(f func(*Server, http.ResponseWriter, *http.Request)) func(*Server) http.HandlerFunc {
 		return func(s *Server) http.HandlerFunc { return func(w http.ResponseWriter, r *http.Request) { f(s, w, r) } }
 	}
 	return []Route{
 		{Method: "GET", Path: "/healthz", Access: Public, handler: h((*Server).healthz)},
+		// The console's session: public routes that read the cookie themselves.
+		{Method: "GET", Path: "/auth/config", Access: Public, handler: h((*Server).authConfig)},
+		{Method: "GET", Path: "/auth/login", Access: Public, handler: h((*Server).authLogin)},
+		{Method: "GET", Path: "/auth/callback", Access: Public, handler: h((*Server).authCallback)},
+		{Method: "GET", Path: "/auth/session", Access: Public, handler: h((*Server).authSession)},
+		{Method: "POST", Path: "/auth/logout", Access: Public, handler: h((*Server).authLogout)},
 		{Method: "GET", Path: "/metrics", Access: Operator, handler: h((*Server).metrics)},
 
 		{Method: "POST", Path: "/fleet/nodes/{name}/heartbeat", Access: Operator, NoActivity: true, handler: h((*Server).heartbeat)},
 		{Method: "GET", Path: "/fleet/nodes", Access: Operator, handler: h((*Server).listNodes)},
-		{Method: "GET", Path: "/fleet/nodes/{name}", Access: Tenant, handler: h((*Server).getNode)},
-		{Method: "GET", Path: "/fleet/capacity", Access: Tenant, handler: h((*Server).capacity)},
+		{Method: "GET", Path: "/fleet/nodes/{name}", Access: Tenant, Role: Viewer, handler: h((*Server).getNode)},
+		{Method: "GET", Path: "/fleet/capacity", Access: Tenant, Role: Viewer, handler: h((*Server).capacity)},
 		{Method: "POST", Path: "/fleet/nodes/{name}/cordon", Action: "cordon node", Access: Operator, handler: h((*Server).cordonNode)},
 		{Method: "POST", Path: "/fleet/nodes/{name}/uncordon", Action: "uncordon node", Access: Operator, handler: h((*Server).uncordonNode)},
 		{Method: "POST", Path: "/fleet/nodes/{name}/drain", Action: "drain node", Access: Operator, handler: h((*Server).drainNode)},
@@ -32,18 +45,27 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/nodes/{name}/scrub", Action: "scrub node", Access: Operator, handler: h((*Server).scrubNode)},
 		{Method: "GET", Path: "/fleet/rebalance/plan", Access: Operator, handler: h((*Server).rebalancePlan)},
 
-		{Method: "GET", Path: "/fleet/leases", Access: Tenant, handler: h((*Server).listLeases)},
-		{Method: "POST", Path: "/fleet/leases", Action: "lease node", Access: Tenant, handler: h((*Server).createLease)},
-		{Method: "GET", Path: "/fleet/leases/{id}", Access: Tenant, handler: h((*Server).getLease)},
-		{Method: "POST", Path: "/fleet/leases/{id}/release", Action: "release lease", Access: Tenant, handler: h((*Server).releaseLease)},
+		{Method: "GET", Path: "/fleet/leases", Access: Tenant, Role: Viewer, handler: h((*Server).listLeases)},
+		{Method: "POST", Path: "/fleet/leases", Action: "lease node", Access: Tenant, Role: Admin, handler: h((*Server).createLease)},
+		{Method: "GET", Path: "/fleet/leases/{id}", Access: Tenant, Role: Viewer, handler: h((*Server).getLease)},
+		{Method: "POST", Path: "/fleet/leases/{id}/release", Action: "release lease", Access: Tenant, Role: Admin, handler: h((*Server).releaseLease)},
 
 		{Method: "GET", Path: "/fleet/tenants", Access: Operator, handler: h((*Server).listTenants)},
 		{Method: "POST", Path: "/fleet/tenants", Action: "create tenant", Access: Operator, handler: h((*Server).createTenant)},
-		{Method: "GET", Path: "/fleet/tenants/me", Access: Tenant, handler: h((*Server).tenantMe)},
+		{Method: "GET", Path: "/fleet/tenants/me", Access: Tenant, Role: Viewer, handler: h((*Server).tenantMe)},
 		// A tenant's API keys; the /me routes come before /{id} so that "me" is never taken for a tenant.
-		{Method: "GET", Path: "/fleet/tenants/me/keys", Access: Tenant, handler: h((*Server).listKeys)},
-		{Method: "POST", Path: "/fleet/tenants/me/keys", Action: "create key", Access: Tenant, handler: h((*Server).createKey)},
-		{Method: "DELETE", Path: "/fleet/tenants/me/keys/{key}", Action: "revoke key", Access: Tenant, handler: h((*Server).revokeKey)},
+		{Method: "GET", Path: "/fleet/tenants/me/keys", Access: Tenant, Role: Admin, handler: h((*Server).listKeys)},
+		{Method: "POST", Path: "/fleet/tenants/me/keys", Action: "create key", Access: Tenant, Role: Admin, handler: h((*Server).createKey)},
+		{Method: "DELETE", Path: "/fleet/tenants/me/keys/{key}", Action: "revoke key", Access: Tenant, Role: Admin, handler: h((*Server).revokeKey)},
+		// A tenant's team; {email} is matched lowercase.
+		{Method: "GET", Path: "/fleet/tenants/me/members", Access: Tenant, Role: Viewer, handler: h((*Server).listMembers)},
+		{Method: "POST", Path: "/fleet/tenants/me/members", Action: "add member", Access: Tenant, Role: Admin, handler: h((*Server).addMember)},
+		{Method: "PATCH", Path: "/fleet/tenants/me/members/{email}", Action: "change the role of", Access: Tenant, Role: Admin, handler: h((*Server).setMemberRole)},
+		{Method: "DELETE", Path: "/fleet/tenants/me/members/{email}", Action: "remove member", Access: Tenant, Role: Admin, handler: h((*Server).removeMember)},
+		{Method: "GET", Path: "/fleet/tenants/{id}/members", Access: Operator, handler: h((*Server).listMembers)},
+		{Method: "POST", Path: "/fleet/tenants/{id}/members", Action: "add member", Access: Operator, handler: h((*Server).addMember)},
+		{Method: "PATCH", Path: "/fleet/tenants/{id}/members/{email}", Action: "change the role of", Access: Operator, handler: h((*Server).setMemberRole)},
+		{Method: "DELETE", Path: "/fleet/tenants/{id}/members/{email}", Action: "remove member", Access: Operator, handler: h((*Server).removeMember)},
 		{Method: "GET", Path: "/fleet/tenants/{id}/keys", Access: Operator, handler: h((*Server).listKeys)},
 		{Method: "POST", Path: "/fleet/tenants/{id}/keys", Action: "create key", Access: Operator, handler: h((*Server).createKey)},
 		{Method: "DELETE", Path: "/fleet/tenants/{id}/keys/{key}", Action: "revoke key", Access: Operator, handler: h((*Server).revokeKey)},
@@ -55,40 +77,40 @@ func Routes() []Route {
 		{Method: "GET", Path: "/fleet/policy", Access: Operator, handler: h((*Server).getPolicy)},
 		{Method: "PUT", Path: "/fleet/policy", Action: "set the fleet policy", Access: Operator, handler: h((*Server).putPolicy)},
 
-		{Method: "GET", Path: "/fleet/images", Access: Tenant, handler: h((*Server).listImages)},
+		{Method: "GET", Path: "/fleet/images", Access: Tenant, Role: Viewer, handler: h((*Server).listImages)},
 		{Method: "PUT", Path: "/fleet/images/{name}", Action: "put image", Access: Operator, handler: h((*Server).putImage)},
 		{Method: "DELETE", Path: "/fleet/images/{name}", Action: "delete image", Access: Operator, handler: h((*Server).deleteImage)},
 
-		{Method: "GET", Path: "/fleet/vms", Access: Tenant, handler: h((*Server).listVMs)},
-		{Method: "POST", Path: "/fleet/vms", Action: "launch vm", Access: Tenant, handler: h((*Server).createVM)},
-		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}", Action: "delete vm", Access: Tenant, handler: h((*Server).deleteVM)},
-		{Method: "POST", Path: "/fleet/vms/{node}/{id}/exec", Action: "run in", Access: Tenant, handler: h((*Server).execVM)},
-		{Method: "POST", Path: "/fleet/vms/{node}/{id}/start", Action: "start vm", Access: Tenant, handler: h(vmAction("start"))},
-		{Method: "POST", Path: "/fleet/vms/{node}/{id}/stop", Action: "stop vm", Access: Tenant, handler: h(vmAction("stop"))},
-		{Method: "POST", Path: "/fleet/vms/{node}/{id}/restart", Action: "restart vm", Access: Tenant, handler: h(vmAction("restart"))},
-		{Method: "POST", Path: "/fleet/vms/{node}/{id}/pause", Action: "pause vm", Access: Tenant, handler: h(vmAction("pause"))},
-		{Method: "POST", Path: "/fleet/vms/{node}/{id}/resume", Action: "resume vm", Access: Tenant, handler: h(vmAction("resume"))},
-		{Method: "GET", Path: "/fleet/vms/{node}/{id}/logs", Access: Tenant, handler: h((*Server).vmLogs)},
-		{Method: "GET", Path: "/fleet/vms/{node}/{id}/screen", Access: Tenant, handler: h((*Server).vmScreen)},
+		{Method: "GET", Path: "/fleet/vms", Access: Tenant, Role: Viewer, handler: h((*Server).listVMs)},
+		{Method: "POST", Path: "/fleet/vms", Action: "launch vm", Access: Tenant, Role: Member, handler: h((*Server).createVM)},
+		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}", Action: "delete vm", Access: Tenant, Role: Member, handler: h((*Server).deleteVM)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/exec", Action: "run in", Access: Tenant, Role: Member, handler: h((*Server).execVM)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/start", Action: "start vm", Access: Tenant, Role: Member, handler: h(vmAction("start"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/stop", Action: "stop vm", Access: Tenant, Role: Member, handler: h(vmAction("stop"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/restart", Action: "restart vm", Access: Tenant, Role: Member, handler: h(vmAction("restart"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/pause", Action: "pause vm", Access: Tenant, Role: Member, handler: h(vmAction("pause"))},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/resume", Action: "resume vm", Access: Tenant, Role: Member, handler: h(vmAction("resume"))},
+		{Method: "GET", Path: "/fleet/vms/{node}/{id}/logs", Access: Tenant, Role: Member, handler: h((*Server).vmLogs)},
+		{Method: "GET", Path: "/fleet/vms/{node}/{id}/screen", Access: Tenant, Role: Member, handler: h((*Server).vmScreen)},
 
-		{Method: "GET", Path: "/fleet/pools", Access: Tenant, handler: h((*Server).listPools)},
-		{Method: "POST", Path: "/fleet/pools", Action: "create pool", Access: Tenant, handler: h((*Server).createPool)},
-		{Method: "GET", Path: "/fleet/pools/{name}", Access: Tenant, handler: h((*Server).getPool)},
-		{Method: "PATCH", Path: "/fleet/pools/{name}", Action: "update pool", Access: Tenant, handler: h((*Server).patchPool)},
-		{Method: "DELETE", Path: "/fleet/pools/{name}", Action: "delete pool", Access: Tenant, handler: h((*Server).deletePool)},
-		{Method: "GET", Path: "/fleet/pools/{name}/status", Access: Tenant, handler: h((*Server).poolStatus)},
+		{Method: "GET", Path: "/fleet/pools", Access: Tenant, Role: Viewer, handler: h((*Server).listPools)},
+		{Method: "POST", Path: "/fleet/pools", Action: "create pool", Access: Tenant, Role: Admin, handler: h((*Server).createPool)},
+		{Method: "GET", Path: "/fleet/pools/{name}", Access: Tenant, Role: Viewer, handler: h((*Server).getPool)},
+		{Method: "PATCH", Path: "/fleet/pools/{name}", Action: "update pool", Access: Tenant, Role: Admin, handler: h((*Server).patchPool)},
+		{Method: "DELETE", Path: "/fleet/pools/{name}", Action: "delete pool", Access: Tenant, Role: Admin, handler: h((*Server).deletePool)},
+		{Method: "GET", Path: "/fleet/pools/{name}/status", Access: Tenant, Role: Viewer, handler: h((*Server).poolStatus)},
 		{Method: "POST", Path: "/fleet/macos-pool/checkout", Action: "check out a macOS vm", Access: Operator, handler: h((*Server).checkoutMacOS)},
 		{Method: "POST", Path: "/fleet/macos-pool/{node}/{id}/return", Action: "return macOS vm", Access: Operator, handler: h((*Server).returnMacOS)},
 
-		{Method: "GET", Path: "/fleet/prices", Access: Tenant, handler: h((*Server).getPrices)},
+		{Method: "GET", Path: "/fleet/prices", Access: Tenant, Role: Viewer, handler: h((*Server).getPrices)},
 		{Method: "PUT", Path: "/fleet/prices", Action: "publish prices", Access: Operator, handler: h((*Server).putPrices)},
-		{Method: "GET", Path: "/fleet/usage", Access: Tenant, handler: h((*Server).usage)},
-		{Method: "GET", Path: "/fleet/billing", Access: Tenant, handler: h((*Server).billingStatement)},
-		{Method: "PUT", Path: "/fleet/tenants/me/budget", Action: "set the budget of", Access: Tenant, handler: h((*Server).putMyBudget)},
+		{Method: "GET", Path: "/fleet/usage", Access: Tenant, Role: Viewer, handler: h((*Server).usage)},
+		{Method: "GET", Path: "/fleet/billing", Access: Tenant, Role: Viewer, handler: h((*Server).billingStatement)},
+		{Method: "PUT", Path: "/fleet/tenants/me/budget", Action: "set the budget of", Access: Tenant, Role: Admin, handler: h((*Server).putMyBudget)},
 		{Method: "PUT", Path: "/fleet/tenants/{id}/budget", Action: "set the budget of", Access: Operator, handler: h((*Server).putTenantBudget)},
 
 		{Method: "POST", Path: "/fleet/reconcile", Action: "reconcile", Access: Operator, handler: h((*Server).reconcile)},
-		{Method: "GET", Path: "/fleet/events", Access: Tenant, handler: h((*Server).listEvents)},
+		{Method: "GET", Path: "/fleet/events", Access: Tenant, Role: Viewer, handler: h((*Server).listEvents)},
 	}
 }
 

@@ -10,8 +10,8 @@
 // with requests, refused or cheap. So:
 //
 //   - Every field of an event is bounded (Who, Tenant and Method at
-//     MaxFieldBytes, Target, Actor and Key at MaxTargetBytes, Action at
-//     MaxActionBytes, Path at MaxPathBytes, and nothing in them that JSON
+//     MaxFieldBytes, Target, Actor and Key at MaxTargetBytes, User at
+//     MaxUserBytes, Action at MaxActionBytes, Path at MaxPathBytes, and nothing in them that JSON
 //     must escape), so a line is at most
 //     MaxLineBytes however large the request was. The caller records a target
 //     only when it is a valid name or id.
@@ -28,8 +28,8 @@
 //     one's method, path and status). The first events of a flood and the
 //     size of the rest survive. A record stays in its file until at least
 //     MaxBytes of newer lines follow it, and one principal alone writes at
-//     most 2*PerHour lines an hour: with the defaults, more than seven days
-//     of a tenant's refusals (120 lines of at most 772 bytes an hour) or
+//     most 2*PerHour lines an hour: with the defaults, more than five days
+//     of a tenant's refusals (120 lines of at most 1024 bytes an hour) or
 //     about a week of cheap changes (480 lines of some 200 bytes; two days
 //     with the longest lines) before it can push anyone's record out.
 //   - In memory each kind keeps Options.Keep events and Options.KeepBytes
@@ -88,10 +88,11 @@ var (
 const (
 	MaxFieldBytes  = 80  // Who, Tenant, Method
 	MaxTargetBytes = 64  // Target, Actor and Key: the longest valid name
+	MaxUserBytes   = 254 // User: the longest email a member may have (store.MaxEmailLen)
 	MaxActionBytes = 112 // Action: a route's words and a target
 	MaxPathBytes   = 256 // Path
 	// MaxLineBytes bounds one line of a file, summaries included.
-	MaxLineBytes = 1024
+	MaxLineBytes = 1280
 )
 
 // Event is one change made, or refused, through central (sdk.Event, the
@@ -325,7 +326,7 @@ func (s *stream) openFile() error {
 // size is what an event costs in memory: its strings and a fixed overhead
 // for the struct and its slot.
 func size(e Event) int64 {
-	return int64(160 + len(e.Who) + len(e.Tenant) + len(e.Actor) + len(e.Key) + len(e.Method) + len(e.Path) + len(e.Target) + len(e.Action))
+	return int64(160 + len(e.Who) + len(e.Tenant) + len(e.Actor) + len(e.Key) + len(e.User) + len(e.Method) + len(e.Path) + len(e.Target) + len(e.Action))
 }
 
 // push keeps an event in memory; when that is over Keep or KeepBytes, the
@@ -380,7 +381,7 @@ func (l *Log) Append(e Event) {
 			b.summary = &Event{Time: e.Time, Who: e.Who, Tenant: e.Tenant, Actor: e.Actor}
 		}
 		b.summary.Suppressed++
-		b.summary.Until, b.summary.Method, b.summary.Path, b.summary.Status, b.summary.Action, b.summary.Key = e.Time, e.Method, e.Path, e.Status, e.Action, e.Key
+		b.summary.Until, b.summary.Method, b.summary.Path, b.summary.Status, b.summary.Action, b.summary.Key, b.summary.User = e.Time, e.Method, e.Path, e.Status, e.Action, e.Key, e.User
 		l.seq++
 		b.seq = l.seq
 		return
@@ -478,6 +479,7 @@ func bound(e Event) Event {
 	e.Target = clean(e.Target, MaxTargetBytes)
 	e.Actor = clean(e.Actor, MaxTargetBytes)
 	e.Key = clean(e.Key, MaxTargetBytes)
+	e.User = clean(e.User, MaxUserBytes)
 	e.Action = clean(e.Action, MaxActionBytes)
 	return e
 }

@@ -45,6 +45,9 @@ import (
 //	P api-keys/<tenant>/<id>                 APIKey (a tenant's named API key: keys.go)
 //	P api-key-names/<tenant>/<name>          key id (unique name within the tenant)
 //	P api-key-tokens/<sha256>                <tenant>/<id> (key token index)
+//	P team-members/<tenant>/<email>          TeamMember (a person of a tenant's team: team.go)
+//	P sessions/<sha256>                      Session (a console session, leased: sessions.go)
+//	P session-people/<email>/<sha256>        the session's created_at (a person's sessions)
 //	P prices/<effective-from>                Prices, one version each (billing.go)
 //	P notify-events/<id>                     Event to deliver (budget.near, budget.over, ...)
 //	P notify-once/<key>                      event id: an event recorded at most once per key
@@ -448,8 +451,8 @@ func (s *Store) RotateTenantToken(ctx context.Context, id, newTokenSHA256 string
 	})
 }
 
-// DeleteTenant removes a tenant, its indexes and its API keys (with theirs) in one
-// transaction. Its ledger entries stay for metering until retention drops them.
+// DeleteTenant removes a tenant, its indexes, its API keys (with theirs) and its members in
+// one transaction. Its ledger entries stay for metering until retention drops them.
 //
 // A tenant with VMs running (its usage counter) or being created (live reservations under
 // its prefix) is refused with ErrConflict. The check and the delete are one decision: the
@@ -491,6 +494,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		ops := []clientv3.Op{
 			clientv3.OpDelete(key), clientv3.OpDelete(s.tenantNameKey(t.Name)), clientv3.OpDelete(s.tenantTokenKey(t.TokenSHA256)),
 			clientv3.OpDelete(kp, clientv3.WithPrefix()), clientv3.OpDelete(s.keyNamePrefix(id), clientv3.WithPrefix()),
+			clientv3.OpDelete(s.teamPrefix(id), clientv3.WithPrefix()),
 		}
 		for _, kv := range r.Responses[3].GetResponseRange().Kvs {
 			var k APIKey

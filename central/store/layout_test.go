@@ -66,6 +66,13 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if err := s.CreateKey(ctx, &APIKey{APIKey: sdk.APIKey{Name: "ci", CreatedAt: now}, Tenant: acme.ID, TokenSHA256: HashToken("fvk_ci")}); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.AddTeamMember(ctx, &TeamMember{Member: sdk.Member{Email: "alex@example.com", Role: sdk.RoleOwner, AddedAt: now}, Tenant: acme.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSession(ctx, &Session{Email: "alex@example.com", Tenant: acme.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+		TokenSHA256: HashToken("session")}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.PutPrices(ctx, billing.DefaultPrices(), now); err != nil {
 		t.Fatal(err)
 	}

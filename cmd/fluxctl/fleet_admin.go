@@ -649,7 +649,8 @@ func (f *fleet) tenantDeleteCmd() *cobra.Command {
 // eventColumns are the columns of fleet activity. The default ones fit a
 // row in 80 columns: who and the action are cut (with …) where a name is
 // long; -o json shows them whole. A tenant's request made with one of its
-// API keys is the tenant's, as TENANT/KEY.
+// API keys is the tenant's, as TENANT/KEY; one made by a person signed in
+// to the console is theirs, by email.
 func eventColumns(tenants *tenantNames) []column[sdk.Event] {
 	who := func(e *sdk.Event) string {
 		name := e.Who
@@ -660,6 +661,9 @@ func eventColumns(tenants *tenantNames) []column[sdk.Event] {
 		}
 		if e.Key != "" {
 			name += "/" + e.Key
+		}
+		if e.User != "" {
+			name = e.User
 		}
 		return name
 	}
@@ -680,6 +684,7 @@ func eventColumns(tenants *tenantNames) []column[sdk.Event] {
 		{"status", "STATUS", true, func(e *sdk.Event) string { return strconv.Itoa(e.Status) }},
 		{"tenant-id", "TENANT ID", true, func(e *sdk.Event) string { return e.Tenant }},
 		{"key", "KEY", true, func(e *sdk.Event) string { return e.Key }},
+		{"user", "USER", true, func(e *sdk.Event) string { return e.User }},
 	}
 }
 

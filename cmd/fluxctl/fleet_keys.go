@@ -52,30 +52,42 @@ func keyExpiry(now time.Time, k *sdk.APIKey) string {
 	return when(k.ExpiresAt)
 }
 
-// keysTenant refuses what cannot work before anything is sent: the
-// operator has no keys of its own and must name a tenant.
-func (f *fleet) keysTenant(tenant string) error {
+// ownTenant refuses what cannot work before anything is sent: the operator
+// has no keys or team (what) of its own and must name a tenant.
+func (f *fleet) ownTenant(tenant, what string) error {
 	if !f.asTenant() && tenant == "" {
-		return &cliError{msg: "the operator has no API keys of its own: name the tenant with --tenant", hint: hintTenants}
+		return &cliError{msg: "the operator has no " + what + " of its own: name the tenant with --tenant", hint: hintTenants}
 	}
 	return nil
 }
 
-// keysRefusal gives central's refusals of the keys' routes fluxctl's hints.
-func (f *fleet) keysRefusal(err error, tenant string) error {
+// primaryTokenRefusal gives central's 403s on a tenant's keys or team
+// (what) fluxctl's hints: a tenant naming a tenant, or an API key trying a
+// change (change, in words) that only the primary token makes. Other
+// statuses get hints.
+func (f *fleet) primaryTokenRefusal(err error, tenant, what, change string, hints map[int]string) error {
 	var api *sdk.APIError
 	if !errors.As(err, &api) {
 		return err
 	}
 	switch {
 	case api.Status == 403 && tenant != "" && f.asTenant():
-		return &cliError{msg: api.Message, hint: "a tenant manages its own keys: leave --tenant out"}
+		return &cliError{msg: api.Message, hint: "a tenant manages its own " + what + ": leave --tenant out"}
 	case api.Status == 403 && strings.HasPrefix(f.bearer(), sdk.APIKeyPrefix) && !strings.Contains(api.Message, "disabled"):
-		return &cliError{msg: api.Message, hint: "create and revoke keys with the tenant's primary token (fvt_) in --token or " + envFleetToken +
+		return &cliError{msg: api.Message, hint: change + " with the tenant's primary token (fvt_) in --token or " + envFleetToken +
 			", or ask the operator"}
 	}
-	return withHints(err, map[int]string{404: hintKeys, 409: "pick another name, or revoke the old key first (fluxctl fleet keys revoke NAME)",
-		429: "revoke keys nobody uses (" + hintKeys + " and when each was last used), then create this one"})
+	return withHints(err, hints)
+}
+
+// keysTenant is ownTenant for keys.
+func (f *fleet) keysTenant(tenant string) error { return f.ownTenant(tenant, "API keys") }
+
+// keysRefusal gives central's refusals of the keys' routes fluxctl's hints.
+func (f *fleet) keysRefusal(err error, tenant string) error {
+	return f.primaryTokenRefusal(err, tenant, "keys", "create and revoke keys",
+		map[int]string{404: hintKeys, 409: "pick another name, or revoke the old key first (fluxctl fleet keys revoke NAME)",
+			429: "revoke keys nobody uses (" + hintKeys + " and when each was last used), then create this one"})
 }
 
 func (f *fleet) keysCmd() *cobra.Command {

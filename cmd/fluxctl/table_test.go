@@ -31,6 +31,7 @@ func TestEveryListCommandPrintsCSVYAMLAndTheColumnsAsked(t *testing.T) {
 	vm := decode[sdk.FleetCreateVMResponse](t, "launch", tenant.run(t, "fleet", "launch", "web-1", "--image", "debian-minimal").ok(t, "launch").stdout)
 	tenant.run(t, "fleet", "pools", "create", "ci", "--image", "debian-minimal", "--size", "0").ok(t, "pools create")
 	key := decode[sdk.APIKeyWithToken](t, "keys create", tenant.run(t, "fleet", "keys", "create", "ci-key").ok(t, "keys create").stdout)
+	tenant.run(t, "fleet", "member-add", "alex@example.com", "--role", "owner").ok(t, "member-add")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		// The node's record has the VM from its next heartbeat.
 		if n := decode[sdk.FleetNode](t, "node", op.run(t, "fleet", "node", f.Node).ok(t, "node").stdout); len(n.VMs) == 1 {
@@ -62,6 +63,8 @@ func TestEveryListCommandPrintsCSVYAMLAndTheColumnsAsked(t *testing.T) {
 		{"fleet tenant list", op, []string{"fleet", "tenant", "list"}, "name,state,id", "acme", tenantID},
 		{"fleet keys", tenant, []string{"fleet", "keys"}, "name,access,last-used", "ci-key", key.Key.ID},
 		{"fleet keys of a tenant", op, []string{"fleet", "keys", "--tenant", "acme"}, "name,expires,id", key.Key.ID, key.Key.ID},
+		{"fleet members", tenant, []string{"fleet", "members"}, "email,role,added-by", "alex@example.com", ""},
+		{"fleet members of a tenant", op, []string{"fleet", "members", "--tenant", "acme"}, "email,last-sign-in", "alex@example.com", ""},
 		{"fleet activity", op, []string{"fleet", "activity"}, "who,action,result,tenant-id", "acme", tenantID},
 		{"fleet lease list", op, []string{"fleet", "lease", "list"}, "id,node,tenant", "acme", tenantID},
 		{"fleet lease", tenant, []string{"fleet", "lease"}, "node,state,ends", l.Node, ""},

@@ -25,6 +25,7 @@ import (
 	"github.com/fluxvm/fluxvm/agent"
 	"github.com/fluxvm/fluxvm/agent/config"
 	"github.com/fluxvm/fluxvm/central"
+	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/drivers/sim"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/network"
@@ -141,21 +142,45 @@ func runCentral(args []string) int {
 	reconcileSecs := fs.Int("reconcile-secs", 60, "seconds between reconciler passes (leader only)")
 	heartbeatSecs := fs.Int("heartbeat-secs", 10, "seconds between node heartbeats; a node silent for three is marked down")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	publicURL := fs.String("public-url", os.Getenv("FLUXVM_PUBLIC_URL"),
+		"central's URL as browsers reach it (default $FLUXVM_PUBLIC_URL); with https the console's session cookie is Secure")
+	sessionHours := fs.Int("session-hours", 12, "hours a console session lasts")
+	issuer := fs.String("oidc-issuer", os.Getenv("FLUXVM_OIDC_ISSUER"),
+		"the identity provider's issuer URL, for the console's sign-in (default $FLUXVM_OIDC_ISSUER; none: sign-in is off)")
+	clientID := fs.String("oidc-client-id", os.Getenv("FLUXVM_OIDC_CLIENT_ID"), "central's client id at the identity provider (default $FLUXVM_OIDC_CLIENT_ID)")
+	clientSecret := fs.String("oidc-client-secret", os.Getenv("FLUXVM_OIDC_CLIENT_SECRET"),
+		"central's client secret at the identity provider (default $FLUXVM_OIDC_CLIENT_SECRET; none: a public client, PKCE either way)")
+	clientSecretFile := fs.String("oidc-client-secret-file", "", "a file holding the client secret (instead of -oidc-client-secret)")
+	providerName := fs.String("oidc-provider-name", "your identity provider", "the provider's name on the console's sign-in button")
+	operators := splitList(os.Getenv("FLUXVM_SSO_OPERATORS"))
+	fs.Func("sso-operator", "an email that signs in to the console as the operator (repeatable; default $FLUXVM_SSO_OPERATORS, comma-separated)",
+		func(v string) error { operators = append(operators, v); return nil })
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 || *reconcileSecs < 1 || *heartbeatSecs < 1 {
-		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -reconcile-secs and -heartbeat-secs must be at least 1, and no arguments follow the flags")
+	if fs.NArg() > 0 || *reconcileSecs < 1 || *heartbeatSecs < 1 || *sessionHours < 1 || *sessionHours > 24*30 {
+		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -reconcile-secs and -heartbeat-secs must be at least 1, -session-hours 1 to 720, and no arguments follow the flags")
 		return 2
+	}
+	if *clientSecretFile != "" {
+		b, err := os.ReadFile(*clientSecretFile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fluxvm-agent central: -oidc-client-secret-file: %v\n", err)
+			return 2
+		}
+		*clientSecret = strings.TrimSpace(string(b))
 	}
 	eps := splitList(*endpoints)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := central.Run(ctx, central.Options{
-		Listen: *listen, StateDir: *stateDir, EtcdEndpoints: eps, EtcdListen: *etcdListen, FleetToken: *token,
+		OIDC:             identity.OIDCConfig{Issuer: *issuer, ClientID: *clientID, ClientSecret: *clientSecret},
+		OIDCProviderName: *providerName,
+		Listen:           *listen, StateDir: *stateDir, EtcdEndpoints: eps, EtcdListen: *etcdListen, FleetToken: *token,
 		ReconcileEvery: time.Duration(*reconcileSecs) * time.Second, HeartbeatInterval: time.Duration(*heartbeatSecs) * time.Second,
 		Version: version, Logger: hclog.New(&hclog.LoggerOptions{Name: "central", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
 		Listening: func(addr string) { fmt.Printf("fluxvm central: http://%s\n", addr) },
+		PublicURL: *publicURL, SessionTTL: time.Duration(*sessionHours) * time.Hour, OperatorEmails: operators,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fluxvm-agent central: %v\n", err)
