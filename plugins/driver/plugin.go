@@ -61,11 +61,12 @@ type Plugin struct {
 
 // contract is what Launch checks of a driver plugin.
 var contract = base.Contract{
-	Kind:      pluginName,
-	Type:      basepb.PluginType_PLUGIN_TYPE_DRIVER,
-	Version:   APIVersion,
-	Handshake: Handshake,
-	Plugins:   versionedPlugins(nil),
+	Kind:       pluginName,
+	Type:       basepb.PluginType_PLUGIN_TYPE_DRIVER,
+	Version:    APIVersion,
+	MinVersion: MinAPIVersion,
+	Handshake:  Handshake,
+	Plugins:    versionedPlugins(nil),
 }
 
 // Launch starts a plugin process, checks its handshake and contract version,
