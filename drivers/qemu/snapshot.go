@@ -17,7 +17,6 @@ import (
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 )
 
 // Snapshots are internal qcow2 snapshots of the VM's overlay disk (node
@@ -90,6 +89,31 @@ func (d *Driver) snapshotTarget(id string) (*vm, error) {
 	return v, nil
 }
 
+// withSnapshots runs f on a VM and its snapshots, under the VM's operation
+// lock (so no start, stop or other snapshot runs meanwhile).
+func (d *Driver) withSnapshots(id string, f func(v *vm, snaps []*pb.Snapshot) error) error {
+	v, err := d.snapshotTarget(id)
+	if err != nil {
+		return err
+	}
+	v.op.Lock()
+	defer v.op.Unlock()
+	snaps, err := v.readSnapshots()
+	if err != nil {
+		return err
+	}
+	return f(v, snaps)
+}
+
+// snapshotIndex finds tag in snaps, or says that the VM has no such snapshot.
+func snapshotIndex(snaps []*pb.Snapshot, id, tag string) (int, error) {
+	i := findSnapshot(snaps, tag)
+	if i < 0 {
+		return 0, driver.Errorf(driver.ErrNotFound, "vm %s has no snapshot %q", id, tag)
+	}
+	return i, nil
+}
+
 func (v *vm) currentState() pb.VMState {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -105,40 +129,35 @@ func (d *Driver) SnapshotVM(ctx context.Context, id, tag string, memory bool) (*
 	if err := driver.CheckSnapshotTag(tag); err != nil {
 		return nil, err
 	}
-	v, err := d.snapshotTarget(id)
-	if err != nil {
-		return nil, err
-	}
-	v.op.Lock()
-	defer v.op.Unlock()
-	snaps, err := v.readSnapshots()
-	if err != nil {
-		return nil, err
-	}
-	if findSnapshot(snaps, tag) >= 0 {
-		return nil, driver.Errorf(driver.ErrExists, "vm %s has a snapshot %q already", id, tag)
-	}
-	state := v.currentState()
-	snap := &pb.Snapshot{Tag: tag, Memory: memory, CreatedAtUnixNano: time.Now().UnixNano(), VmState: state}
-	switch {
-	case memory && !runs(state):
-		return nil, driver.Errorf(driver.ErrState, "vm %s is %s: a memory snapshot needs a running or paused vm", id, stateName(state))
-	case memory:
-		// The job stops the vCPUs while it saves and resumes them after, if
-		// they ran before.
-		err = v.snapshotJob(ctx, "snapshot-save", map[string]any{"tag": tag, "vmstate": "disk0", "devices": []string{"disk0"}})
-	case runs(state):
-		err = v.diskSnapshotLive(ctx, tag, state)
-	default:
-		err = d.qemuImgSnapshot(ctx, "-c", tag, v.rec.Disk)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("snapshot vm %s as %q: %w", id, tag, err)
-	}
-	if err := v.writeSnapshots(append(snaps, snap)); err != nil {
-		return nil, fmt.Errorf("snapshot vm %s as %q: record it: %w", id, tag, err)
-	}
-	return snap, nil
+	var snap *pb.Snapshot
+	err := d.withSnapshots(id, func(v *vm, snaps []*pb.Snapshot) error {
+		if findSnapshot(snaps, tag) >= 0 {
+			return driver.Errorf(driver.ErrExists, "vm %s has a snapshot %q already", id, tag)
+		}
+		state := v.currentState()
+		var err error
+		switch {
+		case memory && !runs(state):
+			return driver.Errorf(driver.ErrState, "vm %s is %s: a memory snapshot needs a running or paused vm", id, stateName(state))
+		case memory:
+			// The job stops the vCPUs while it saves and resumes them after,
+			// if they ran before.
+			err = v.snapshotJob(ctx, "snapshot-save", map[string]any{"tag": tag, "vmstate": "disk0", "devices": []string{"disk0"}})
+		case runs(state):
+			err = v.diskSnapshotLive(ctx, tag, state)
+		default:
+			err = d.qemuImgSnapshot(ctx, "-c", tag, v.rec.Disk)
+		}
+		if err != nil {
+			return fmt.Errorf("snapshot vm %s as %q: %w", id, tag, err)
+		}
+		snap = &pb.Snapshot{Tag: tag, Memory: memory, CreatedAtUnixNano: time.Now().UnixNano(), VmState: state}
+		if err := v.writeSnapshots(append(snaps, snap)); err != nil {
+			return fmt.Errorf("snapshot vm %s as %q: record it: %w", id, tag, err)
+		}
+		return nil
+	})
+	return snap, err
 }
 
 // diskSnapshotLive takes an internal disk snapshot of a running VM with its
@@ -152,12 +171,15 @@ func (v *vm) diskSnapshotLive(ctx context.Context, tag string, state pb.VMState)
 		if err := mon.run(ctx, "stop", nil, nil); err != nil {
 			return err
 		}
+		v.transition(pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, pb.EventType_EVENT_TYPE_PAUSED)
 		defer func() {
 			// A VM left paused by a failed cont is worse than an error: try
 			// with a fresh context too.
 			if err := mon.run(context.WithoutCancel(ctx), "cont", nil, nil); err != nil {
 				v.d.logger.Error("cannot resume the vm after a disk snapshot", "vm", v.id, "error", err)
+				return
 			}
+			v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, pb.EventType_EVENT_TYPE_RESUMED)
 		}()
 	}
 	return mon.run(ctx, "blockdev-snapshot-internal-sync", map[string]any{"device": "disk0", "name": tag}, nil)
@@ -201,7 +223,7 @@ func (v *vm) snapshotJob(ctx context.Context, command string, args map[string]an
 			if jobs[i].Error != "" {
 				return fmt.Errorf("qmp %s: %s", command, jobs[i].Error)
 			}
-			return nil
+			return v.syncRunState(ctx, mon)
 		}
 		select {
 		case <-ctx.Done():
@@ -209,6 +231,22 @@ func (v *vm) snapshotJob(ctx context.Context, command string, args map[string]an
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// syncRunState sets the VM's state from QEMU's, after a job that stopped
+// and resumed the vCPUs: QEMU's STOP and RESUME events may not have been
+// handled yet, and the caller must see the state the job left.
+func (v *vm) syncRunState(ctx context.Context, mon *monitor) error {
+	st, err := mon.queryStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if st == "running" {
+		v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, pb.EventType_EVENT_TYPE_RESUMED)
+	} else {
+		v.transition(pb.VMState_VM_STATE_RUNNING, pb.VMState_VM_STATE_PAUSED, pb.EventType_EVENT_TYPE_PAUSED)
+	}
+	return nil
 }
 
 // qemuImgSnapshot runs qemu-img snapshot on a disk no QEMU has open.
@@ -238,81 +276,77 @@ func (d *Driver) ListSnapshots(_ context.Context, id string) ([]*pb.Snapshot, er
 
 // DeleteSnapshot removes one snapshot from the qcow2 and the record.
 func (d *Driver) DeleteSnapshot(ctx context.Context, id, tag string) error {
-	v, err := d.snapshotTarget(id)
-	if err != nil {
-		return err
-	}
-	v.op.Lock()
-	defer v.op.Unlock()
-	snaps, err := v.readSnapshots()
-	if err != nil {
-		return err
-	}
-	i := findSnapshot(snaps, tag)
-	if i < 0 {
-		return driver.Errorf(driver.ErrNotFound, "vm %s has no snapshot %q", id, tag)
-	}
-	if runs(v.currentState()) {
-		err = v.snapshotJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": []string{"disk0"}})
-	} else {
-		err = d.qemuImgSnapshot(ctx, "-d", tag, v.rec.Disk)
-	}
-	if err != nil {
-		return fmt.Errorf("delete snapshot %q of vm %s: %w", tag, id, err)
-	}
-	return v.writeSnapshots(slices.Delete(snaps, i, i+1))
+	return d.withSnapshots(id, func(v *vm, snaps []*pb.Snapshot) error {
+		i, err := snapshotIndex(snaps, id, tag)
+		if err != nil {
+			return err
+		}
+		if runs(v.currentState()) {
+			err = v.snapshotJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": []string{"disk0"}})
+		} else {
+			err = d.qemuImgSnapshot(ctx, "-d", tag, v.rec.Disk)
+		}
+		if err != nil {
+			return fmt.Errorf("delete snapshot %q of vm %s: %w", tag, id, err)
+		}
+		return v.writeSnapshots(slices.Delete(snaps, i, i+1))
+	})
 }
 
 // RestoreVM puts the VM back to a snapshot: a disk snapshot into a VM that
 // does not run (qemu-img snapshot -a), a memory snapshot into a running QEMU
 // (snapshot-load), which then runs on from the snapshot's moment.
 func (d *Driver) RestoreVM(ctx context.Context, id, tag string) (*pb.VMStatus, error) {
-	v, err := d.snapshotTarget(id)
+	var st *pb.VMStatus
+	err := d.withSnapshots(id, func(v *vm, snaps []*pb.Snapshot) error {
+		i, err := snapshotIndex(snaps, id, tag)
+		if err != nil {
+			return err
+		}
+		state := v.currentState()
+		switch {
+		case snaps[i].Memory && !runs(state):
+			return driver.Errorf(driver.ErrState, "vm %s is %s: a memory snapshot is restored into a running or paused vm (start it first)", id, stateName(state))
+		case snaps[i].Memory:
+			err = v.loadMemorySnapshot(ctx, snaps[i])
+		case runs(state):
+			return driver.Errorf(driver.ErrState, "vm %s is %s: a disk snapshot is restored into a vm that does not run (stop it first)", id, stateName(state))
+		default:
+			err = d.qemuImgSnapshot(ctx, "-a", tag, v.rec.Disk)
+		}
+		if err != nil {
+			return fmt.Errorf("restore vm %s to %q: %w", id, tag, err)
+		}
+		st = v.status()
+		return nil
+	})
+	return st, err
+}
+
+// loadMemorySnapshot brings a memory snapshot back into the running QEMU
+// and lets it run if it ran when the snapshot was taken.
+func (v *vm) loadMemorySnapshot(ctx context.Context, snap *pb.Snapshot) error {
+	if err := v.snapshotJob(ctx, "snapshot-load", map[string]any{"tag": snap.Tag, "vmstate": "disk0", "devices": []string{"disk0"}}); err != nil {
+		return err
+	}
+	// The guest agent connection belongs to the guest that was: the
+	// restored guest knows nothing of it.
+	v.closeAgent()
+	if snap.VmState != pb.VMState_VM_STATE_RUNNING {
+		return nil
+	}
+	mon, err := v.monitor(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	v.op.Lock()
-	defer v.op.Unlock()
-	snaps, err := v.readSnapshots()
-	if err != nil {
-		return nil, err
+	if st, err := mon.queryStatus(ctx); err != nil || st == "running" {
+		return err
 	}
-	i := findSnapshot(snaps, tag)
-	if i < 0 {
-		return nil, driver.Errorf(driver.ErrNotFound, "vm %s has no snapshot %q", id, tag)
+	if err := mon.run(ctx, "cont", nil, nil); err != nil {
+		return err
 	}
-	state := v.currentState()
-	if snaps[i].Memory {
-		if !runs(state) {
-			return nil, driver.Errorf(driver.ErrState, "vm %s is %s: a memory snapshot is restored into a running or paused vm (start it first)", id, stateName(state))
-		}
-		if err := v.snapshotJob(ctx, "snapshot-load", map[string]any{"tag": tag, "vmstate": "disk0", "devices": []string{"disk0"}}); err != nil {
-			return nil, fmt.Errorf("restore vm %s to %q: %w", id, tag, err)
-		}
-		// The guest agent's connection belongs to the guest that was: the
-		// restored guest knows nothing of it.
-		v.closeAgent()
-		if snaps[i].VmState == pb.VMState_VM_STATE_RUNNING {
-			mon, err := v.monitor(ctx)
-			if err == nil {
-				var st string
-				if st, err = mon.queryStatus(ctx); err == nil && st != "running" {
-					err = mon.run(ctx, "cont", nil, nil)
-				}
-			}
-			if err != nil {
-				return nil, fmt.Errorf("restore vm %s to %q: resume: %w", id, tag, err)
-			}
-		}
-		return v.status(), nil
-	}
-	if runs(state) {
-		return nil, driver.Errorf(driver.ErrState, "vm %s is %s: a disk snapshot is restored into a vm that does not run (stop it first)", id, stateName(state))
-	}
-	if err := d.qemuImgSnapshot(ctx, "-a", tag, v.rec.Disk); err != nil {
-		return nil, fmt.Errorf("restore vm %s to %q: %w", id, tag, err)
-	}
-	return v.status(), nil
+	v.transition(pb.VMState_VM_STATE_PAUSED, pb.VMState_VM_STATE_RUNNING, pb.EventType_EVENT_TYPE_RESUMED)
+	return nil
 }
 
 // CloneVM creates a new VM over the same image whose overlay holds the
@@ -332,25 +366,13 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 		if err != nil {
 			return nil, err
 		}
-		if findSnapshot(snaps, tag) < 0 {
-			return nil, driver.Errorf(driver.ErrNotFound, "vm %s has no snapshot %q", src.id, tag)
+		if _, err := snapshotIndex(snaps, src.id, tag); err != nil {
+			return nil, err
 		}
 	} else if st := src.currentState(); runs(st) {
 		return nil, driver.Errorf(driver.ErrState, "vm %s is %s: clone it from a snapshot, or stop it first", src.id, stateName(st))
 	}
-	spec := proto.Clone(src.spec).(*pb.VMSpec)
-	spec.Id = req.GetId()
-	if req.GetName() != "" {
-		spec.Name = req.GetName()
-	}
-	if req.GetLabels() != nil {
-		spec.Labels = req.GetLabels()
-	}
-	if req.GetNetwork() != nil {
-		spec.Network = proto.Clone(req.GetNetwork()).(*pb.Network)
-	} else if spec.Network != nil {
-		spec.Network.Mac = "" // never the source's: macFor(the clone's id)
-	}
+	spec := driver.CloneSpec(src.spec, req) // no MAC: macFor(the clone's id)
 	st, err := d.CreateVM(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("clone vm %s as %s: %w", src.id, spec.Id, err)

@@ -2,13 +2,11 @@ package sim
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"slices"
 
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
-	"google.golang.org/protobuf/proto"
 )
 
 // snapshotRecord is one snapshot in vm.json. A simulated VM has no disk or
@@ -138,15 +136,15 @@ func (d *Driver) RestoreVM(_ context.Context, id, tag string) (*pb.VMStatus, err
 	return d.statusLocked(v), nil
 }
 
-// CloneVM creates a VM with the source's spec (or the snapshot's screen)
-// under a new id, a new UUID and, when the source had one set, a new MAC.
+// CloneVM creates a VM with the source's spec and screen (or the
+// snapshot's) under a new id and a new UUID, without the source's MAC.
 func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error) {
 	d.mu.Lock()
 	src, err := d.lookupLocked(req.GetSourceId())
 	var spec *pb.VMSpec
 	var scr screen
 	if err == nil {
-		spec = proto.Clone(src.spec).(*pb.VMSpec)
+		spec = driver.CloneSpec(src.spec, req)
 		scr = src.rec.Screen.clone()
 		if tag := req.GetSnapshotTag(); tag != "" {
 			i := findSnapshot(src.rec.Snapshots, tag)
@@ -163,19 +161,6 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 	if err != nil {
 		return nil, err
 	}
-	spec.Id = req.GetId()
-	if req.GetName() != "" {
-		spec.Name = req.GetName()
-	}
-	if req.GetLabels() != nil {
-		spec.Labels = req.GetLabels()
-	}
-	if req.GetNetwork() != nil {
-		spec.Network = proto.Clone(req.GetNetwork()).(*pb.Network)
-	}
-	if spec.Network != nil && spec.Network.Mac != "" && spec.Network.Mac == src.spec.GetNetwork().GetMac() {
-		spec.Network.Mac = randomMAC()
-	}
 	if _, err := d.CreateVM(ctx, spec); err != nil {
 		return nil, fmt.Errorf("sim: clone vm %s as %s: %w", req.GetSourceId(), req.GetId(), err)
 	}
@@ -191,14 +176,6 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 		return nil, err
 	}
 	return d.statusLocked(v), nil
-}
-
-// randomMAC is a locally administered unicast address.
-func randomMAC() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	b[0] = b[0]&0xfe | 0x02
-	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3], b[4], b[5])
 }
 
 func (s screen) clone() screen {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/plugins/base"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"google.golang.org/protobuf/proto"
 )
 
 // APIVersion is the driver contract version this package speaks: the
@@ -161,4 +162,25 @@ func CheckSnapshotTag(tag string) error {
 		return Errorf(ErrInvalid, "snapshot tag %q is not valid: it is 1 to 63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", tag)
 	}
 	return nil
+}
+
+// CloneSpec is the spec of a clone of the VM with spec src, as CloneVM asks
+// for it: the source's, under the request's id, with the request's name,
+// labels and network where it sets them, and never the source's MAC (empty,
+// so that the driver picks one for the clone, unless the request names one).
+func CloneSpec(src *pb.VMSpec, req *pb.CloneVMRequest) *pb.VMSpec {
+	spec := proto.Clone(src).(*pb.VMSpec)
+	spec.Id = req.GetId()
+	if req.GetName() != "" {
+		spec.Name = req.GetName()
+	}
+	if req.GetLabels() != nil {
+		spec.Labels = req.GetLabels()
+	}
+	if req.GetNetwork() != nil {
+		spec.Network = proto.Clone(req.GetNetwork()).(*pb.Network)
+	} else if spec.Network != nil {
+		spec.Network.Mac = ""
+	}
+	return spec
 }
