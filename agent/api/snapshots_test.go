@@ -50,7 +50,7 @@ func TestSnapshotsAndClonesThroughTheAPI(t *testing.T) {
 		t.Errorf("clone = %+v, want a new running VM named snapped-copy", clone)
 	}
 	post("clone", `{"name": "snapped-copy", "snapshot": "disk-1"}`, 409) // the name is taken
-	post("clone", `{"name": "no-snap"}`, 409)                             // the source runs
+	post("clone", `{"name": "no-snap"}`, 409)                            // the source runs
 	if got := e.vm(req{method: "GET", path: path, token: readOnlyToken}, 200); got.State != sdk.StateRunning {
 		t.Errorf("the source is %s after the clone, want running", got.State)
 	}
