@@ -219,3 +219,37 @@ func (n *NodeClient) CleanWorkspaces(ctx context.Context) ([]Workspace, error) {
 	}
 	return out.Workspaces, nil
 }
+
+// SnapshotVM takes a disk snapshot of a VM, or a memory snapshot with
+// req.Memory.
+func (n *NodeClient) SnapshotVM(ctx context.Context, idOrName string, req SnapshotRequest) (*Snapshot, error) {
+	var s Snapshot
+	if err := n.c.call(ctx, http.MethodPost, vmPath(idOrName, "snapshot"), nil, req, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Snapshots lists a VM's snapshots, oldest first.
+func (n *NodeClient) Snapshots(ctx context.Context, idOrName string) ([]Snapshot, error) {
+	var out []Snapshot
+	if err := n.c.call(ctx, http.MethodGet, vmPath(idOrName, "snapshots"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeleteSnapshot removes one of a VM's snapshots.
+func (n *NodeClient) DeleteSnapshot(ctx context.Context, idOrName, tag string) error {
+	return n.c.call(ctx, http.MethodDelete, vmPath(idOrName, "snapshots", url.PathEscape(tag)), nil, nil, nil)
+}
+
+// RestoreVM puts a VM back to one of its snapshots.
+func (n *NodeClient) RestoreVM(ctx context.Context, idOrName, tag string) (*VM, error) {
+	return n.power(ctx, idOrName, "restore", RestoreRequest{Tag: tag})
+}
+
+// CloneVM creates and starts a new VM from a VM's snapshot or stopped disk.
+func (n *NodeClient) CloneVM(ctx context.Context, idOrName string, req CloneRequest) (*VM, error) {
+	return n.power(ctx, idOrName, "clone", req)
+}

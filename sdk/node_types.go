@@ -201,3 +201,37 @@ type Workspace struct {
 type WorkspaceList struct {
 	Workspaces []Workspace `json:"workspaces"`
 }
+
+// Snapshot is one snapshot of a VM, as GET /v1/vms/{id}/snapshots lists it.
+type Snapshot struct {
+	Tag string `json:"tag"`
+	// Memory: the snapshot holds RAM and device state, not only the disks.
+	Memory    bool      `json:"memory"`
+	CreatedAt time.Time `json:"created_at"`
+	// VMState is the VM's state when the snapshot was taken.
+	VMState string `json:"vm_state"`
+}
+
+// SnapshotRequest is POST /v1/vms/{id}/snapshot.
+type SnapshotRequest struct {
+	// Tag names the snapshot: 1 to 63 of a-z, 0-9, '.', '_', '-', unique per VM.
+	Tag string `json:"tag"`
+	// Memory takes a memory snapshot (driver capability memory_snapshots)
+	// instead of a disk snapshot (disk_snapshots).
+	Memory bool `json:"memory,omitempty"`
+}
+
+// RestoreRequest is POST /v1/vms/{id}/restore.
+type RestoreRequest struct {
+	Tag string `json:"tag"`
+}
+
+// CloneRequest is POST /v1/vms/{id}/clone: a new VM, started, whose disk is
+// the source's at a snapshot (or as it is, when the source does not run).
+type CloneRequest struct {
+	// Name is the clone's name, unique on the node like any VM's.
+	Name string `json:"name"`
+	// Snapshot is the source's snapshot tag to clone; empty for its current disk.
+	Snapshot string            `json:"snapshot,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+}

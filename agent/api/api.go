@@ -108,6 +108,11 @@ func (s *server) routes() {
 	r.HandleFunc("/v1/vms/{id}/logs", s.logs).Methods(http.MethodGet)
 	r.HandleFunc("/v1/vms/{id}/screenshot", s.screenshot).Methods(http.MethodGet)
 	r.HandleFunc("/v1/vms/{id}/input", s.input).Methods(http.MethodPost)
+	r.HandleFunc("/v1/vms/{id}/snapshot", s.snapshotVM).Methods(http.MethodPost)
+	r.HandleFunc("/v1/vms/{id}/snapshots", s.listSnapshots).Methods(http.MethodGet)
+	r.HandleFunc("/v1/vms/{id}/snapshots/{tag}", s.deleteSnapshot).Methods(http.MethodDelete)
+	r.HandleFunc("/v1/vms/{id}/restore", s.restoreVM).Methods(http.MethodPost)
+	r.HandleFunc("/v1/vms/{id}/clone", s.cloneVM).Methods(http.MethodPost)
 	r.Handle("/metrics", s.metrics.handler()).Methods(http.MethodGet)
 }
 

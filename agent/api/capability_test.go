@@ -37,7 +37,7 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 			Config: func(*basepb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
 		}
 	}
-	e := newEnvWith(t, nil, []pluginhost.Plugin{recorder("bare", ""), recorder("full", "pause,screenshot,input,exec")})
+	e := newEnvWith(t, nil, []pluginhost.Plugin{recorder("bare", ""), recorder("full", "pause,screenshot,input,exec,disk_snapshots,memory_snapshots,clones")})
 	received := func(name string) []string {
 		data, err := os.ReadFile(filepath.Join(dir, name+".rpcs"))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -55,7 +55,7 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 	for _, d := range h.Drivers {
 		caps[d.Name] = d.Capabilities
 	}
-	if len(caps["bare"]) != 0 || !slices.Equal(caps["full"], []string{"exec", "input", "pause", "screenshot"}) {
+	if len(caps["bare"]) != 0 || !slices.Equal(caps["full"], []string{"clones", "disk_snapshots", "exec", "input", "memory_snapshots", "pause", "screenshot"}) {
 		t.Fatalf("health lists capabilities %v", caps)
 	}
 
@@ -74,6 +74,24 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 		{"exec", func(vm string) req {
 			return req{method: "POST", path: "/v1/vms/" + vm + "/exec", token: adminToken, body: []byte(`{"command": ["uname", "-a"]}`)}
 		}},
+		{"disk_snapshots", func(vm string) req {
+			return req{method: "POST", path: "/v1/vms/" + vm + "/snapshot", token: adminToken, body: []byte(`{"tag": "d1"}`)}
+		}},
+		{"memory_snapshots", func(vm string) req {
+			return req{method: "POST", path: "/v1/vms/" + vm + "/snapshot", token: adminToken, body: []byte(`{"tag": "m1", "memory": true}`)}
+		}},
+		{"disk_snapshots", func(vm string) req {
+			return req{method: "GET", path: "/v1/vms/" + vm + "/snapshots", token: adminToken}
+		}},
+		{"disk_snapshots", func(vm string) req {
+			return req{method: "DELETE", path: "/v1/vms/" + vm + "/snapshots/d1", token: adminToken}
+		}},
+		{"disk_snapshots", func(vm string) req {
+			return req{method: "POST", path: "/v1/vms/" + vm + "/restore", token: adminToken, body: []byte(`{"tag": "m1"}`)}
+		}},
+		{"clones", func(vm string) req {
+			return req{method: "POST", path: "/v1/vms/" + vm + "/clone", token: adminToken, body: []byte(`{"name": "` + vm + `-clone", "snapshot": "m1"}`)}
+		}},
 	}
 
 	bare := e.create("on-bare", `, "driver": "bare", "display": true`)
@@ -91,12 +109,14 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 	if vm := e.vm(req{method: "GET", path: "/v1/vms/" + bare.ID, token: readOnlyToken}, 200); vm.State != sdk.StateRunning {
 		t.Fatalf("after the refused calls the VM is %s, want running", vm.State)
 	}
+	e.must(req{method: "GET", path: "/v1/vms/" + bare.ID + "-clone", token: readOnlyToken}, 404) // the refused clone left no VM
 
 	full := e.create("on-full", `, "driver": "full", "display": true`)
 	for _, c := range calls {
 		e.call(c.r(full.ID)) // the sim refuses exec itself; what counts is that it was asked
 	}
-	if got, want := received("full"), []string{"PauseVM", "ResumeVM", "Screenshot", "SendInput", "Exec"}; !slices.Equal(got, want) {
+	if got, want := received("full"), []string{"PauseVM", "ResumeVM", "Screenshot", "SendInput", "Exec",
+		"SnapshotVM", "SnapshotVM", "ListSnapshots", "DeleteSnapshot", "RestoreVM", "CloneVM"}; !slices.Equal(got, want) {
 		t.Fatalf("the plugin with every capability received %v, want %v", got, want)
 	}
 	if got := received("bare"); len(got) != 0 {

@@ -200,3 +200,61 @@ func (s *server) readJSON(w http.ResponseWriter, r *http.Request, dst any, requi
 	}
 	return true
 }
+
+func (s *server) snapshotVM(w http.ResponseWriter, r *http.Request) {
+	var req sdk.SnapshotRequest
+	if !s.readJSON(w, r, &req, true) {
+		return
+	}
+	snap, err := s.opts.Manager.Snapshot(r.Context(), mux.Vars(r)["id"], req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	jsonapi.Write(w, http.StatusCreated, snap)
+}
+
+func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	snaps, err := s.opts.Manager.Snapshots(r.Context(), mux.Vars(r)["id"])
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, snaps)
+}
+
+func (s *server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	vars := mux.Vars(r)
+	if err := s.opts.Manager.DeleteSnapshot(r.Context(), vars["id"], vars["tag"]); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) restoreVM(w http.ResponseWriter, r *http.Request) {
+	var req sdk.RestoreRequest
+	if !s.readJSON(w, r, &req, true) {
+		return
+	}
+	vm, err := s.opts.Manager.Restore(r.Context(), mux.Vars(r)["id"], req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, vm)
+}
+
+func (s *server) cloneVM(w http.ResponseWriter, r *http.Request) {
+	var req sdk.CloneRequest
+	if !s.readJSON(w, r, &req, true) {
+		return
+	}
+	vm, err := s.opts.Manager.Clone(r.Context(), mux.Vars(r)["id"], req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/vms/"+vm.ID)
+	jsonapi.Write(w, http.StatusCreated, vm)
+}

@@ -63,3 +63,51 @@ func (g *gate) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr io.
 	}
 	return g.Driver.Exec(ctx, req, stdout, stderr)
 }
+
+// requireSnapshots is nil when the plugin claimed either snapshot
+// capability: listing, deleting and restoring serve both kinds.
+func (g *gate) requireSnapshots() error {
+	if driver.CapMemorySnapshots.ClaimedBy(g.caps) {
+		return nil
+	}
+	return g.require(driver.CapDiskSnapshots)
+}
+
+func (g *gate) SnapshotVM(ctx context.Context, id, tag string, memory bool) (*pb.Snapshot, error) {
+	c := driver.CapDiskSnapshots
+	if memory {
+		c = driver.CapMemorySnapshots
+	}
+	if err := g.require(c); err != nil {
+		return nil, err
+	}
+	return g.Driver.SnapshotVM(ctx, id, tag, memory)
+}
+
+func (g *gate) ListSnapshots(ctx context.Context, id string) ([]*pb.Snapshot, error) {
+	if err := g.requireSnapshots(); err != nil {
+		return nil, err
+	}
+	return g.Driver.ListSnapshots(ctx, id)
+}
+
+func (g *gate) DeleteSnapshot(ctx context.Context, id, tag string) error {
+	if err := g.requireSnapshots(); err != nil {
+		return err
+	}
+	return g.Driver.DeleteSnapshot(ctx, id, tag)
+}
+
+func (g *gate) RestoreVM(ctx context.Context, id, tag string) (*pb.VMStatus, error) {
+	if err := g.requireSnapshots(); err != nil {
+		return nil, err
+	}
+	return g.Driver.RestoreVM(ctx, id, tag)
+}
+
+func (g *gate) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error) {
+	if err := g.require(driver.CapClones); err != nil {
+		return nil, err
+	}
+	return g.Driver.CloneVM(ctx, req)
+}

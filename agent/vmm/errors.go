@@ -40,8 +40,9 @@ func HintOf(err error) string {
 // driverErr wraps an error from a driver with what the manager was doing,
 // keeping its kind.
 func driverErr(err error, format string, args ...any) error {
-	if err == nil {
-		return nil
+	var own *Error
+	if err == nil || errors.As(err, &own) {
+		return err // nil, or already said for people
 	}
 	hint := ""
 	switch {

@@ -124,6 +124,19 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
+	return m.create(ctx, req, func(d driver.Driver, id string) error {
+		_, err := d.CreateVM(ctx, toSpec(id, req))
+		if errors.Is(err, driver.ErrNotFound) {
+			return fail(driver.ErrInvalid, "check the path; images live under "+strings.Join(m.opts.AllowedImageDirs, ", "),
+				"create vm %s: %v", req.Name, err)
+		}
+		return err
+	})
+}
+
+// create records a new VM, has the driver make it (makeVM, given the
+// driver and the VM's new id) and starts it; on failure it leaves nothing.
+func (m *Manager) create(ctx context.Context, req sdk.CreateVMRequest, makeVM func(d driver.Driver, id string) error) (*sdk.VM, error) {
 	drvName, err := m.pickDriver(req.Driver, req.GuestOS)
 	if err != nil {
 		return nil, err
@@ -183,11 +196,7 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 		_ = m.opts.Store.DeleteVM(rec.ID)
 		return cause
 	}
-	if _, err := d.CreateVM(ctx, toSpec(rec.ID, req)); err != nil {
-		if errors.Is(err, driver.ErrNotFound) {
-			return nil, undo(fail(driver.ErrInvalid, "check the path; images live under "+strings.Join(m.opts.AllowedImageDirs, ", "),
-				"create vm %s: %v", req.Name, err))
-		}
+	if err := makeVM(d, rec.ID); err != nil {
 		return nil, undo(driverErr(err, "create vm %s", req.Name))
 	}
 	// No write between create and start: a crash here leaves the record

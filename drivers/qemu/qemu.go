@@ -126,6 +126,10 @@ func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		Exec:       true,
 		GuestOs:    []pb.GuestOS{pb.GuestOS_GUEST_OS_LINUX},
 		Headless:   true,
+		// Internal qcow2 snapshots of the overlay disk (snapshot.go).
+		DiskSnapshots:   true,
+		MemorySnapshots: true,
+		Clones:          true,
 	}, nil
 }
 

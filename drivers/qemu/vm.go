@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -306,6 +307,10 @@ func (v *vm) launch(accel string) launch {
 	}
 	if l.Kernel != "" {
 		l.Cmdline = kernelCmdline(v.rec.Cmdline, v.rec.Extra, hostTSCkHz(), l.Machine, l.Display)
+		// The guest's machine id is the VM's UUID (systemd reads this
+		// parameter; other guests find it in /proc/cmdline), so a clone,
+		// whose disk is a copy, still has an identity of its own.
+		l.Cmdline += " systemd.machine_id=" + strings.ReplaceAll(v.rec.UUID, "-", "")
 	}
 	return l
 }

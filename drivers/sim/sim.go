@@ -206,7 +206,8 @@ func (d *Driver) SetConfig(_ context.Context, req *basepb.SetConfigRequest) erro
 }
 
 // Capabilities: pause, screen and input are simulated honestly (state
-// changes, a rendered screen that shows what was typed). Exec is false: a
+// changes, a rendered screen that shows what was typed); so are snapshots
+// and clones (see snapshot.go). Exec is false: a
 // simulator has no guest to run commands in and must not invent output.
 func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error) {
 	d.mu.Lock()
@@ -217,12 +218,15 @@ func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		guestOS = append(guestOS, os)
 	}
 	return &pb.CapabilitiesResponse{
-		Pause:      true,
-		Screenshot: true,
-		Input:      true,
-		Exec:       false,
-		Headless:   true,
-		GuestOs:    guestOS,
+		Pause:           true,
+		Screenshot:      true,
+		Input:           true,
+		Exec:            false,
+		Headless:        true,
+		GuestOs:         guestOS,
+		DiskSnapshots:   true,
+		MemorySnapshots: true,
+		Clones:          true,
 	}, nil
 }
 

@@ -49,6 +49,8 @@ type record struct {
 	Exit               *exitRecord `json:"exit,omitempty"`
 	Screen             screen      `json:"screen"`
 	SimulatedByVersion string      `json:"simulated_by_version"`
+	// Snapshots, oldest first.
+	Snapshots []snapshotRecord `json:"snapshots,omitempty"`
 }
 
 type exitRecord struct {

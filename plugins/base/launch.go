@@ -22,9 +22,11 @@ type Contract struct {
 	Kind string
 	// Type is what the plugin's PluginInfo must say.
 	Type basepb.PluginType
-	// Version is the contract version the agent speaks.
-	Version   int
-	Handshake plugin.HandshakeConfig
+	// Version is the newest contract version the agent speaks.
+	Version int
+	// MinVersion is the oldest it still speaks; 0 when Version is the only one.
+	MinVersion int
+	Handshake  plugin.HandshakeConfig
 	// Plugins is the contract's go-plugin set per version, as the agent
 	// speaks it (the plugin implementation left nil).
 	Plugins map[int]plugin.PluginSet
@@ -94,8 +96,12 @@ func Launch[T Plugin](ctx context.Context, c Contract, cfg LaunchConfig) (*Proce
 			if v, _ := strconv.Atoi(m[1]); v > c.Version {
 				fix = fmt.Sprintf("upgrade this agent, or use a build of the plugin for contract version %d", c.Version)
 			}
+			speaks := fmt.Sprintf("version %d only", c.Version)
+			if c.MinVersion > 0 && c.MinVersion < c.Version {
+				speaks = fmt.Sprintf("versions %d to %d", c.MinVersion, c.Version)
+			}
 			return nil, none, fmt.Errorf("launch %s plugin %s: it failed the FluxVM plugin handshake: it speaks %s contract version %s, "+
-				"and this agent speaks version %d only; %s (%w)", c.Kind, name, c.Kind, m[1], c.Version, fix, err)
+				"and this agent speaks %s; %s (%w)", c.Kind, name, c.Kind, m[1], speaks, fix, err)
 		}
 		return nil, none, fmt.Errorf("launch %s plugin %s: it did not complete the FluxVM plugin handshake (is it a FluxVM %s plugin of contract version %d?): %w",
 			c.Kind, name, c.Kind, c.Version, err)
@@ -123,6 +129,9 @@ func Launch[T Plugin](ctx context.Context, c Contract, cfg LaunchConfig) (*Proce
 	}
 	return p, impl, nil
 }
+
+// Version is the contract version the handshake settled on.
+func (p *Process) Version() int { return p.client.NegotiatedVersion() }
 
 // Pid is the plugin process's id.
 func (p *Process) Pid() int {

@@ -11,18 +11,21 @@ import (
 // CapabilitiesResponse claims it. The agent never calls them otherwise.
 type Capability string
 
-// The capabilities of contract version 2. Memory snapshots are not one yet:
-// no RPC saves or restores a VM.
+// The capabilities of contract version 3. ListSnapshots, DeleteSnapshot and
+// RestoreVM belong to both snapshot capabilities: either turns them on.
 const (
-	CapPause      Capability = "pause"      // PauseVM, ResumeVM
-	CapScreenshot Capability = "screenshot" // Screenshot
-	CapInput      Capability = "input"      // SendInput
-	CapExec       Capability = "exec"       // Exec
+	CapPause           Capability = "pause"            // PauseVM, ResumeVM
+	CapScreenshot      Capability = "screenshot"       // Screenshot
+	CapInput           Capability = "input"            // SendInput
+	CapExec            Capability = "exec"             // Exec
+	CapDiskSnapshots   Capability = "disk_snapshots"   // SnapshotVM (disk only), ListSnapshots, DeleteSnapshot, RestoreVM
+	CapMemorySnapshots Capability = "memory_snapshots" // SnapshotVM (memory), ListSnapshots, DeleteSnapshot, RestoreVM
+	CapClones          Capability = "clones"           // CloneVM
 )
 
 // Capabilities returns every capability of the contract, sorted by name.
 func Capabilities() []Capability {
-	return []Capability{CapExec, CapInput, CapPause, CapScreenshot}
+	return []Capability{CapClones, CapDiskSnapshots, CapExec, CapInput, CapMemorySnapshots, CapPause, CapScreenshot}
 }
 
 // ClaimedBy reports whether caps claims c.
@@ -36,6 +39,12 @@ func (c Capability) ClaimedBy(caps *pb.CapabilitiesResponse) bool {
 		return caps.GetInput()
 	case CapExec:
 		return caps.GetExec()
+	case CapDiskSnapshots:
+		return caps.GetDiskSnapshots()
+	case CapMemorySnapshots:
+		return caps.GetMemorySnapshots()
+	case CapClones:
+		return caps.GetClones()
 	}
 	return false
 }
@@ -60,6 +69,12 @@ func (c Capability) cannot() string {
 		return "cannot send keyboard or pointer input"
 	case CapExec:
 		return "cannot run commands in guests"
+	case CapDiskSnapshots:
+		return "cannot take disk snapshots"
+	case CapMemorySnapshots:
+		return "cannot save or restore a VM's memory"
+	case CapClones:
+		return "cannot clone VMs"
 	}
 	return fmt.Sprintf("does not know capability %q", string(c))
 }

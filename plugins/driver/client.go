@@ -199,3 +199,28 @@ func relay[T any](ctx context.Context, recv func() (*T, error)) <-chan *T {
 	}()
 	return ch
 }
+
+func (c *grpcClient) SnapshotVM(ctx context.Context, id, tag string, memory bool) (*pb.Snapshot, error) {
+	r, err := c.c.SnapshotVM(ctx, &pb.SnapshotVMRequest{Id: id, Tag: tag, Memory: memory})
+	return r.GetSnapshot(), base.FromStatus(err)
+}
+
+func (c *grpcClient) ListSnapshots(ctx context.Context, id string) ([]*pb.Snapshot, error) {
+	r, err := c.c.ListSnapshots(ctx, &pb.ListSnapshotsRequest{Id: id})
+	return r.GetSnapshots(), base.FromStatus(err)
+}
+
+func (c *grpcClient) DeleteSnapshot(ctx context.Context, id, tag string) error {
+	_, err := c.c.DeleteSnapshot(ctx, &pb.DeleteSnapshotRequest{Id: id, Tag: tag})
+	return base.FromStatus(err)
+}
+
+func (c *grpcClient) RestoreVM(ctx context.Context, id, tag string) (*pb.VMStatus, error) {
+	r, err := c.c.RestoreVM(ctx, &pb.RestoreVMRequest{Id: id, Tag: tag})
+	return r.GetStatus(), base.FromStatus(err)
+}
+
+func (c *grpcClient) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error) {
+	r, err := c.c.CloneVM(ctx, req)
+	return r.GetStatus(), base.FromStatus(err)
+}

@@ -13,16 +13,22 @@ package driver
 import (
 	"context"
 	"io"
+	"regexp"
 	"time"
 
 	"github.com/fluxvm/fluxvm/plugins/base"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"google.golang.org/protobuf/proto"
 )
 
 // APIVersion is the driver contract version this package speaks: the
 // go-plugin protocol version of the handshake. Version 1 plugins are refused
-// at the handshake (see proto/driver.proto for what changed).
-const APIVersion = 2
+// at the handshake (see proto/driver.proto for what changed); version 2
+// plugins still work, without the capabilities version 3 added.
+const APIVersion = 3
+
+// MinAPIVersion is the oldest contract version the agent still speaks.
+const MinAPIVersion = 2
 
 // Driver is a hypervisor. Each method is the RPC of the same name in
 // proto/driver.proto or ../base/proto/base.proto, which say what it must do
@@ -74,6 +80,19 @@ type Driver interface {
 	// Exec runs a command through the guest agent, streaming its output to
 	// stdout and stderr, and returns its exit code (capability "exec").
 	Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr io.Writer) (int, error)
+
+	// SnapshotVM takes a disk snapshot (capability "disk_snapshots") or, with
+	// memory, a memory snapshot (capability "memory_snapshots") under tag.
+	SnapshotVM(ctx context.Context, id, tag string, memory bool) (*pb.Snapshot, error)
+	// ListSnapshots lists a VM's snapshots, oldest first (either snapshot capability).
+	ListSnapshots(ctx context.Context, id string) ([]*pb.Snapshot, error)
+	// DeleteSnapshot removes one snapshot (either snapshot capability).
+	DeleteSnapshot(ctx context.Context, id, tag string) error
+	// RestoreVM puts a VM back to a snapshot (either snapshot capability).
+	RestoreVM(ctx context.Context, id, tag string) (*pb.VMStatus, error)
+	// CloneVM creates a new VM from a snapshot or a VM that does not run
+	// (capability "clones").
+	CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error)
 }
 
 // Unsupported answers every optional RPC with ErrUnsupported. Embed it in a
@@ -103,4 +122,65 @@ func (Unsupported) SendInput(context.Context, string, []*pb.InputAction) error {
 // Exec reports that the driver has no guest agent.
 func (Unsupported) Exec(context.Context, *pb.ExecRequest, io.Writer, io.Writer) (int, error) {
 	return 0, CapExec.Unsupported("")
+}
+
+// SnapshotVM reports that the driver takes no snapshots.
+func (Unsupported) SnapshotVM(_ context.Context, _, _ string, memory bool) (*pb.Snapshot, error) {
+	if memory {
+		return nil, CapMemorySnapshots.Unsupported("")
+	}
+	return nil, CapDiskSnapshots.Unsupported("")
+}
+
+// ListSnapshots reports that the driver takes no snapshots.
+func (Unsupported) ListSnapshots(context.Context, string) ([]*pb.Snapshot, error) {
+	return nil, CapDiskSnapshots.Unsupported("")
+}
+
+// DeleteSnapshot reports that the driver takes no snapshots.
+func (Unsupported) DeleteSnapshot(context.Context, string, string) error {
+	return CapDiskSnapshots.Unsupported("")
+}
+
+// RestoreVM reports that the driver takes no snapshots.
+func (Unsupported) RestoreVM(context.Context, string, string) (*pb.VMStatus, error) {
+	return nil, CapDiskSnapshots.Unsupported("")
+}
+
+// CloneVM reports that the driver cannot clone.
+func (Unsupported) CloneVM(context.Context, *pb.CloneVMRequest) (*pb.VMStatus, error) {
+	return nil, CapClones.Unsupported("")
+}
+
+// snapshotTag is what a snapshot tag looks like.
+var snapshotTag = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// CheckSnapshotTag is nil for a well-formed snapshot tag and otherwise an
+// ErrInvalid error that says what a tag looks like.
+func CheckSnapshotTag(tag string) error {
+	if !snapshotTag.MatchString(tag) {
+		return Errorf(ErrInvalid, "snapshot tag %q is not valid: it is 1 to 63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", tag)
+	}
+	return nil
+}
+
+// CloneSpec is the spec of a clone of the VM with spec src, as CloneVM asks
+// for it: the source's, under the request's id, with the request's name,
+// labels and network where it sets them, and never the source's MAC (empty,
+// so that the driver picks one for the clone, unless the request names one).
+func CloneSpec(src *pb.VMSpec, req *pb.CloneVMRequest) *pb.VMSpec {
+	spec := proto.Clone(src).(*pb.VMSpec)
+	spec.Id = req.GetId()
+	if req.GetName() != "" {
+		spec.Name = req.GetName()
+	}
+	if req.GetLabels() != nil {
+		spec.Labels = req.GetLabels()
+	}
+	if req.GetNetwork() != nil {
+		spec.Network = proto.Clone(req.GetNetwork()).(*pb.Network)
+	} else if spec.Network != nil {
+		spec.Network.Mac = ""
+	}
+	return spec
 }

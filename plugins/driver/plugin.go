@@ -24,20 +24,26 @@ var Handshake = plugin.HandshakeConfig{
 const pluginName = "driver"
 
 // versionedPlugins lists, per contract version, what the plugin serves and
-// the agent speaks: version 2 only. Version 1 is not wire-compatible, so
-// both sides leave it out and the handshake refuses a version 1 plugin (the
-// agent says so, see Launch) instead of letting it fail RPC by RPC. A later
-// version that the agent must speak next to this one adds an entry here.
+// the agent speaks: versions 2 and 3, through the same code, since version 3
+// only adds fields and RPCs to version 2's wire form (a version 2 plugin
+// claims none of version 3's capabilities, so the agent never calls their
+// RPCs on it). go-plugin picks the newest version both sides have. Version 1
+// is not wire-compatible, so both sides leave it out and the handshake
+// refuses a version 1 plugin (the agent says so, see Launch) instead of
+// letting it fail RPC by RPC.
 func versionedPlugins(impl Driver) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		APIVersion: {pluginName: &base.Service[Driver]{
-			Impl:     impl,
-			Register: func(s *grpc.Server, impl Driver) { pb.RegisterDriverServer(s, &grpcServer{impl: impl}) },
-			NewClient: func(b base.Plugin, conn *grpc.ClientConn) Driver {
-				return &grpcClient{Plugin: b, c: pb.NewDriverClient(conn)}
-			},
-		}},
+	set := plugin.PluginSet{pluginName: &base.Service[Driver]{
+		Impl:     impl,
+		Register: func(s *grpc.Server, impl Driver) { pb.RegisterDriverServer(s, &grpcServer{impl: impl}) },
+		NewClient: func(b base.Plugin, conn *grpc.ClientConn) Driver {
+			return &grpcClient{Plugin: b, c: pb.NewDriverClient(conn)}
+		},
+	}}
+	versions := map[int]plugin.PluginSet{}
+	for v := MinAPIVersion; v <= APIVersion; v++ {
+		versions[v] = set
 	}
+	return versions
 }
 
 // Serve runs impl as a plugin process. It is the whole main of a driver
@@ -55,11 +61,12 @@ type Plugin struct {
 
 // contract is what Launch checks of a driver plugin.
 var contract = base.Contract{
-	Kind:      pluginName,
-	Type:      basepb.PluginType_PLUGIN_TYPE_DRIVER,
-	Version:   APIVersion,
-	Handshake: Handshake,
-	Plugins:   versionedPlugins(nil),
+	Kind:       pluginName,
+	Type:       basepb.PluginType_PLUGIN_TYPE_DRIVER,
+	Version:    APIVersion,
+	MinVersion: MinAPIVersion,
+	Handshake:  Handshake,
+	Plugins:    versionedPlugins(nil),
 }
 
 // Launch starts a plugin process, checks its handshake and contract version,

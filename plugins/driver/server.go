@@ -155,3 +155,27 @@ func (f writerFunc) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+func (s *grpcServer) SnapshotVM(ctx context.Context, req *pb.SnapshotVMRequest) (*pb.SnapshotVMResponse, error) {
+	snap, err := s.impl.SnapshotVM(ctx, req.Id, req.Tag, req.Memory)
+	return &pb.SnapshotVMResponse{Snapshot: snap}, base.ToStatus(err)
+}
+
+func (s *grpcServer) ListSnapshots(ctx context.Context, req *pb.ListSnapshotsRequest) (*pb.ListSnapshotsResponse, error) {
+	snaps, err := s.impl.ListSnapshots(ctx, req.Id)
+	return &pb.ListSnapshotsResponse{Snapshots: snaps}, base.ToStatus(err)
+}
+
+func (s *grpcServer) DeleteSnapshot(ctx context.Context, req *pb.DeleteSnapshotRequest) (*pb.DeleteSnapshotResponse, error) {
+	return &pb.DeleteSnapshotResponse{}, base.ToStatus(s.impl.DeleteSnapshot(ctx, req.Id, req.Tag))
+}
+
+func (s *grpcServer) RestoreVM(ctx context.Context, req *pb.RestoreVMRequest) (*pb.RestoreVMResponse, error) {
+	st, err := s.impl.RestoreVM(ctx, req.Id, req.Tag)
+	return &pb.RestoreVMResponse{Status: st}, base.ToStatus(err)
+}
+
+func (s *grpcServer) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.CloneVMResponse, error) {
+	st, err := s.impl.CloneVM(ctx, req)
+	return &pb.CloneVMResponse{Status: st}, base.ToStatus(err)
+}

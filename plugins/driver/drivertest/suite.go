@@ -74,6 +74,15 @@ func Run(t *testing.T, h Harness) {
 	if s.caps.Headless && (s.caps.Screenshot || s.caps.Input) {
 		t.Run("NoScreenWithoutDisplay", s.testHeadless)
 	}
+	if s.caps.DiskSnapshots {
+		t.Run("DiskSnapshots", s.testDiskSnapshots)
+	}
+	if s.caps.MemorySnapshots {
+		t.Run("MemorySnapshots", s.testMemorySnapshots)
+	}
+	if s.caps.Clones {
+		t.Run("Clones", s.testClones)
+	}
 	t.Run("RecoverRefusesBadHandles", s.testBadHandles)
 	t.Run("DestroyWorksWhenProcessIsGone", s.testDestroyAfterCrash)
 }
@@ -230,6 +239,18 @@ func (s *suite) testUnclaimed(t *testing.T) {
 	check("SendInput", s.caps.Input, p.SendInput(ctx, "no-such-vm", nil))
 	_, err = p.Exec(ctx, &pb.ExecRequest{Id: "no-such-vm", Command: argv("true")}, nil, nil)
 	check("Exec", s.caps.Exec, err)
+	_, err = p.SnapshotVM(ctx, "no-such-vm", "t", false)
+	check("SnapshotVM (disk)", s.caps.DiskSnapshots, err)
+	_, err = p.SnapshotVM(ctx, "no-such-vm", "t", true)
+	check("SnapshotVM (memory)", s.caps.MemorySnapshots, err)
+	anySnapshots := s.caps.DiskSnapshots || s.caps.MemorySnapshots
+	_, err = p.ListSnapshots(ctx, "no-such-vm")
+	check("ListSnapshots", anySnapshots, err)
+	check("DeleteSnapshot", anySnapshots, p.DeleteSnapshot(ctx, "no-such-vm", "t"))
+	_, err = p.RestoreVM(ctx, "no-such-vm", "t")
+	check("RestoreVM", anySnapshots, err)
+	_, err = p.CloneVM(ctx, &pb.CloneVMRequest{SourceId: "no-such-vm", Id: vmID("clone")})
+	check("CloneVM", s.caps.Clones, err)
 }
 
 // events collects a plugin's event stream in the background.
@@ -647,5 +668,214 @@ func waitGone(t *testing.T, pid int, timeout time.Duration) {
 			t.Fatalf("process %d still runs after %v", pid, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tags lists the tags of a VM's snapshots, in the driver's order.
+func (s *suite) tags(t *testing.T, p *driver.Plugin, id string) []string {
+	t.Helper()
+	snaps, err := p.ListSnapshots(t.Context(), id)
+	if err != nil {
+		t.Fatalf("ListSnapshots(%s): %v", id, err)
+	}
+	out := []string{}
+	for _, sn := range snaps {
+		out = append(out, sn.Tag)
+	}
+	return out
+}
+
+// startReady creates and starts a VM from the harness's spec and waits for
+// its guest; a fresh plugin destroys it when the test ends.
+func (s *suite) startReady(t *testing.T, p *driver.Plugin, short string) *pb.VMSpec {
+	t.Helper()
+	spec := s.h.Spec(vmID(short))
+	if _, err := p.CreateVM(t.Context(), spec); err != nil {
+		t.Fatalf("CreateVM: %v", err)
+	}
+	t.Cleanup(func() { _ = s.launch(t).DestroyVM(context.Background(), spec.Id, true) })
+	if _, _, err := p.StartVM(t.Context(), spec.Id); err != nil {
+		t.Fatalf("StartVM: %v", err)
+	}
+	s.waitReady(t, p, spec.Id)
+	return spec
+}
+
+// testDiskSnapshots checks the disk_snapshots RPCs' states and errors: taken
+// of a created and of a running VM (which keeps running), restored only
+// into a VM that does not run, listed oldest first, deleted one by one.
+func (s *suite) testDiskSnapshots(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	spec := s.h.Spec(vmID("dsnap"))
+	if _, err := p.CreateVM(ctx, spec); err != nil {
+		t.Fatalf("CreateVM: %v", err)
+	}
+	t.Cleanup(func() { _ = s.launch(t).DestroyVM(context.Background(), spec.Id, true) })
+	for _, bad := range []string{"", "Upper", "-lead", "with space", strings.Repeat("a", 64)} {
+		if _, err := p.SnapshotVM(ctx, spec.Id, bad, false); !errors.Is(err, driver.ErrInvalid) {
+			t.Errorf("SnapshotVM with tag %q = %v, want ErrInvalid", bad, err)
+		}
+	}
+	snap, err := p.SnapshotVM(ctx, spec.Id, "created", false)
+	if err != nil {
+		t.Fatalf("SnapshotVM of a created VM: %v", err)
+	}
+	if snap.Tag != "created" || snap.Memory || snap.CreatedAtUnixNano == 0 {
+		t.Errorf("snapshot = %v, want tag created, no memory, a creation time", snap)
+	}
+	if _, err := p.SnapshotVM(ctx, spec.Id, "created", false); !errors.Is(err, driver.ErrExists) {
+		t.Errorf("SnapshotVM with a used tag = %v, want ErrExists", err)
+	}
+	if _, _, err := p.StartVM(ctx, spec.Id); err != nil {
+		t.Fatalf("StartVM: %v", err)
+	}
+	s.waitReady(t, p, spec.Id)
+	if _, err := p.SnapshotVM(ctx, spec.Id, "running", false); err != nil {
+		t.Fatalf("SnapshotVM of a running VM: %v", err)
+	}
+	s.wantState(t, p, spec.Id, pb.VMState_VM_STATE_RUNNING)
+	if !s.caps.MemorySnapshots {
+		if _, err := p.SnapshotVM(ctx, spec.Id, "mem", true); !errors.Is(err, driver.ErrUnsupported) {
+			t.Errorf("a memory snapshot from a driver without memory_snapshots = %v, want ErrUnsupported", err)
+		}
+	}
+	if _, err := p.RestoreVM(ctx, spec.Id, "created"); !errors.Is(err, driver.ErrState) {
+		t.Errorf("RestoreVM of a disk snapshot into a running VM = %v, want ErrState", err)
+	}
+	if got := s.tags(t, p, spec.Id); !slices.Equal(got, []string{"created", "running"}) {
+		t.Errorf("ListSnapshots = %v, want [created running]", got)
+	}
+	if _, err := p.StopVM(ctx, spec.Id, 0); err != nil {
+		t.Fatalf("StopVM: %v", err)
+	}
+	if _, err := p.RestoreVM(ctx, spec.Id, "no-such-tag"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("RestoreVM of an unknown tag = %v, want ErrNotFound", err)
+	}
+	st, err := p.RestoreVM(ctx, spec.Id, "running")
+	if err != nil {
+		t.Fatalf("RestoreVM of a stopped VM: %v", err)
+	}
+	if st.State == pb.VMState_VM_STATE_RUNNING || st.State == pb.VMState_VM_STATE_PAUSED {
+		t.Errorf("after restoring a disk snapshot the VM is %s; it must not run until started", st.State)
+	}
+	if err := p.DeleteSnapshot(ctx, spec.Id, "created"); err != nil {
+		t.Fatalf("DeleteSnapshot: %v", err)
+	}
+	if err := p.DeleteSnapshot(ctx, spec.Id, "created"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("DeleteSnapshot of a deleted tag = %v, want ErrNotFound", err)
+	}
+	if got := s.tags(t, p, spec.Id); !slices.Equal(got, []string{"running"}) {
+		t.Errorf("ListSnapshots after a delete = %v, want [running]", got)
+	}
+	if _, _, err := p.StartVM(ctx, spec.Id); err != nil {
+		t.Fatalf("StartVM after a restore: %v", err)
+	}
+	s.waitReady(t, p, spec.Id)
+}
+
+// testMemorySnapshots checks the memory_snapshots RPCs' states and errors:
+// taken of a running VM only, restored into a running VM, which runs on
+// (and whose guest agent, if it has one, answers).
+func (s *suite) testMemorySnapshots(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	spec := s.h.Spec(vmID("msnap"))
+	if _, err := p.CreateVM(ctx, spec); err != nil {
+		t.Fatalf("CreateVM: %v", err)
+	}
+	t.Cleanup(func() { _ = s.launch(t).DestroyVM(context.Background(), spec.Id, true) })
+	if _, err := p.SnapshotVM(ctx, spec.Id, "m", true); !errors.Is(err, driver.ErrState) {
+		t.Errorf("a memory snapshot of a created VM = %v, want ErrState", err)
+	}
+	if _, _, err := p.StartVM(ctx, spec.Id); err != nil {
+		t.Fatalf("StartVM: %v", err)
+	}
+	s.waitReady(t, p, spec.Id)
+	snap, err := p.SnapshotVM(ctx, spec.Id, "m", true)
+	if err != nil {
+		t.Fatalf("SnapshotVM with memory: %v", err)
+	}
+	if !snap.Memory || snap.VmState != pb.VMState_VM_STATE_RUNNING {
+		t.Errorf("snapshot = %v, want memory, taken while RUNNING", snap)
+	}
+	s.wantState(t, p, spec.Id, pb.VMState_VM_STATE_RUNNING)
+	st, err := p.RestoreVM(ctx, spec.Id, "m")
+	if err != nil {
+		t.Fatalf("RestoreVM of a memory snapshot: %v", err)
+	}
+	if st.State != pb.VMState_VM_STATE_RUNNING {
+		t.Errorf("after restoring a memory snapshot the VM is %s, want RUNNING", st.State)
+	}
+	if s.caps.Exec {
+		s.checkExec(t, p, spec.Id)
+	}
+	if _, err := p.StopVM(ctx, spec.Id, 0); err != nil {
+		t.Fatalf("StopVM: %v", err)
+	}
+	if _, err := p.RestoreVM(ctx, spec.Id, "m"); !errors.Is(err, driver.ErrState) {
+		t.Errorf("RestoreVM of a memory snapshot into a stopped VM = %v, want ErrState", err)
+	}
+}
+
+// testClones checks CloneVM: a clone is a created VM of its own (new id,
+// never the source's MAC) that boots while its source keeps running, and
+// outlives it.
+func (s *suite) testClones(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	src := s.startReady(t, p, "csrc")
+	cloneID := vmID("clone")
+	t.Cleanup(func() { _ = s.launch(t).DestroyVM(context.Background(), cloneID, true) })
+	req := &pb.CloneVMRequest{SourceId: src.Id, Id: cloneID}
+	if _, err := p.CloneVM(ctx, &pb.CloneVMRequest{SourceId: "no-such-vm", Id: cloneID}); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("CloneVM of an unknown source = %v, want ErrNotFound", err)
+	}
+	if _, err := p.CloneVM(ctx, req); !errors.Is(err, driver.ErrState) {
+		t.Errorf("CloneVM of a running source without a snapshot = %v, want ErrState", err)
+	}
+	if s.caps.DiskSnapshots {
+		if _, err := p.SnapshotVM(ctx, src.Id, "base", false); err != nil {
+			t.Fatalf("SnapshotVM: %v", err)
+		}
+		req.SnapshotTag = "base"
+	} else {
+		if _, err := p.StopVM(ctx, src.Id, 0); err != nil {
+			t.Fatalf("StopVM: %v", err)
+		}
+	}
+	taken := proto.Clone(req).(*pb.CloneVMRequest)
+	taken.Id = src.Id
+	if _, err := p.CloneVM(ctx, taken); !errors.Is(err, driver.ErrExists) {
+		t.Errorf("CloneVM onto a used id = %v, want ErrExists", err)
+	}
+	st, err := p.CloneVM(ctx, req)
+	if err != nil {
+		t.Fatalf("CloneVM: %v", err)
+	}
+	if st.Id != cloneID || st.State != pb.VMState_VM_STATE_CREATED {
+		t.Errorf("clone status: id %q state %s, want %q CREATED", st.Id, st.State, cloneID)
+	}
+	if srcMAC := src.GetNetwork().GetMac(); srcMAC != "" && st.GetSpec().GetNetwork().GetMac() == srcMAC {
+		t.Errorf("the clone has its source's MAC %s", srcMAC)
+	}
+	if s.caps.DiskSnapshots || s.caps.MemorySnapshots {
+		if got := s.tags(t, p, cloneID); len(got) != 0 {
+			t.Errorf("the clone has snapshots %v, want none", got)
+		}
+	}
+	if _, _, err := p.StartVM(ctx, cloneID); err != nil {
+		t.Fatalf("StartVM of the clone: %v", err)
+	}
+	s.waitReady(t, p, cloneID)
+	if s.caps.DiskSnapshots {
+		s.wantState(t, p, src.Id, pb.VMState_VM_STATE_RUNNING)
+	}
+	if err := p.DestroyVM(ctx, src.Id, true); err != nil {
+		t.Fatalf("DestroyVM of the source: %v", err)
+	}
+	s.wantState(t, p, cloneID, pb.VMState_VM_STATE_RUNNING)
+	if s.caps.Exec {
+		s.checkExec(t, p, cloneID)
 	}
 }

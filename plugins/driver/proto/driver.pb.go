@@ -1,4 +1,4 @@
-// The FluxVM hypervisor driver contract, version 2.
+// The FluxVM hypervisor driver contract, version 3.
 //
 // A driver plugin runs one hypervisor (QEMU, Apple's Virtualization.framework, a
 // simulator, or a hosting provider's own) out of the node agent's process. The
@@ -17,6 +17,13 @@
 // version 2 refuses a version 1 plugin at the handshake, saying so. Handle is
 // the exception: the agent stores it, so its fields keep their numbers and
 // meaning across versions.
+//
+// Version 3 adds to version 2 and changes nothing of it: snapshots, restores
+// and clones, each under a new capability (disk_snapshots, memory_snapshots,
+// clones). It keeps the package name fluxvm.driver.v2, so that its wire form
+// is version 2's plus new fields and RPCs, and the agent speaks both: a
+// version 2 plugin claims none of the new capabilities (its answer lacks the
+// fields, which read as false), so the agent never calls the new RPCs on it.
 //
 // General rules, for every RPC:
 //   - VMs outlive the plugin process. A driver never ties a VM's life to its own:
@@ -525,8 +532,7 @@ func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
 
 // CapabilitiesResponse says which optional RPCs the driver serves (each
 // capability turns on the RPCs grouped under it in the Driver service) and
-// which VMs it can run. Memory snapshots (save and restore a running VM) are
-// not part of the contract yet; a later version adds them with their RPCs.
+// which VMs it can run.
 type CapabilitiesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// PauseVM and ResumeVM.
@@ -540,7 +546,16 @@ type CapabilitiesResponse struct {
 	// Guest operating systems the driver can run; at least one.
 	GuestOs []GuestOS `protobuf:"varint,6,rep,packed,name=guest_os,json=guestOs,proto3,enum=fluxvm.driver.v2.GuestOS" json:"guest_os,omitempty"`
 	// The driver can run a VM without a display (display=false in the spec).
-	Headless      bool `protobuf:"varint,7,opt,name=headless,proto3" json:"headless,omitempty"`
+	Headless bool `protobuf:"varint,7,opt,name=headless,proto3" json:"headless,omitempty"`
+	// Version 3. SnapshotVM without memory, ListSnapshots, DeleteSnapshot,
+	// RestoreVM of disk snapshots.
+	DiskSnapshots bool `protobuf:"varint,8,opt,name=disk_snapshots,json=diskSnapshots,proto3" json:"disk_snapshots,omitempty"`
+	// Version 3. SnapshotVM with memory, ListSnapshots, DeleteSnapshot,
+	// RestoreVM of memory snapshots. (Not field 5: that number meant a
+	// capability with no RPC in version 1 and stays reserved.)
+	MemorySnapshots bool `protobuf:"varint,9,opt,name=memory_snapshots,json=memorySnapshots,proto3" json:"memory_snapshots,omitempty"`
+	// Version 3. CloneVM.
+	Clones        bool `protobuf:"varint,10,opt,name=clones,proto3" json:"clones,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -613,6 +628,27 @@ func (x *CapabilitiesResponse) GetGuestOs() []GuestOS {
 func (x *CapabilitiesResponse) GetHeadless() bool {
 	if x != nil {
 		return x.Headless
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetDiskSnapshots() bool {
+	if x != nil {
+		return x.DiskSnapshots
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetMemorySnapshots() bool {
+	if x != nil {
+		return x.MemorySnapshots
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetClones() bool {
+	if x != nil {
+		return x.Clones
 	}
 	return false
 }
@@ -3170,12 +3206,594 @@ func (*ExecResponse_Stderr) isExecResponse_Output() {}
 
 func (*ExecResponse_ExitCode) isExecResponse_Output() {}
 
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tag   string                 `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	// The snapshot holds RAM and device state too, not only the disks.
+	Memory            bool  `protobuf:"varint,2,opt,name=memory,proto3" json:"memory,omitempty"`
+	CreatedAtUnixNano int64 `protobuf:"varint,3,opt,name=created_at_unix_nano,json=createdAtUnixNano,proto3" json:"created_at_unix_nano,omitempty"`
+	// The VM's state when the snapshot was taken.
+	VmState       VMState `protobuf:"varint,4,opt,name=vm_state,json=vmState,proto3,enum=fluxvm.driver.v2.VMState" json:"vm_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_driver_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *Snapshot) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *Snapshot) GetMemory() bool {
+	if x != nil {
+		return x.Memory
+	}
+	return false
+}
+
+func (x *Snapshot) GetCreatedAtUnixNano() int64 {
+	if x != nil {
+		return x.CreatedAtUnixNano
+	}
+	return 0
+}
+
+func (x *Snapshot) GetVmState() VMState {
+	if x != nil {
+		return x.VmState
+	}
+	return VMState_VM_STATE_UNSPECIFIED
+}
+
+type SnapshotVMRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Tag   string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	// Save RAM and device state too (capability memory_snapshots).
+	Memory        bool `protobuf:"varint,3,opt,name=memory,proto3" json:"memory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotVMRequest) Reset() {
+	*x = SnapshotVMRequest{}
+	mi := &file_driver_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotVMRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotVMRequest) ProtoMessage() {}
+
+func (x *SnapshotVMRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotVMRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotVMRequest) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SnapshotVMRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SnapshotVMRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *SnapshotVMRequest) GetMemory() bool {
+	if x != nil {
+		return x.Memory
+	}
+	return false
+}
+
+type SnapshotVMResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotVMResponse) Reset() {
+	*x = SnapshotVMResponse{}
+	mi := &file_driver_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotVMResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotVMResponse) ProtoMessage() {}
+
+func (x *SnapshotVMResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotVMResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotVMResponse) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *SnapshotVMResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ListSnapshotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_driver_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ListSnapshotsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ListSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_driver_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Tag           string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_driver_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *DeleteSnapshotRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeleteSnapshotRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_driver_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{54}
+}
+
+type RestoreVMRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Tag           string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreVMRequest) Reset() {
+	*x = RestoreVMRequest{}
+	mi := &file_driver_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreVMRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreVMRequest) ProtoMessage() {}
+
+func (x *RestoreVMRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreVMRequest.ProtoReflect.Descriptor instead.
+func (*RestoreVMRequest) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *RestoreVMRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RestoreVMRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type RestoreVMResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *VMStatus              `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreVMResponse) Reset() {
+	*x = RestoreVMResponse{}
+	mi := &file_driver_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreVMResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreVMResponse) ProtoMessage() {}
+
+func (x *RestoreVMResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreVMResponse.ProtoReflect.Descriptor instead.
+func (*RestoreVMResponse) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *RestoreVMResponse) GetStatus() *VMStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type CloneVMRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The VM to copy.
+	SourceId string `protobuf:"bytes,1,opt,name=source_id,json=sourceId,proto3" json:"source_id,omitempty"`
+	// A snapshot of the source to copy the disk of; empty for the source's
+	// current disk (the source must not be running then).
+	SnapshotTag string `protobuf:"bytes,2,opt,name=snapshot_tag,json=snapshotTag,proto3" json:"snapshot_tag,omitempty"`
+	// The clone's id, chosen by the agent like VMSpec.id.
+	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// For people; the source's name when empty.
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// The clone's network: the source's mode and tap when absent. Its MAC is
+	// never the source's: the driver picks a new one unless mac is set.
+	Network       *Network          `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneVMRequest) Reset() {
+	*x = CloneVMRequest{}
+	mi := &file_driver_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneVMRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneVMRequest) ProtoMessage() {}
+
+func (x *CloneVMRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneVMRequest.ProtoReflect.Descriptor instead.
+func (*CloneVMRequest) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *CloneVMRequest) GetSourceId() string {
+	if x != nil {
+		return x.SourceId
+	}
+	return ""
+}
+
+func (x *CloneVMRequest) GetSnapshotTag() string {
+	if x != nil {
+		return x.SnapshotTag
+	}
+	return ""
+}
+
+func (x *CloneVMRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CloneVMRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CloneVMRequest) GetNetwork() *Network {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+func (x *CloneVMRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type CloneVMResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *VMStatus              `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloneVMResponse) Reset() {
+	*x = CloneVMResponse{}
+	mi := &file_driver_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneVMResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneVMResponse) ProtoMessage() {}
+
+func (x *CloneVMResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneVMResponse.ProtoReflect.Descriptor instead.
+func (*CloneVMResponse) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *CloneVMResponse) GetStatus() *VMStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 var File_driver_proto protoreflect.FileDescriptor
 
 const file_driver_proto_rawDesc = "" +
 	"\n" +
 	"\fdriver.proto\x12\x10fluxvm.driver.v2\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xe0\x01\n" +
+	"\x13CapabilitiesRequest\"\xb8\x02\n" +
 	"\x14CapabilitiesResponse\x12\x14\n" +
 	"\x05pause\x18\x01 \x01(\bR\x05pause\x12\x1e\n" +
 	"\n" +
@@ -3184,7 +3802,11 @@ const file_driver_proto_rawDesc = "" +
 	"\x05input\x18\x03 \x01(\bR\x05input\x12\x12\n" +
 	"\x04exec\x18\x04 \x01(\bR\x04exec\x124\n" +
 	"\bguest_os\x18\x06 \x03(\x0e2\x19.fluxvm.driver.v2.GuestOSR\aguestOs\x12\x1a\n" +
-	"\bheadless\x18\a \x01(\bR\bheadlessJ\x04\b\x05\x10\x06R\x10memory_snapshots\"\x14\n" +
+	"\bheadless\x18\a \x01(\bR\bheadless\x12%\n" +
+	"\x0edisk_snapshots\x18\b \x01(\bR\rdiskSnapshots\x12)\n" +
+	"\x10memory_snapshots\x18\t \x01(\bR\x0fmemorySnapshots\x12\x16\n" +
+	"\x06clones\x18\n" +
+	" \x01(\bR\x06clonesJ\x04\b\x05\x10\x06\"\x14\n" +
 	"\x12FingerprintRequest\"\xba\x02\n" +
 	"\x13FingerprintResponse\x120\n" +
 	"\x06health\x18\x01 \x01(\x0e2\x18.fluxvm.driver.v2.HealthR\x06health\x12 \n" +
@@ -3349,7 +3971,43 @@ const file_driver_proto_rawDesc = "" +
 	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x1d\n" +
 	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCodeB\b\n" +
-	"\x06output*a\n" +
+	"\x06output\"\x9b\x01\n" +
+	"\bSnapshot\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\tR\x03tag\x12\x16\n" +
+	"\x06memory\x18\x02 \x01(\bR\x06memory\x12/\n" +
+	"\x14created_at_unix_nano\x18\x03 \x01(\x03R\x11createdAtUnixNano\x124\n" +
+	"\bvm_state\x18\x04 \x01(\x0e2\x19.fluxvm.driver.v2.VMStateR\avmState\"M\n" +
+	"\x11SnapshotVMRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x16\n" +
+	"\x06memory\x18\x03 \x01(\bR\x06memory\"L\n" +
+	"\x12SnapshotVMResponse\x126\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1a.fluxvm.driver.v2.SnapshotR\bsnapshot\"&\n" +
+	"\x14ListSnapshotsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"Q\n" +
+	"\x15ListSnapshotsResponse\x128\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1a.fluxvm.driver.v2.SnapshotR\tsnapshots\"9\n" +
+	"\x15DeleteSnapshotRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"4\n" +
+	"\x10RestoreVMRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\"G\n" +
+	"\x11RestoreVMResponse\x122\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.fluxvm.driver.v2.VMStatusR\x06status\"\xaa\x02\n" +
+	"\x0eCloneVMRequest\x12\x1b\n" +
+	"\tsource_id\x18\x01 \x01(\tR\bsourceId\x12!\n" +
+	"\fsnapshot_tag\x18\x02 \x01(\tR\vsnapshotTag\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x123\n" +
+	"\anetwork\x18\x05 \x01(\v2\x19.fluxvm.driver.v2.NetworkR\anetwork\x12D\n" +
+	"\x06labels\x18\x06 \x03(\v2,.fluxvm.driver.v2.CloneVMRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
+	"\x0fCloneVMResponse\x122\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.fluxvm.driver.v2.VMStatusR\x06status*a\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n" +
@@ -3395,7 +4053,7 @@ const file_driver_proto_rawDesc = "" +
 	"\x18MOUSE_BUTTON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11MOUSE_BUTTON_LEFT\x10\x01\x12\x16\n" +
 	"\x12MOUSE_BUTTON_RIGHT\x10\x02\x12\x17\n" +
-	"\x13MOUSE_BUTTON_MIDDLE\x10\x032\xe4\v\n" +
+	"\x13MOUSE_BUTTON_MIDDLE\x10\x032\xaa\x0f\n" +
 	"\x06Driver\x12]\n" +
 	"\fCapabilities\x12%.fluxvm.driver.v2.CapabilitiesRequest\x1a&.fluxvm.driver.v2.CapabilitiesResponse\x12\\\n" +
 	"\vFingerprint\x12$.fluxvm.driver.v2.FingerprintRequest\x1a%.fluxvm.driver.v2.FingerprintResponse0\x01\x12Q\n" +
@@ -3416,7 +4074,13 @@ const file_driver_proto_rawDesc = "" +
 	"\n" +
 	"Screenshot\x12#.fluxvm.driver.v2.ScreenshotRequest\x1a$.fluxvm.driver.v2.ScreenshotResponse\x12T\n" +
 	"\tSendInput\x12\".fluxvm.driver.v2.SendInputRequest\x1a#.fluxvm.driver.v2.SendInputResponse\x12G\n" +
-	"\x04Exec\x12\x1d.fluxvm.driver.v2.ExecRequest\x1a\x1e.fluxvm.driver.v2.ExecResponse0\x01B8Z6github.com/fluxvm/fluxvm/plugins/driver/proto;driverpbb\x06proto3"
+	"\x04Exec\x12\x1d.fluxvm.driver.v2.ExecRequest\x1a\x1e.fluxvm.driver.v2.ExecResponse0\x01\x12W\n" +
+	"\n" +
+	"SnapshotVM\x12#.fluxvm.driver.v2.SnapshotVMRequest\x1a$.fluxvm.driver.v2.SnapshotVMResponse\x12`\n" +
+	"\rListSnapshots\x12&.fluxvm.driver.v2.ListSnapshotsRequest\x1a'.fluxvm.driver.v2.ListSnapshotsResponse\x12c\n" +
+	"\x0eDeleteSnapshot\x12'.fluxvm.driver.v2.DeleteSnapshotRequest\x1a(.fluxvm.driver.v2.DeleteSnapshotResponse\x12T\n" +
+	"\tRestoreVM\x12\".fluxvm.driver.v2.RestoreVMRequest\x1a#.fluxvm.driver.v2.RestoreVMResponse\x12N\n" +
+	"\aCloneVM\x12 .fluxvm.driver.v2.CloneVMRequest\x1a!.fluxvm.driver.v2.CloneVMResponseB8Z6github.com/fluxvm/fluxvm/plugins/driver/proto;driverpbb\x06proto3"
 
 var (
 	file_driver_proto_rawDescOnce sync.Once
@@ -3431,80 +4095,92 @@ func file_driver_proto_rawDescGZIP() []byte {
 }
 
 var file_driver_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_driver_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_driver_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_driver_proto_goTypes = []any{
-	(Health)(0),                  // 0: fluxvm.driver.v2.Health
-	(GuestOS)(0),                 // 1: fluxvm.driver.v2.GuestOS
-	(NetworkMode)(0),             // 2: fluxvm.driver.v2.NetworkMode
-	(VMState)(0),                 // 3: fluxvm.driver.v2.VMState
-	(ExitReason)(0),              // 4: fluxvm.driver.v2.ExitReason
-	(EventType)(0),               // 5: fluxvm.driver.v2.EventType
-	(MouseButton)(0),             // 6: fluxvm.driver.v2.MouseButton
-	(*CapabilitiesRequest)(nil),  // 7: fluxvm.driver.v2.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil), // 8: fluxvm.driver.v2.CapabilitiesResponse
-	(*FingerprintRequest)(nil),   // 9: fluxvm.driver.v2.FingerprintRequest
-	(*FingerprintResponse)(nil),  // 10: fluxvm.driver.v2.FingerprintResponse
-	(*Resources)(nil),            // 11: fluxvm.driver.v2.Resources
-	(*VMSpec)(nil),               // 12: fluxvm.driver.v2.VMSpec
-	(*Network)(nil),              // 13: fluxvm.driver.v2.Network
-	(*VMStatus)(nil),             // 14: fluxvm.driver.v2.VMStatus
-	(*ExitResult)(nil),           // 15: fluxvm.driver.v2.ExitResult
-	(*Handle)(nil),               // 16: fluxvm.driver.v2.Handle
-	(*CreateVMRequest)(nil),      // 17: fluxvm.driver.v2.CreateVMRequest
-	(*CreateVMResponse)(nil),     // 18: fluxvm.driver.v2.CreateVMResponse
-	(*StartVMRequest)(nil),       // 19: fluxvm.driver.v2.StartVMRequest
-	(*StartVMResponse)(nil),      // 20: fluxvm.driver.v2.StartVMResponse
-	(*RecoverVMRequest)(nil),     // 21: fluxvm.driver.v2.RecoverVMRequest
-	(*RecoverVMResponse)(nil),    // 22: fluxvm.driver.v2.RecoverVMResponse
-	(*WaitVMRequest)(nil),        // 23: fluxvm.driver.v2.WaitVMRequest
-	(*WaitVMResponse)(nil),       // 24: fluxvm.driver.v2.WaitVMResponse
-	(*WaitReadyRequest)(nil),     // 25: fluxvm.driver.v2.WaitReadyRequest
-	(*WaitReadyResponse)(nil),    // 26: fluxvm.driver.v2.WaitReadyResponse
-	(*StopVMRequest)(nil),        // 27: fluxvm.driver.v2.StopVMRequest
-	(*StopVMResponse)(nil),       // 28: fluxvm.driver.v2.StopVMResponse
-	(*DestroyVMRequest)(nil),     // 29: fluxvm.driver.v2.DestroyVMRequest
-	(*DestroyVMResponse)(nil),    // 30: fluxvm.driver.v2.DestroyVMResponse
-	(*InspectVMRequest)(nil),     // 31: fluxvm.driver.v2.InspectVMRequest
-	(*InspectVMResponse)(nil),    // 32: fluxvm.driver.v2.InspectVMResponse
-	(*ListVMsRequest)(nil),       // 33: fluxvm.driver.v2.ListVMsRequest
-	(*ListVMsResponse)(nil),      // 34: fluxvm.driver.v2.ListVMsResponse
-	(*EventsRequest)(nil),        // 35: fluxvm.driver.v2.EventsRequest
-	(*Event)(nil),                // 36: fluxvm.driver.v2.Event
-	(*ConsoleLogRequest)(nil),    // 37: fluxvm.driver.v2.ConsoleLogRequest
-	(*ConsoleLogResponse)(nil),   // 38: fluxvm.driver.v2.ConsoleLogResponse
-	(*PauseVMRequest)(nil),       // 39: fluxvm.driver.v2.PauseVMRequest
-	(*PauseVMResponse)(nil),      // 40: fluxvm.driver.v2.PauseVMResponse
-	(*ResumeVMRequest)(nil),      // 41: fluxvm.driver.v2.ResumeVMRequest
-	(*ResumeVMResponse)(nil),     // 42: fluxvm.driver.v2.ResumeVMResponse
-	(*ScreenshotRequest)(nil),    // 43: fluxvm.driver.v2.ScreenshotRequest
-	(*ScreenshotResponse)(nil),   // 44: fluxvm.driver.v2.ScreenshotResponse
-	(*Point)(nil),                // 45: fluxvm.driver.v2.Point
-	(*KeyChord)(nil),             // 46: fluxvm.driver.v2.KeyChord
-	(*Click)(nil),                // 47: fluxvm.driver.v2.Click
-	(*Scroll)(nil),               // 48: fluxvm.driver.v2.Scroll
-	(*InputAction)(nil),          // 49: fluxvm.driver.v2.InputAction
-	(*SendInputRequest)(nil),     // 50: fluxvm.driver.v2.SendInputRequest
-	(*SendInputResponse)(nil),    // 51: fluxvm.driver.v2.SendInputResponse
-	(*Argv)(nil),                 // 52: fluxvm.driver.v2.Argv
-	(*ExecRequest)(nil),          // 53: fluxvm.driver.v2.ExecRequest
-	(*ExecResponse)(nil),         // 54: fluxvm.driver.v2.ExecResponse
-	nil,                          // 55: fluxvm.driver.v2.FingerprintResponse.AttributesEntry
-	nil,                          // 56: fluxvm.driver.v2.VMSpec.LabelsEntry
-	nil,                          // 57: fluxvm.driver.v2.VMStatus.AttributesEntry
-	nil,                          // 58: fluxvm.driver.v2.WaitReadyResponse.GuestEntry
+	(Health)(0),                    // 0: fluxvm.driver.v2.Health
+	(GuestOS)(0),                   // 1: fluxvm.driver.v2.GuestOS
+	(NetworkMode)(0),               // 2: fluxvm.driver.v2.NetworkMode
+	(VMState)(0),                   // 3: fluxvm.driver.v2.VMState
+	(ExitReason)(0),                // 4: fluxvm.driver.v2.ExitReason
+	(EventType)(0),                 // 5: fluxvm.driver.v2.EventType
+	(MouseButton)(0),               // 6: fluxvm.driver.v2.MouseButton
+	(*CapabilitiesRequest)(nil),    // 7: fluxvm.driver.v2.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),   // 8: fluxvm.driver.v2.CapabilitiesResponse
+	(*FingerprintRequest)(nil),     // 9: fluxvm.driver.v2.FingerprintRequest
+	(*FingerprintResponse)(nil),    // 10: fluxvm.driver.v2.FingerprintResponse
+	(*Resources)(nil),              // 11: fluxvm.driver.v2.Resources
+	(*VMSpec)(nil),                 // 12: fluxvm.driver.v2.VMSpec
+	(*Network)(nil),                // 13: fluxvm.driver.v2.Network
+	(*VMStatus)(nil),               // 14: fluxvm.driver.v2.VMStatus
+	(*ExitResult)(nil),             // 15: fluxvm.driver.v2.ExitResult
+	(*Handle)(nil),                 // 16: fluxvm.driver.v2.Handle
+	(*CreateVMRequest)(nil),        // 17: fluxvm.driver.v2.CreateVMRequest
+	(*CreateVMResponse)(nil),       // 18: fluxvm.driver.v2.CreateVMResponse
+	(*StartVMRequest)(nil),         // 19: fluxvm.driver.v2.StartVMRequest
+	(*StartVMResponse)(nil),        // 20: fluxvm.driver.v2.StartVMResponse
+	(*RecoverVMRequest)(nil),       // 21: fluxvm.driver.v2.RecoverVMRequest
+	(*RecoverVMResponse)(nil),      // 22: fluxvm.driver.v2.RecoverVMResponse
+	(*WaitVMRequest)(nil),          // 23: fluxvm.driver.v2.WaitVMRequest
+	(*WaitVMResponse)(nil),         // 24: fluxvm.driver.v2.WaitVMResponse
+	(*WaitReadyRequest)(nil),       // 25: fluxvm.driver.v2.WaitReadyRequest
+	(*WaitReadyResponse)(nil),      // 26: fluxvm.driver.v2.WaitReadyResponse
+	(*StopVMRequest)(nil),          // 27: fluxvm.driver.v2.StopVMRequest
+	(*StopVMResponse)(nil),         // 28: fluxvm.driver.v2.StopVMResponse
+	(*DestroyVMRequest)(nil),       // 29: fluxvm.driver.v2.DestroyVMRequest
+	(*DestroyVMResponse)(nil),      // 30: fluxvm.driver.v2.DestroyVMResponse
+	(*InspectVMRequest)(nil),       // 31: fluxvm.driver.v2.InspectVMRequest
+	(*InspectVMResponse)(nil),      // 32: fluxvm.driver.v2.InspectVMResponse
+	(*ListVMsRequest)(nil),         // 33: fluxvm.driver.v2.ListVMsRequest
+	(*ListVMsResponse)(nil),        // 34: fluxvm.driver.v2.ListVMsResponse
+	(*EventsRequest)(nil),          // 35: fluxvm.driver.v2.EventsRequest
+	(*Event)(nil),                  // 36: fluxvm.driver.v2.Event
+	(*ConsoleLogRequest)(nil),      // 37: fluxvm.driver.v2.ConsoleLogRequest
+	(*ConsoleLogResponse)(nil),     // 38: fluxvm.driver.v2.ConsoleLogResponse
+	(*PauseVMRequest)(nil),         // 39: fluxvm.driver.v2.PauseVMRequest
+	(*PauseVMResponse)(nil),        // 40: fluxvm.driver.v2.PauseVMResponse
+	(*ResumeVMRequest)(nil),        // 41: fluxvm.driver.v2.ResumeVMRequest
+	(*ResumeVMResponse)(nil),       // 42: fluxvm.driver.v2.ResumeVMResponse
+	(*ScreenshotRequest)(nil),      // 43: fluxvm.driver.v2.ScreenshotRequest
+	(*ScreenshotResponse)(nil),     // 44: fluxvm.driver.v2.ScreenshotResponse
+	(*Point)(nil),                  // 45: fluxvm.driver.v2.Point
+	(*KeyChord)(nil),               // 46: fluxvm.driver.v2.KeyChord
+	(*Click)(nil),                  // 47: fluxvm.driver.v2.Click
+	(*Scroll)(nil),                 // 48: fluxvm.driver.v2.Scroll
+	(*InputAction)(nil),            // 49: fluxvm.driver.v2.InputAction
+	(*SendInputRequest)(nil),       // 50: fluxvm.driver.v2.SendInputRequest
+	(*SendInputResponse)(nil),      // 51: fluxvm.driver.v2.SendInputResponse
+	(*Argv)(nil),                   // 52: fluxvm.driver.v2.Argv
+	(*ExecRequest)(nil),            // 53: fluxvm.driver.v2.ExecRequest
+	(*ExecResponse)(nil),           // 54: fluxvm.driver.v2.ExecResponse
+	(*Snapshot)(nil),               // 55: fluxvm.driver.v2.Snapshot
+	(*SnapshotVMRequest)(nil),      // 56: fluxvm.driver.v2.SnapshotVMRequest
+	(*SnapshotVMResponse)(nil),     // 57: fluxvm.driver.v2.SnapshotVMResponse
+	(*ListSnapshotsRequest)(nil),   // 58: fluxvm.driver.v2.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 59: fluxvm.driver.v2.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 60: fluxvm.driver.v2.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 61: fluxvm.driver.v2.DeleteSnapshotResponse
+	(*RestoreVMRequest)(nil),       // 62: fluxvm.driver.v2.RestoreVMRequest
+	(*RestoreVMResponse)(nil),      // 63: fluxvm.driver.v2.RestoreVMResponse
+	(*CloneVMRequest)(nil),         // 64: fluxvm.driver.v2.CloneVMRequest
+	(*CloneVMResponse)(nil),        // 65: fluxvm.driver.v2.CloneVMResponse
+	nil,                            // 66: fluxvm.driver.v2.FingerprintResponse.AttributesEntry
+	nil,                            // 67: fluxvm.driver.v2.VMSpec.LabelsEntry
+	nil,                            // 68: fluxvm.driver.v2.VMStatus.AttributesEntry
+	nil,                            // 69: fluxvm.driver.v2.WaitReadyResponse.GuestEntry
+	nil,                            // 70: fluxvm.driver.v2.CloneVMRequest.LabelsEntry
 }
 var file_driver_proto_depIdxs = []int32{
 	1,  // 0: fluxvm.driver.v2.CapabilitiesResponse.guest_os:type_name -> fluxvm.driver.v2.GuestOS
 	0,  // 1: fluxvm.driver.v2.FingerprintResponse.health:type_name -> fluxvm.driver.v2.Health
-	55, // 2: fluxvm.driver.v2.FingerprintResponse.attributes:type_name -> fluxvm.driver.v2.FingerprintResponse.AttributesEntry
+	66, // 2: fluxvm.driver.v2.FingerprintResponse.attributes:type_name -> fluxvm.driver.v2.FingerprintResponse.AttributesEntry
 	11, // 3: fluxvm.driver.v2.FingerprintResponse.resources:type_name -> fluxvm.driver.v2.Resources
 	1,  // 4: fluxvm.driver.v2.VMSpec.guest_os:type_name -> fluxvm.driver.v2.GuestOS
 	13, // 5: fluxvm.driver.v2.VMSpec.network:type_name -> fluxvm.driver.v2.Network
-	56, // 6: fluxvm.driver.v2.VMSpec.labels:type_name -> fluxvm.driver.v2.VMSpec.LabelsEntry
+	67, // 6: fluxvm.driver.v2.VMSpec.labels:type_name -> fluxvm.driver.v2.VMSpec.LabelsEntry
 	2,  // 7: fluxvm.driver.v2.Network.mode:type_name -> fluxvm.driver.v2.NetworkMode
 	3,  // 8: fluxvm.driver.v2.VMStatus.state:type_name -> fluxvm.driver.v2.VMState
 	15, // 9: fluxvm.driver.v2.VMStatus.exit:type_name -> fluxvm.driver.v2.ExitResult
-	57, // 10: fluxvm.driver.v2.VMStatus.attributes:type_name -> fluxvm.driver.v2.VMStatus.AttributesEntry
+	68, // 10: fluxvm.driver.v2.VMStatus.attributes:type_name -> fluxvm.driver.v2.VMStatus.AttributesEntry
 	12, // 11: fluxvm.driver.v2.VMStatus.spec:type_name -> fluxvm.driver.v2.VMSpec
 	4,  // 12: fluxvm.driver.v2.ExitResult.reason:type_name -> fluxvm.driver.v2.ExitReason
 	12, // 13: fluxvm.driver.v2.CreateVMRequest.spec:type_name -> fluxvm.driver.v2.VMSpec
@@ -3514,7 +4190,7 @@ var file_driver_proto_depIdxs = []int32{
 	16, // 17: fluxvm.driver.v2.RecoverVMRequest.handle:type_name -> fluxvm.driver.v2.Handle
 	14, // 18: fluxvm.driver.v2.RecoverVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
 	15, // 19: fluxvm.driver.v2.WaitVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
-	58, // 20: fluxvm.driver.v2.WaitReadyResponse.guest:type_name -> fluxvm.driver.v2.WaitReadyResponse.GuestEntry
+	69, // 20: fluxvm.driver.v2.WaitReadyResponse.guest:type_name -> fluxvm.driver.v2.WaitReadyResponse.GuestEntry
 	15, // 21: fluxvm.driver.v2.StopVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
 	14, // 22: fluxvm.driver.v2.InspectVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
 	14, // 23: fluxvm.driver.v2.ListVMsResponse.vms:type_name -> fluxvm.driver.v2.VMStatus
@@ -3527,47 +4203,64 @@ var file_driver_proto_depIdxs = []int32{
 	48, // 30: fluxvm.driver.v2.InputAction.scroll:type_name -> fluxvm.driver.v2.Scroll
 	49, // 31: fluxvm.driver.v2.SendInputRequest.actions:type_name -> fluxvm.driver.v2.InputAction
 	52, // 32: fluxvm.driver.v2.ExecRequest.argv:type_name -> fluxvm.driver.v2.Argv
-	7,  // 33: fluxvm.driver.v2.Driver.Capabilities:input_type -> fluxvm.driver.v2.CapabilitiesRequest
-	9,  // 34: fluxvm.driver.v2.Driver.Fingerprint:input_type -> fluxvm.driver.v2.FingerprintRequest
-	17, // 35: fluxvm.driver.v2.Driver.CreateVM:input_type -> fluxvm.driver.v2.CreateVMRequest
-	19, // 36: fluxvm.driver.v2.Driver.StartVM:input_type -> fluxvm.driver.v2.StartVMRequest
-	21, // 37: fluxvm.driver.v2.Driver.RecoverVM:input_type -> fluxvm.driver.v2.RecoverVMRequest
-	23, // 38: fluxvm.driver.v2.Driver.WaitVM:input_type -> fluxvm.driver.v2.WaitVMRequest
-	25, // 39: fluxvm.driver.v2.Driver.WaitReady:input_type -> fluxvm.driver.v2.WaitReadyRequest
-	27, // 40: fluxvm.driver.v2.Driver.StopVM:input_type -> fluxvm.driver.v2.StopVMRequest
-	29, // 41: fluxvm.driver.v2.Driver.DestroyVM:input_type -> fluxvm.driver.v2.DestroyVMRequest
-	31, // 42: fluxvm.driver.v2.Driver.InspectVM:input_type -> fluxvm.driver.v2.InspectVMRequest
-	33, // 43: fluxvm.driver.v2.Driver.ListVMs:input_type -> fluxvm.driver.v2.ListVMsRequest
-	35, // 44: fluxvm.driver.v2.Driver.Events:input_type -> fluxvm.driver.v2.EventsRequest
-	37, // 45: fluxvm.driver.v2.Driver.ConsoleLog:input_type -> fluxvm.driver.v2.ConsoleLogRequest
-	39, // 46: fluxvm.driver.v2.Driver.PauseVM:input_type -> fluxvm.driver.v2.PauseVMRequest
-	41, // 47: fluxvm.driver.v2.Driver.ResumeVM:input_type -> fluxvm.driver.v2.ResumeVMRequest
-	43, // 48: fluxvm.driver.v2.Driver.Screenshot:input_type -> fluxvm.driver.v2.ScreenshotRequest
-	50, // 49: fluxvm.driver.v2.Driver.SendInput:input_type -> fluxvm.driver.v2.SendInputRequest
-	53, // 50: fluxvm.driver.v2.Driver.Exec:input_type -> fluxvm.driver.v2.ExecRequest
-	8,  // 51: fluxvm.driver.v2.Driver.Capabilities:output_type -> fluxvm.driver.v2.CapabilitiesResponse
-	10, // 52: fluxvm.driver.v2.Driver.Fingerprint:output_type -> fluxvm.driver.v2.FingerprintResponse
-	18, // 53: fluxvm.driver.v2.Driver.CreateVM:output_type -> fluxvm.driver.v2.CreateVMResponse
-	20, // 54: fluxvm.driver.v2.Driver.StartVM:output_type -> fluxvm.driver.v2.StartVMResponse
-	22, // 55: fluxvm.driver.v2.Driver.RecoverVM:output_type -> fluxvm.driver.v2.RecoverVMResponse
-	24, // 56: fluxvm.driver.v2.Driver.WaitVM:output_type -> fluxvm.driver.v2.WaitVMResponse
-	26, // 57: fluxvm.driver.v2.Driver.WaitReady:output_type -> fluxvm.driver.v2.WaitReadyResponse
-	28, // 58: fluxvm.driver.v2.Driver.StopVM:output_type -> fluxvm.driver.v2.StopVMResponse
-	30, // 59: fluxvm.driver.v2.Driver.DestroyVM:output_type -> fluxvm.driver.v2.DestroyVMResponse
-	32, // 60: fluxvm.driver.v2.Driver.InspectVM:output_type -> fluxvm.driver.v2.InspectVMResponse
-	34, // 61: fluxvm.driver.v2.Driver.ListVMs:output_type -> fluxvm.driver.v2.ListVMsResponse
-	36, // 62: fluxvm.driver.v2.Driver.Events:output_type -> fluxvm.driver.v2.Event
-	38, // 63: fluxvm.driver.v2.Driver.ConsoleLog:output_type -> fluxvm.driver.v2.ConsoleLogResponse
-	40, // 64: fluxvm.driver.v2.Driver.PauseVM:output_type -> fluxvm.driver.v2.PauseVMResponse
-	42, // 65: fluxvm.driver.v2.Driver.ResumeVM:output_type -> fluxvm.driver.v2.ResumeVMResponse
-	44, // 66: fluxvm.driver.v2.Driver.Screenshot:output_type -> fluxvm.driver.v2.ScreenshotResponse
-	51, // 67: fluxvm.driver.v2.Driver.SendInput:output_type -> fluxvm.driver.v2.SendInputResponse
-	54, // 68: fluxvm.driver.v2.Driver.Exec:output_type -> fluxvm.driver.v2.ExecResponse
-	51, // [51:69] is the sub-list for method output_type
-	33, // [33:51] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	3,  // 33: fluxvm.driver.v2.Snapshot.vm_state:type_name -> fluxvm.driver.v2.VMState
+	55, // 34: fluxvm.driver.v2.SnapshotVMResponse.snapshot:type_name -> fluxvm.driver.v2.Snapshot
+	55, // 35: fluxvm.driver.v2.ListSnapshotsResponse.snapshots:type_name -> fluxvm.driver.v2.Snapshot
+	14, // 36: fluxvm.driver.v2.RestoreVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	13, // 37: fluxvm.driver.v2.CloneVMRequest.network:type_name -> fluxvm.driver.v2.Network
+	70, // 38: fluxvm.driver.v2.CloneVMRequest.labels:type_name -> fluxvm.driver.v2.CloneVMRequest.LabelsEntry
+	14, // 39: fluxvm.driver.v2.CloneVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	7,  // 40: fluxvm.driver.v2.Driver.Capabilities:input_type -> fluxvm.driver.v2.CapabilitiesRequest
+	9,  // 41: fluxvm.driver.v2.Driver.Fingerprint:input_type -> fluxvm.driver.v2.FingerprintRequest
+	17, // 42: fluxvm.driver.v2.Driver.CreateVM:input_type -> fluxvm.driver.v2.CreateVMRequest
+	19, // 43: fluxvm.driver.v2.Driver.StartVM:input_type -> fluxvm.driver.v2.StartVMRequest
+	21, // 44: fluxvm.driver.v2.Driver.RecoverVM:input_type -> fluxvm.driver.v2.RecoverVMRequest
+	23, // 45: fluxvm.driver.v2.Driver.WaitVM:input_type -> fluxvm.driver.v2.WaitVMRequest
+	25, // 46: fluxvm.driver.v2.Driver.WaitReady:input_type -> fluxvm.driver.v2.WaitReadyRequest
+	27, // 47: fluxvm.driver.v2.Driver.StopVM:input_type -> fluxvm.driver.v2.StopVMRequest
+	29, // 48: fluxvm.driver.v2.Driver.DestroyVM:input_type -> fluxvm.driver.v2.DestroyVMRequest
+	31, // 49: fluxvm.driver.v2.Driver.InspectVM:input_type -> fluxvm.driver.v2.InspectVMRequest
+	33, // 50: fluxvm.driver.v2.Driver.ListVMs:input_type -> fluxvm.driver.v2.ListVMsRequest
+	35, // 51: fluxvm.driver.v2.Driver.Events:input_type -> fluxvm.driver.v2.EventsRequest
+	37, // 52: fluxvm.driver.v2.Driver.ConsoleLog:input_type -> fluxvm.driver.v2.ConsoleLogRequest
+	39, // 53: fluxvm.driver.v2.Driver.PauseVM:input_type -> fluxvm.driver.v2.PauseVMRequest
+	41, // 54: fluxvm.driver.v2.Driver.ResumeVM:input_type -> fluxvm.driver.v2.ResumeVMRequest
+	43, // 55: fluxvm.driver.v2.Driver.Screenshot:input_type -> fluxvm.driver.v2.ScreenshotRequest
+	50, // 56: fluxvm.driver.v2.Driver.SendInput:input_type -> fluxvm.driver.v2.SendInputRequest
+	53, // 57: fluxvm.driver.v2.Driver.Exec:input_type -> fluxvm.driver.v2.ExecRequest
+	56, // 58: fluxvm.driver.v2.Driver.SnapshotVM:input_type -> fluxvm.driver.v2.SnapshotVMRequest
+	58, // 59: fluxvm.driver.v2.Driver.ListSnapshots:input_type -> fluxvm.driver.v2.ListSnapshotsRequest
+	60, // 60: fluxvm.driver.v2.Driver.DeleteSnapshot:input_type -> fluxvm.driver.v2.DeleteSnapshotRequest
+	62, // 61: fluxvm.driver.v2.Driver.RestoreVM:input_type -> fluxvm.driver.v2.RestoreVMRequest
+	64, // 62: fluxvm.driver.v2.Driver.CloneVM:input_type -> fluxvm.driver.v2.CloneVMRequest
+	8,  // 63: fluxvm.driver.v2.Driver.Capabilities:output_type -> fluxvm.driver.v2.CapabilitiesResponse
+	10, // 64: fluxvm.driver.v2.Driver.Fingerprint:output_type -> fluxvm.driver.v2.FingerprintResponse
+	18, // 65: fluxvm.driver.v2.Driver.CreateVM:output_type -> fluxvm.driver.v2.CreateVMResponse
+	20, // 66: fluxvm.driver.v2.Driver.StartVM:output_type -> fluxvm.driver.v2.StartVMResponse
+	22, // 67: fluxvm.driver.v2.Driver.RecoverVM:output_type -> fluxvm.driver.v2.RecoverVMResponse
+	24, // 68: fluxvm.driver.v2.Driver.WaitVM:output_type -> fluxvm.driver.v2.WaitVMResponse
+	26, // 69: fluxvm.driver.v2.Driver.WaitReady:output_type -> fluxvm.driver.v2.WaitReadyResponse
+	28, // 70: fluxvm.driver.v2.Driver.StopVM:output_type -> fluxvm.driver.v2.StopVMResponse
+	30, // 71: fluxvm.driver.v2.Driver.DestroyVM:output_type -> fluxvm.driver.v2.DestroyVMResponse
+	32, // 72: fluxvm.driver.v2.Driver.InspectVM:output_type -> fluxvm.driver.v2.InspectVMResponse
+	34, // 73: fluxvm.driver.v2.Driver.ListVMs:output_type -> fluxvm.driver.v2.ListVMsResponse
+	36, // 74: fluxvm.driver.v2.Driver.Events:output_type -> fluxvm.driver.v2.Event
+	38, // 75: fluxvm.driver.v2.Driver.ConsoleLog:output_type -> fluxvm.driver.v2.ConsoleLogResponse
+	40, // 76: fluxvm.driver.v2.Driver.PauseVM:output_type -> fluxvm.driver.v2.PauseVMResponse
+	42, // 77: fluxvm.driver.v2.Driver.ResumeVM:output_type -> fluxvm.driver.v2.ResumeVMResponse
+	44, // 78: fluxvm.driver.v2.Driver.Screenshot:output_type -> fluxvm.driver.v2.ScreenshotResponse
+	51, // 79: fluxvm.driver.v2.Driver.SendInput:output_type -> fluxvm.driver.v2.SendInputResponse
+	54, // 80: fluxvm.driver.v2.Driver.Exec:output_type -> fluxvm.driver.v2.ExecResponse
+	57, // 81: fluxvm.driver.v2.Driver.SnapshotVM:output_type -> fluxvm.driver.v2.SnapshotVMResponse
+	59, // 82: fluxvm.driver.v2.Driver.ListSnapshots:output_type -> fluxvm.driver.v2.ListSnapshotsResponse
+	61, // 83: fluxvm.driver.v2.Driver.DeleteSnapshot:output_type -> fluxvm.driver.v2.DeleteSnapshotResponse
+	63, // 84: fluxvm.driver.v2.Driver.RestoreVM:output_type -> fluxvm.driver.v2.RestoreVMResponse
+	65, // 85: fluxvm.driver.v2.Driver.CloneVM:output_type -> fluxvm.driver.v2.CloneVMResponse
+	63, // [63:86] is the sub-list for method output_type
+	40, // [40:63] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_driver_proto_init() }
@@ -3597,7 +4290,7 @@ func file_driver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_driver_proto_rawDesc), len(file_driver_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   52,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

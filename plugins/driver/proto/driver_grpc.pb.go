@@ -1,4 +1,4 @@
-// The FluxVM hypervisor driver contract, version 2.
+// The FluxVM hypervisor driver contract, version 3.
 //
 // A driver plugin runs one hypervisor (QEMU, Apple's Virtualization.framework, a
 // simulator, or a hosting provider's own) out of the node agent's process. The
@@ -17,6 +17,13 @@
 // version 2 refuses a version 1 plugin at the handshake, saying so. Handle is
 // the exception: the agent stores it, so its fields keep their numbers and
 // meaning across versions.
+//
+// Version 3 adds to version 2 and changes nothing of it: snapshots, restores
+// and clones, each under a new capability (disk_snapshots, memory_snapshots,
+// clones). It keeps the package name fluxvm.driver.v2, so that its wire form
+// is version 2's plus new fields and RPCs, and the agent speaks both: a
+// version 2 plugin claims none of the new capabilities (its answer lacks the
+// fields, which read as false), so the agent never calls the new RPCs on it.
 //
 // General rules, for every RPC:
 //   - VMs outlive the plugin process. A driver never ties a VM's life to its own:
@@ -68,24 +75,29 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Driver_Capabilities_FullMethodName = "/fluxvm.driver.v2.Driver/Capabilities"
-	Driver_Fingerprint_FullMethodName  = "/fluxvm.driver.v2.Driver/Fingerprint"
-	Driver_CreateVM_FullMethodName     = "/fluxvm.driver.v2.Driver/CreateVM"
-	Driver_StartVM_FullMethodName      = "/fluxvm.driver.v2.Driver/StartVM"
-	Driver_RecoverVM_FullMethodName    = "/fluxvm.driver.v2.Driver/RecoverVM"
-	Driver_WaitVM_FullMethodName       = "/fluxvm.driver.v2.Driver/WaitVM"
-	Driver_WaitReady_FullMethodName    = "/fluxvm.driver.v2.Driver/WaitReady"
-	Driver_StopVM_FullMethodName       = "/fluxvm.driver.v2.Driver/StopVM"
-	Driver_DestroyVM_FullMethodName    = "/fluxvm.driver.v2.Driver/DestroyVM"
-	Driver_InspectVM_FullMethodName    = "/fluxvm.driver.v2.Driver/InspectVM"
-	Driver_ListVMs_FullMethodName      = "/fluxvm.driver.v2.Driver/ListVMs"
-	Driver_Events_FullMethodName       = "/fluxvm.driver.v2.Driver/Events"
-	Driver_ConsoleLog_FullMethodName   = "/fluxvm.driver.v2.Driver/ConsoleLog"
-	Driver_PauseVM_FullMethodName      = "/fluxvm.driver.v2.Driver/PauseVM"
-	Driver_ResumeVM_FullMethodName     = "/fluxvm.driver.v2.Driver/ResumeVM"
-	Driver_Screenshot_FullMethodName   = "/fluxvm.driver.v2.Driver/Screenshot"
-	Driver_SendInput_FullMethodName    = "/fluxvm.driver.v2.Driver/SendInput"
-	Driver_Exec_FullMethodName         = "/fluxvm.driver.v2.Driver/Exec"
+	Driver_Capabilities_FullMethodName   = "/fluxvm.driver.v2.Driver/Capabilities"
+	Driver_Fingerprint_FullMethodName    = "/fluxvm.driver.v2.Driver/Fingerprint"
+	Driver_CreateVM_FullMethodName       = "/fluxvm.driver.v2.Driver/CreateVM"
+	Driver_StartVM_FullMethodName        = "/fluxvm.driver.v2.Driver/StartVM"
+	Driver_RecoverVM_FullMethodName      = "/fluxvm.driver.v2.Driver/RecoverVM"
+	Driver_WaitVM_FullMethodName         = "/fluxvm.driver.v2.Driver/WaitVM"
+	Driver_WaitReady_FullMethodName      = "/fluxvm.driver.v2.Driver/WaitReady"
+	Driver_StopVM_FullMethodName         = "/fluxvm.driver.v2.Driver/StopVM"
+	Driver_DestroyVM_FullMethodName      = "/fluxvm.driver.v2.Driver/DestroyVM"
+	Driver_InspectVM_FullMethodName      = "/fluxvm.driver.v2.Driver/InspectVM"
+	Driver_ListVMs_FullMethodName        = "/fluxvm.driver.v2.Driver/ListVMs"
+	Driver_Events_FullMethodName         = "/fluxvm.driver.v2.Driver/Events"
+	Driver_ConsoleLog_FullMethodName     = "/fluxvm.driver.v2.Driver/ConsoleLog"
+	Driver_PauseVM_FullMethodName        = "/fluxvm.driver.v2.Driver/PauseVM"
+	Driver_ResumeVM_FullMethodName       = "/fluxvm.driver.v2.Driver/ResumeVM"
+	Driver_Screenshot_FullMethodName     = "/fluxvm.driver.v2.Driver/Screenshot"
+	Driver_SendInput_FullMethodName      = "/fluxvm.driver.v2.Driver/SendInput"
+	Driver_Exec_FullMethodName           = "/fluxvm.driver.v2.Driver/Exec"
+	Driver_SnapshotVM_FullMethodName     = "/fluxvm.driver.v2.Driver/SnapshotVM"
+	Driver_ListSnapshots_FullMethodName  = "/fluxvm.driver.v2.Driver/ListSnapshots"
+	Driver_DeleteSnapshot_FullMethodName = "/fluxvm.driver.v2.Driver/DeleteSnapshot"
+	Driver_RestoreVM_FullMethodName      = "/fluxvm.driver.v2.Driver/RestoreVM"
+	Driver_CloneVM_FullMethodName        = "/fluxvm.driver.v2.Driver/CloneVM"
 )
 
 // DriverClient is the client API for Driver service.
@@ -184,6 +196,41 @@ type DriverClient interface {
 	// the VM is not running. Cancelling the call kills the command in the guest.
 	// Request bodies (command, stdin, env) must never be logged.
 	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecResponse], error)
+	// SnapshotVM takes a snapshot of the VM under a new tag: a memory snapshot
+	// when memory is set (capability memory_snapshots), a disk snapshot
+	// otherwise (capability disk_snapshots). A disk snapshot may be taken of a
+	// running, paused, created or stopped VM; a memory snapshot only of a
+	// running or paused one. The VM is in the same state afterwards (a driver
+	// may pause it for the moment the snapshot takes).
+	// Fails with INVALID_ARGUMENT for a bad tag, ALREADY_EXISTS for a tag in
+	// use, FAILED_PRECONDITION for a memory snapshot of a VM that does not run,
+	// UNIMPLEMENTED for a kind of snapshot the driver does not claim.
+	SnapshotVM(ctx context.Context, in *SnapshotVMRequest, opts ...grpc.CallOption) (*SnapshotVMResponse, error)
+	// ListSnapshots lists the VM's snapshots, oldest first.
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
+	// DeleteSnapshot removes one snapshot; the VM and its other snapshots stay
+	// as they are. NOT_FOUND for an unknown tag.
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	// RestoreVM puts the VM back to a snapshot; the snapshot stays. A disk
+	// snapshot is restored only into a VM that does not run (created or
+	// stopped; FAILED_PRECONDITION otherwise, since the guest's caches would
+	// disagree with its disk), and the next StartVM boots from it. A memory
+	// snapshot is restored only into a running or paused VM (FAILED_PRECONDITION
+	// otherwise); the VM then runs on from the moment of the snapshot, with no
+	// boot. NOT_FOUND for an unknown tag.
+	RestoreVM(ctx context.Context, in *RestoreVMRequest, opts ...grpc.CallOption) (*RestoreVMResponse, error)
+	// CloneVM creates a new VM (as CreateVM does: created, not started) whose
+	// disk is a copy of the source's: of one of its snapshots when
+	// snapshot_tag is set (only the snapshot's disk is used, never its
+	// memory), otherwise of the source's current disk, which needs a source
+	// that does not run (FAILED_PRECONDITION otherwise). The clone has its own
+	// identity: its own id, a new MAC address (the one asked for, or one the
+	// driver picks) and a new machine id for the guest; it shares nothing
+	// with the source, which keeps running undisturbed and may be destroyed
+	// before the clone. The clone has no snapshots.
+	// Fails with NOT_FOUND for an unknown source or tag, ALREADY_EXISTS for a
+	// used id, INVALID_ARGUMENT for a bad id.
+	CloneVM(ctx context.Context, in *CloneVMRequest, opts ...grpc.CallOption) (*CloneVMResponse, error)
 }
 
 type driverClient struct {
@@ -401,6 +448,56 @@ func (c *driverClient) Exec(ctx context.Context, in *ExecRequest, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Driver_ExecClient = grpc.ServerStreamingClient[ExecResponse]
 
+func (c *driverClient) SnapshotVM(ctx context.Context, in *SnapshotVMRequest, opts ...grpc.CallOption) (*SnapshotVMResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotVMResponse)
+	err := c.cc.Invoke(ctx, Driver_SnapshotVM_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *driverClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, Driver_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *driverClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, Driver_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *driverClient) RestoreVM(ctx context.Context, in *RestoreVMRequest, opts ...grpc.CallOption) (*RestoreVMResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreVMResponse)
+	err := c.cc.Invoke(ctx, Driver_RestoreVM_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *driverClient) CloneVM(ctx context.Context, in *CloneVMRequest, opts ...grpc.CallOption) (*CloneVMResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloneVMResponse)
+	err := c.cc.Invoke(ctx, Driver_CloneVM_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DriverServer is the server API for Driver service.
 // All implementations must embed UnimplementedDriverServer
 // for forward compatibility.
@@ -497,6 +594,41 @@ type DriverServer interface {
 	// the VM is not running. Cancelling the call kills the command in the guest.
 	// Request bodies (command, stdin, env) must never be logged.
 	Exec(*ExecRequest, grpc.ServerStreamingServer[ExecResponse]) error
+	// SnapshotVM takes a snapshot of the VM under a new tag: a memory snapshot
+	// when memory is set (capability memory_snapshots), a disk snapshot
+	// otherwise (capability disk_snapshots). A disk snapshot may be taken of a
+	// running, paused, created or stopped VM; a memory snapshot only of a
+	// running or paused one. The VM is in the same state afterwards (a driver
+	// may pause it for the moment the snapshot takes).
+	// Fails with INVALID_ARGUMENT for a bad tag, ALREADY_EXISTS for a tag in
+	// use, FAILED_PRECONDITION for a memory snapshot of a VM that does not run,
+	// UNIMPLEMENTED for a kind of snapshot the driver does not claim.
+	SnapshotVM(context.Context, *SnapshotVMRequest) (*SnapshotVMResponse, error)
+	// ListSnapshots lists the VM's snapshots, oldest first.
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
+	// DeleteSnapshot removes one snapshot; the VM and its other snapshots stay
+	// as they are. NOT_FOUND for an unknown tag.
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	// RestoreVM puts the VM back to a snapshot; the snapshot stays. A disk
+	// snapshot is restored only into a VM that does not run (created or
+	// stopped; FAILED_PRECONDITION otherwise, since the guest's caches would
+	// disagree with its disk), and the next StartVM boots from it. A memory
+	// snapshot is restored only into a running or paused VM (FAILED_PRECONDITION
+	// otherwise); the VM then runs on from the moment of the snapshot, with no
+	// boot. NOT_FOUND for an unknown tag.
+	RestoreVM(context.Context, *RestoreVMRequest) (*RestoreVMResponse, error)
+	// CloneVM creates a new VM (as CreateVM does: created, not started) whose
+	// disk is a copy of the source's: of one of its snapshots when
+	// snapshot_tag is set (only the snapshot's disk is used, never its
+	// memory), otherwise of the source's current disk, which needs a source
+	// that does not run (FAILED_PRECONDITION otherwise). The clone has its own
+	// identity: its own id, a new MAC address (the one asked for, or one the
+	// driver picks) and a new machine id for the guest; it shares nothing
+	// with the source, which keeps running undisturbed and may be destroyed
+	// before the clone. The clone has no snapshots.
+	// Fails with NOT_FOUND for an unknown source or tag, ALREADY_EXISTS for a
+	// used id, INVALID_ARGUMENT for a bad id.
+	CloneVM(context.Context, *CloneVMRequest) (*CloneVMResponse, error)
 	mustEmbedUnimplementedDriverServer()
 }
 
@@ -560,6 +692,21 @@ func (UnimplementedDriverServer) SendInput(context.Context, *SendInputRequest) (
 }
 func (UnimplementedDriverServer) Exec(*ExecRequest, grpc.ServerStreamingServer[ExecResponse]) error {
 	return status.Error(codes.Unimplemented, "method Exec not implemented")
+}
+func (UnimplementedDriverServer) SnapshotVM(context.Context, *SnapshotVMRequest) (*SnapshotVMResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SnapshotVM not implemented")
+}
+func (UnimplementedDriverServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
+}
+func (UnimplementedDriverServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedDriverServer) RestoreVM(context.Context, *RestoreVMRequest) (*RestoreVMResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreVM not implemented")
+}
+func (UnimplementedDriverServer) CloneVM(context.Context, *CloneVMRequest) (*CloneVMResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloneVM not implemented")
 }
 func (UnimplementedDriverServer) mustEmbedUnimplementedDriverServer() {}
 func (UnimplementedDriverServer) testEmbeddedByValue()                {}
@@ -885,6 +1032,96 @@ func _Driver_Exec_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Driver_ExecServer = grpc.ServerStreamingServer[ExecResponse]
 
+func _Driver_SnapshotVM_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotVMRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DriverServer).SnapshotVM(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Driver_SnapshotVM_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DriverServer).SnapshotVM(ctx, req.(*SnapshotVMRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Driver_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DriverServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Driver_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DriverServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Driver_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DriverServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Driver_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DriverServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Driver_RestoreVM_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreVMRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DriverServer).RestoreVM(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Driver_RestoreVM_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DriverServer).RestoreVM(ctx, req.(*RestoreVMRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Driver_CloneVM_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloneVMRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DriverServer).CloneVM(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Driver_CloneVM_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DriverServer).CloneVM(ctx, req.(*CloneVMRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Driver_ServiceDesc is the grpc.ServiceDesc for Driver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -951,6 +1188,26 @@ var Driver_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SendInput",
 			Handler:    _Driver_SendInput_Handler,
+		},
+		{
+			MethodName: "SnapshotVM",
+			Handler:    _Driver_SnapshotVM_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _Driver_ListSnapshots_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _Driver_DeleteSnapshot_Handler,
+		},
+		{
+			MethodName: "RestoreVM",
+			Handler:    _Driver_RestoreVM_Handler,
+		},
+		{
+			MethodName: "CloneVM",
+			Handler:    _Driver_CloneVM_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

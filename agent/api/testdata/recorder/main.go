@@ -45,6 +45,8 @@ func (r *recorder) Capabilities(ctx context.Context) (*pb.CapabilitiesResponse, 
 	claims := func(c driver.Capability) bool { return slices.Contains(r.claims, string(c)) }
 	caps.Pause, caps.Screenshot, caps.Input, caps.Exec =
 		claims(driver.CapPause), claims(driver.CapScreenshot), claims(driver.CapInput), claims(driver.CapExec)
+	caps.DiskSnapshots, caps.MemorySnapshots, caps.Clones =
+		claims(driver.CapDiskSnapshots), claims(driver.CapMemorySnapshots), claims(driver.CapClones)
 	return caps, nil
 }
 
@@ -81,4 +83,29 @@ func (r *recorder) SendInput(ctx context.Context, id string, actions []*pb.Input
 func (r *recorder) Exec(ctx context.Context, req *pb.ExecRequest, stdout, stderr io.Writer) (int, error) {
 	r.record("Exec")
 	return r.Driver.Exec(ctx, req, stdout, stderr)
+}
+
+func (r *recorder) SnapshotVM(ctx context.Context, id, tag string, memory bool) (*pb.Snapshot, error) {
+	r.record("SnapshotVM")
+	return r.Driver.SnapshotVM(ctx, id, tag, memory)
+}
+
+func (r *recorder) ListSnapshots(ctx context.Context, id string) ([]*pb.Snapshot, error) {
+	r.record("ListSnapshots")
+	return r.Driver.ListSnapshots(ctx, id)
+}
+
+func (r *recorder) DeleteSnapshot(ctx context.Context, id, tag string) error {
+	r.record("DeleteSnapshot")
+	return r.Driver.DeleteSnapshot(ctx, id, tag)
+}
+
+func (r *recorder) RestoreVM(ctx context.Context, id, tag string) (*pb.VMStatus, error) {
+	r.record("RestoreVM")
+	return r.Driver.RestoreVM(ctx, id, tag)
+}
+
+func (r *recorder) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error) {
+	r.record("CloneVM")
+	return r.Driver.CloneVM(ctx, req)
 }
