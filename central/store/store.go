@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -97,6 +98,8 @@ type Store struct {
 
 	locks        keyedLocks // see locks.go
 	etcdLogLevel zap.AtomicLevel
+	// noRangeStream: etcd refused a RangeStream (a server before 3.7); scans read pages.
+	noRangeStream atomic.Bool
 
 	mu      sync.Mutex
 	session *concurrency.Session
