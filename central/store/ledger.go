@@ -163,38 +163,33 @@ func (s *Store) ListEntries(ctx context.Context, keep func(*LedgerEntry) bool) (
 	return out, nil
 }
 
-// DropEndedBefore deletes entries that ended before t (retention: ledger_retention_days) and
-// returns how many went. Running entries are never dropped.
+// DropEndedBefore deletes entries that ended before t (retention: ledger_retention_days),
+// with their month-index keys, and returns how many went. Running entries are never dropped.
 func (s *Store) DropEndedBefore(ctx context.Context, t time.Time) (int, error) {
-	var victims []*mvccpb.KeyValue
+	var victims []guardedWrite
 	_, err := s.scanEntries(ctx, 0, func(e *LedgerEntry, kv *mvccpb.KeyValue) error {
 		if !e.Running() && e.EndedAt.Before(t) {
-			victims = append(victims, kv)
+			// The entry goes last: the deletes of an entry with more month keys than one
+			// transaction holds (a VM that ran for years) each compare the entry, which
+			// must still be there; one interrupted between them is dropped by the next run.
+			w := guardedWrite{key: string(kv.Key), rev: kv.ModRevision}
+			for _, k := range s.monthKeys(e) {
+				w.ops = append(w.ops, clientv3.OpDelete(k))
+			}
+			w.ops = append(w.ops, clientv3.OpDelete(string(kv.Key)))
+			victims = append(victims, w)
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("drop ledger entries ended before %s: %w", t.Format(time.RFC3339), err)
 	}
-	dropped := 0
-	for len(victims) > 0 {
-		batch := victims[:min(len(victims), 64)]
-		victims = victims[len(batch):]
-		// Ended entries do not change, but compare anyway: deleting is for ever. A batch that
-		// loses is left for the next retention run.
-		cmps := make([]clientv3.Cmp, 0, len(batch))
-		ops := make([]clientv3.Op, 0, len(batch))
-		for _, kv := range batch {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
-			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
-		}
-		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
-		if err != nil {
-			return dropped, fmt.Errorf("drop ended ledger entries: %w", err)
-		}
-		if r.Succeeded {
-			dropped += len(batch)
-		}
+	// Ended entries do not change, but compare anyway: deleting is for ever. A batch that
+	// loses is done again entry by entry, and an entry that changed is left for the next
+	// retention run.
+	dropped, err := s.writeGuarded(ctx, victims)
+	if err != nil {
+		return dropped, fmt.Errorf("drop ended ledger entries: %w", err)
 	}
 	return dropped, nil
 }

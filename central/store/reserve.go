@@ -761,6 +761,24 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			ops = append(ops,
 				clientv3.OpDelete(s.runningTenantPrefix(e.Tenant)+id),
 				clientv3.OpPut(s.usageTenantKey(e.Tenant), mustJSON(tc)))
+			// The month index (ledgerindex.go) takes the ended entry in the same transaction.
+			// A VM that ran for years has more months than one transaction holds: the
+			// earlier ones are written first, each batch while the entry is still running as
+			// read; they name months it has run in whenever it ends at this time.
+			months := s.monthKeys(&ended)
+			if early := len(months) - (maxTxnOps - len(ops)); early > 0 {
+				w := guardedWrite{key: lk, rev: rev}
+				for _, k := range months[:early] {
+					w.ops = append(w.ops, clientv3.OpPut(k, id))
+				}
+				if ok, err := s.commitGuarded(ctx, []guardedWrite{w}); err != nil || !ok {
+					return false, err
+				}
+				months = months[early:]
+			}
+			for _, k := range months {
+				ops = append(ops, clientv3.OpPut(k, id))
+			}
 		}
 		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
