@@ -155,26 +155,11 @@ func (s *Store) entriesThroughIndex(ctx context.Context, tenant string, from, to
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	for len(ids) > 0 {
-		batch := ids[:min(len(ids), maxTxnOps)]
-		ids = ids[len(batch):]
-		gets := make([]clientv3.Op, len(batch))
-		for i, id := range batch {
-			gets[i] = clientv3.OpGet(s.ledgerKey(id), clientv3.WithRev(rev))
-		}
-		r, err := s.client.Txn(ctx).Then(gets...).Commit()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		for _, resp := range r.Responses {
-			var e LedgerEntry
-			if n, err := decodeOne(resp.GetResponseRange().Kvs, &e); err != nil {
-				return nil, fmt.Errorf("%s: %w", what, err)
-			} else if n != 0 {
-				out = append(out, e)
-			}
-		}
+	ended, err := s.entriesAt(ctx, ids, rev)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	out = append(out, ended...)
 	kept := out[:0]
 	for _, e := range out {
 		if ranIn(&e, tenant, from, to) {
@@ -188,6 +173,61 @@ func (s *Store) entriesThroughIndex(ctx context.Context, tenant string, from, to
 		return kept[i].ID < kept[j].ID
 	})
 	return kept, nil
+}
+
+// entriesAt reads the entries ids at revision rev (those not there are left out), a
+// transaction of maxTxnOps reads at a time, getsInFlight transactions at once: an
+// etcd on other machines answers each after a network round trip, which this overlaps.
+func (s *Store) entriesAt(ctx context.Context, ids []string, rev int64) ([]LedgerEntry, error) {
+	const getsInFlight = 4
+	var batches [][]string
+	for len(ids) > 0 {
+		batches = append(batches, ids[:min(len(ids), maxTxnOps)])
+		ids = ids[len(batches[len(batches)-1]):]
+	}
+	read := make([][]LedgerEntry, len(batches))
+	errs := make([]error, len(batches))
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(getsInFlight, len(batches)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(batches); i = int(next.Add(1) - 1) {
+				gets := make([]clientv3.Op, len(batches[i]))
+				for j, id := range batches[i] {
+					gets[j] = clientv3.OpGet(s.ledgerKey(id), clientv3.WithRev(rev))
+				}
+				var r *clientv3.TxnResponse
+				// Reads only: safe to repeat, which etcd's client does not do for transactions.
+				errs[i] = s.retryTransient(ctx, "read ledger entries", func() (err error) {
+					r, err = s.client.Txn(ctx).Then(gets...).Commit()
+					return err
+				})
+				if errs[i] != nil {
+					return
+				}
+				for _, resp := range r.Responses {
+					var e LedgerEntry
+					if n, err := decodeOne(resp.GetResponseRange().Kvs, &e); err != nil {
+						errs[i] = err
+						return
+					} else if n != 0 {
+						read[i] = append(read[i], e)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var out []LedgerEntry
+	for i := range batches {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		out = append(out, read[i]...)
+	}
+	return out, nil
 }
 
 // MigrateLedgerIndex gives every ended tenant entry its month keys, once: a ledger written
