@@ -159,7 +159,8 @@ func raftLeader(t testing.TB, cli *clientv3.Client, members []*etcdMember) *etcd
 // VMs exist, and the nodes' own lists and the ledger name the same VMs. No
 // reservation is left, and no ledger entry is lost: the usage report counts
 // every VM, and after they are deleted every one has an ended entry. The
-// killed member then restarts and catches up.
+// killed member then restarts and catches up. Last, with two members
+// killed, /healthz answers 503, and 200 once they are back.
 func TestCentralOnAThreeMemberEtcdClusterSurvivesAMemberKilledMidBurst(t *testing.T) {
 	members := startEtcdCluster(t, 3)
 	var endpoints []string
@@ -366,5 +367,28 @@ func TestCentralOnAThreeMemberEtcdClusterSurvivesAMemberKilledMidBurst(t *testin
 		if e.Running() || e.EndReason != "deleted" {
 			t.Errorf("entry after the delete: %+v", e)
 		}
+	}
+
+	// Without a quorum the centrals say so; with it back, they serve.
+	down := []*etcdMember{members[0], members[1]}
+	for _, m := range down {
+		m.kill()
+	}
+	for _, u := range urls {
+		if code, body := fxCall(t, "GET", u+"/healthz", "", nil); code != http.StatusServiceUnavailable {
+			t.Errorf("%s/healthz with one member of three: %d %s, want 503", u, code, body)
+		}
+	}
+	for _, m := range down {
+		m.start()
+	}
+	for _, m := range down {
+		m.waitReady(30 * time.Second)
+	}
+	for _, u := range urls {
+		fxWait(t, "central serves with a quorum again", 20*time.Second, func() bool {
+			code, _ := fxCall(t, "GET", u+"/healthz", "", nil)
+			return code == http.StatusOK
+		})
 	}
 }
