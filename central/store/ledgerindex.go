@@ -21,19 +21,21 @@ import (
 //
 //   - running/tenant/<tenant>/<id>, the copy of a running entry that Commit and RecordEntry
 //     write and EndEntry deletes (reserve.go), holds every running tenant entry.
-//   - ledger-months/<month>/<tenant>/<id> (month as YYYY-MM, UTC) holds the id of an ended
-//     tenant entry, one key for every month from the one it started in to the one it ended in,
-//     both included. EndEntry writes them in the transaction that ends the entry (so at every
-//     revision a tenant entry is either in the running index or under all its months), and
-//     DropEndedBefore deletes them with the entry.
+//   - ledger-months/<month>/<tenant>/<id> (month as YYYY-MM, UTC) holds a copy of an ended
+//     tenant entry, under every month from the one it started in to the one it ended in, both
+//     included. An ended entry never changes again, so its copies cannot go stale. EndEntry
+//     writes them in the transaction that ends the entry (so at every revision a tenant entry
+//     is either in the running index or under all its months), and DropEndedBefore deletes
+//     them with the entry. The one exception: a VM that ran for more months than one
+//     transaction takes keys for has its earlier months written first, while it still runs,
+//     and those keys hold only its id, which cannot go stale whoever ends it and when.
 //
 // TenantEntriesIn reads the running copies and the keys of the window's months at one
-// revision, then the entries those keys name at that revision, and applies the same test a
-// scan of the whole ledger applied. The keys name a superset of what that test accepts (an
-// entry accepted for a window ran at a moment p inside it, and p's month is both one of the
-// window's months and one of the entry's), so the rows, and so the statements, are exactly
-// those of the scan. A key naming an entry that is not there (an interrupted retention
-// drop) is skipped.
+// revision (and, for a key holding an id, the entry at that revision), and applies the same
+// test a scan of the whole ledger applied. The keys name a superset of what that test accepts
+// (an entry accepted for a window ran at a moment p inside it, and p's month is both one of
+// the window's months and one of the entry's), so the rows, and so the statements, are
+// exactly those of the scan.
 //
 // The operator's own entries are not billed and not indexed. A ledger written before the index
 // existed gets its keys from MigrateLedgerIndex, once (central runs it at start).
@@ -146,20 +148,42 @@ func (s *Store) entriesThroughIndex(ctx context.Context, tenant string, from, to
 			prefix += tenant + "/"
 		}
 		if _, err := s.scan(ctx, prefix, rev, func(kv *mvccpb.KeyValue) error {
-			if id := string(kv.Value); !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
+			if len(kv.Value) == 0 || kv.Value[0] != '{' { // an id, written ahead of a long run's end
+				if id := string(kv.Value); !seen[id] {
+					seen[id] = true
+					ids = append(ids, id)
+				}
+				return nil
+			}
+			var e LedgerEntry
+			if err := json.Unmarshal(kv.Value, &e); err != nil {
+				return fmt.Errorf("decode %s: %w", kv.Key, err)
+			}
+			if !seen[e.ID] {
+				seen[e.ID] = true
+				out = append(out, e)
 			}
 			return nil
 		}); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	ended, err := s.entriesAt(ctx, ids, rev)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+	for _, id := range ids {
+		var r *clientv3.GetResponse
+		err := s.retryTransient(ctx, "read ledger entry "+id, func() (err error) {
+			r, err = s.client.Get(ctx, s.ledgerKey(id), clientv3.WithRev(rev))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		var e LedgerEntry
+		if n, err := decodeOne(r.Kvs, &e); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		} else if n != 0 {
+			out = append(out, e)
+		}
 	}
-	out = append(out, ended...)
 	kept := out[:0]
 	for _, e := range out {
 		if ranIn(&e, tenant, from, to) {
@@ -173,61 +197,6 @@ func (s *Store) entriesThroughIndex(ctx context.Context, tenant string, from, to
 		return kept[i].ID < kept[j].ID
 	})
 	return kept, nil
-}
-
-// entriesAt reads the entries ids at revision rev (those not there are left out), a
-// transaction of maxTxnOps reads at a time, getsInFlight transactions at once: an
-// etcd on other machines answers each after a network round trip, which this overlaps.
-func (s *Store) entriesAt(ctx context.Context, ids []string, rev int64) ([]LedgerEntry, error) {
-	const getsInFlight = 4
-	var batches [][]string
-	for len(ids) > 0 {
-		batches = append(batches, ids[:min(len(ids), maxTxnOps)])
-		ids = ids[len(batches[len(batches)-1]):]
-	}
-	read := make([][]LedgerEntry, len(batches))
-	errs := make([]error, len(batches))
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(getsInFlight, len(batches)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(batches); i = int(next.Add(1) - 1) {
-				gets := make([]clientv3.Op, len(batches[i]))
-				for j, id := range batches[i] {
-					gets[j] = clientv3.OpGet(s.ledgerKey(id), clientv3.WithRev(rev))
-				}
-				var r *clientv3.TxnResponse
-				// Reads only: safe to repeat, which etcd's client does not do for transactions.
-				errs[i] = s.retryTransient(ctx, "read ledger entries", func() (err error) {
-					r, err = s.client.Txn(ctx).Then(gets...).Commit()
-					return err
-				})
-				if errs[i] != nil {
-					return
-				}
-				for _, resp := range r.Responses {
-					var e LedgerEntry
-					if n, err := decodeOne(resp.GetResponseRange().Kvs, &e); err != nil {
-						errs[i] = err
-						return
-					} else if n != 0 {
-						read[i] = append(read[i], e)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	var out []LedgerEntry
-	for i := range batches {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
-		out = append(out, read[i]...)
-	}
-	return out, nil
 }
 
 // MigrateLedgerIndex gives every ended tenant entry its month keys, once: a ledger written
@@ -275,7 +244,7 @@ func (s *Store) MigrateLedgerIndex(ctx context.Context) (int, error) {
 		}
 		w := guardedWrite{key: string(kv.Key), rev: kv.ModRevision}
 		for _, k := range keys {
-			w.ops = append(w.ops, clientv3.OpPut(k, e.ID))
+			w.ops = append(w.ops, clientv3.OpPut(k, string(kv.Value))) // the entry as stored
 		}
 		if ops+len(w.ops) > maxTxnOps && len(batch) > 0 {
 			select {

@@ -26,8 +26,9 @@ func scanIn(t *testing.T, s *Store, tenant string, from, to time.Time) []LedgerE
 	return es
 }
 
-// monthIndex reads every month-index key, and checks that it is exactly the set the
-// remaining entries call for: none missing, none left behind.
+// checkMonthIndex reads every month-index key and checks that it is exactly the set the
+// remaining entries call for, none missing and none left behind, each holding a copy of its
+// entry as stored (or, ahead of a long run's end, its id).
 func checkMonthIndex(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := context.Background()
@@ -39,27 +40,32 @@ func checkMonthIndex(t *testing.T, s *Store) {
 	for _, kv := range resp.Kvs {
 		have[string(kv.Key)] = string(kv.Value)
 	}
-	want := map[string]string{}
-	es, err := s.ListEntries(ctx, nil)
+	ledger, err := s.client.Get(ctx, s.prefix+"ledger/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range es {
+	want := map[string][2]string{} // key -> the entry's id and its stored value
+	for _, kv := range ledger.Kvs {
+		var e LedgerEntry
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			t.Fatal(err)
+		}
 		for _, k := range s.monthKeys(&e) {
-			want[k] = e.ID
+			want[k] = [2]string{e.ID, string(kv.Value)}
 		}
 	}
-	if !reflect.DeepEqual(have, want) {
-		t.Errorf("month index holds %d keys, the entries call for %d", len(have), len(want))
-		for k := range want {
-			if _, ok := have[k]; !ok {
-				t.Errorf("missing %s", k)
-			}
+	for k, w := range want {
+		v, ok := have[k]
+		switch {
+		case !ok:
+			t.Errorf("missing %s", k)
+		case v != w[0] && v != w[1]:
+			t.Errorf("%s holds %.80s, not the entry %s", k, v, w[0])
 		}
-		for k := range have {
-			if _, ok := want[k]; !ok {
-				t.Errorf("left behind %s", k)
-			}
+	}
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			t.Errorf("left behind %s", k)
 		}
 	}
 }

@@ -745,8 +745,9 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
 			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(e.Node)), "=", nrev),
 		}
+		body := mustJSON(&ended)
 		ops := []clientv3.Op{
-			clientv3.OpPut(lk, mustJSON(&ended)),
+			clientv3.OpPut(lk, body),
 			clientv3.OpDelete(s.runningNodePrefix(e.Node) + id),
 			clientv3.OpPut(s.usageNodeKey(e.Node), mustJSON(nc)),
 			clientv3.OpDelete(s.specKey(id)), // a kept create spec goes with the VM
@@ -761,10 +762,10 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			ops = append(ops,
 				clientv3.OpDelete(s.runningTenantPrefix(e.Tenant)+id),
 				clientv3.OpPut(s.usageTenantKey(e.Tenant), mustJSON(tc)))
-			// The month index (ledgerindex.go) takes the ended entry in the same transaction.
-			// A VM that ran for years has more months than one transaction holds: the
-			// earlier ones are written first, each batch while the entry is still running as
-			// read; they name months it has run in whenever it ends at this time.
+			// The month index (ledgerindex.go) takes copies of the ended entry in the same
+			// transaction. A VM that ran for years has more months than one transaction
+			// holds: the earlier ones are written first, each batch while the entry is still
+			// running as read, and hold its id, as another end may yet win with another time.
 			months := s.monthKeys(&ended)
 			if early := len(months) - (maxTxnOps - len(ops)); early > 0 {
 				w := guardedWrite{key: lk, rev: rev}
@@ -777,7 +778,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 				months = months[early:]
 			}
 			for _, k := range months {
-				ops = append(ops, clientv3.OpPut(k, id))
+				ops = append(ops, clientv3.OpPut(k, body))
 			}
 		}
 		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
