@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -47,7 +46,7 @@ func startEtcdCluster(t testing.TB, n int) []*etcdMember {
 	var members []*etcdMember
 	var initial []string
 	for i := range n {
-		m := &etcdMember{t: t, name: fmt.Sprintf("m%d", i+1), bin: bin, client: "http://" + freeLoopback(t), peer: "http://" + freeLoopback(t)}
+		m := &etcdMember{t: t, name: fmt.Sprintf("m%d", i+1), bin: bin, client: "http://" + freeAddr(t), peer: "http://" + freeAddr(t)}
 		m.dir, m.log = filepath.Join(dir, m.name), filepath.Join(dir, m.name+".log")
 		initial = append(initial, m.name+"="+m.peer)
 		members = append(members, m)
@@ -67,16 +66,6 @@ func startEtcdCluster(t testing.TB, n int) []*etcdMember {
 		m.waitReady(time.Minute)
 	}
 	return members
-}
-
-func freeLoopback(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // start runs the member's process; it announces "ready" on stdout once it

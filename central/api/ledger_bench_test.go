@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -131,19 +129,12 @@ func BenchmarkStatementAmongAMillionRows(b *testing.B) {
 	}
 	path := c.url + "/fleet/billing?month=2026-10&tenant=measured"
 	statement := func() {
-		req, _ := http.NewRequest("GET", path, nil)
-		req.Header.Set("Authorization", "Bearer "+fxToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		data := bbGet(b, path)
 		var one struct {
 			Lines []json.RawMessage `json:"lines"`
 		}
-		if resp.StatusCode != http.StatusOK || json.Unmarshal(data, &one) != nil || len(one.Lines) == 0 {
-			b.Fatalf("%s: %d %.300s", path, resp.StatusCode, data)
+		if json.Unmarshal(data, &one) != nil || len(one.Lines) == 0 {
+			b.Fatalf("%s: %.300s", path, data)
 		}
 	}
 	raw()
