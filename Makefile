@@ -58,6 +58,7 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkWarmPoolClaimVsCold -benchtime 5x -timeout 15m ./central/api/
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./billing/
 	$(GO) test -run '^$$' -bench BenchmarkBillingStatements -benchtime 3x ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkStatementAmongAMillionRows -benchtime 20x -timeout 30m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkBounds -benchtime 200x -count 5 ./schemas/
 
 proto: deps

@@ -150,6 +150,11 @@ func Run(ctx context.Context, opts Options) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	migrated := make(chan struct{})
+	go func() {
+		defer close(migrated)
+		indexLedger(ctx, st, log)
+	}()
 	loops := make(chan struct{})
 	go func() {
 		defer close(loops)
@@ -167,8 +172,30 @@ func Run(ctx context.Context, opts Options) error {
 	defer scancel()
 	_ = hs.Shutdown(sctx)
 	<-loops
+	<-migrated
 	log.Info("central stopped")
 	return err
+}
+
+// indexLedger gives a ledger an older central wrote its month index
+// (store.MigrateLedgerIndex), trying again every minute until it is done.
+// Meanwhile statements and usage reports read the whole ledger, as before.
+func indexLedger(ctx context.Context, st *store.Store, log hclog.Logger) {
+	for {
+		began := time.Now()
+		n, err := st.MigrateLedgerIndex(ctx)
+		if err == nil {
+			if n > 0 {
+				log.Info("indexed the ledger by month", "entries", n, "took", time.Since(began).Round(time.Millisecond))
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("index the ledger by month; statements read the whole ledger until it is done; trying again in a minute", "error", err)
+		sleep(ctx, time.Minute)
+	}
 }
 
 // lead campaigns for leadership and runs the background loops while this

@@ -250,6 +250,11 @@ func (e *env) dump() map[string]string {
 	}
 	out := map[string]string{}
 	for _, kv := range resp.Kvs {
+		// The marker of the ledger index's migration is the store's own,
+		// written when it opens on an empty ledger.
+		if strings.HasPrefix(string(kv.Key), e.store.Prefix()+"migrations/") {
+			continue
+		}
 		out[string(kv.Key)] = string(kv.Value)
 	}
 	return out

@@ -30,8 +30,9 @@ type Store interface {
 	ListTenants(ctx context.Context) ([]store.Tenant, error)
 	// UpdateTenant rewrites a tenant in one transaction.
 	UpdateTenant(ctx context.Context, id string, fn func(*store.Tenant) error) (*store.Tenant, error)
-	// ListEntries reads the ledger entries keep accepts.
-	ListEntries(ctx context.Context, keep func(*store.LedgerEntry) bool) ([]store.LedgerEntry, error)
+	// TenantEntriesIn reads the entries of a tenant ("" every tenant) that ran in [from, to),
+	// through the ledger's month index.
+	TenantEntriesIn(ctx context.Context, tenant string, from, to time.Time) ([]store.LedgerEntry, error)
 	// ListLeases reads the leases keep accepts.
 	ListLeases(ctx context.Context, keep func(*store.Lease) bool) ([]store.Lease, error)
 }
@@ -279,11 +280,10 @@ func (s *Service) noteBudget(ctx context.Context, t *store.Tenant, b *sdk.Budget
 // tenant) that may count in [from, to), as package billing's rows, and the
 // tenants' names by id. The operator's own VMs are not billed and not read.
 // A released lease counts up to its minimum term, so it is read if that
-// reaches into the window.
+// reaches into the window. The entries come through the ledger's month
+// index: the window's rows, not the whole ledger.
 func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.Time) ([]billing.VM, []billing.Lease, map[string]string, error) {
-	es, err := s.st.ListEntries(ctx, func(e *store.LedgerEntry) bool {
-		return e.Tenant != "" && (tenant == "" || e.Tenant == tenant) && e.StartedAt.Before(to) && (e.Running() || e.EndedAt.After(from))
-	})
+	es, err := s.st.TenantEntriesIn(ctx, tenant, from, to)
 	if err != nil {
 		return nil, nil, nil, err
 	}

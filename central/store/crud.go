@@ -26,6 +26,7 @@ import (
 //	P policy                                 sdk.Policy (the wire document, records.go)
 //	P images/<name>                          sdk.Image (the wire document)
 //	P ledger/<id>                            LedgerEntry (running and ended)
+//	P ledger-months/<month>/<tenant>/<id>    entry id of an ended tenant entry, per month it ran in (ledgerindex.go)
 //	P running/node/<node>/<id>               LedgerEntry copy while it runs
 //	P running/tenant/<tenant>/<id>           LedgerEntry copy while it runs (tenant VMs only)
 //	P reservations/node/<node>/<id>          Reservation (leased)
@@ -51,6 +52,7 @@ import (
 //	P prices/<effective-from>                Prices, one version each (billing.go)
 //	P notify-events/<id>                     Event to deliver (budget.near, budget.over, ...)
 //	P notify-once/<key>                      event id: an event recorded at most once per key
+//	P migrations/<name>                      marker of a migration of stored data that has run (ledger-months)
 //	P probe                                  read (never written) to check etcd answers
 //
 // Nothing else is written under P: TestKeyLayoutNamesEveryKey holds the store to this table.

@@ -56,11 +56,15 @@ func (s *Store) MarkDeleted(ctx context.Context, node, vmID, reason string, at t
 	}
 	id := EntryID(node, vmID)
 	what := fmt.Sprintf("mark vm %s on node %s deleted", vmID, node)
-	grant, err := s.client.Grant(ctx, int64(DeletedMarkTTL/time.Second))
+	err := s.retryTransient(ctx, what, func() error {
+		grant, err := s.client.Grant(ctx, int64(DeletedMarkTTL/time.Second))
+		if err != nil {
+			return err
+		}
+		_, err = s.kv(ctx).Put(ctx, s.deletedKey(id), at.UTC().Format(time.RFC3339Nano), clientv3.WithLease(grant.ID))
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if _, err := s.kv(ctx).Put(ctx, s.deletedKey(id), at.UTC().Format(time.RFC3339Nano), clientv3.WithLease(grant.ID)); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	e, err := s.EndEntry(ctx, id, reason, at)

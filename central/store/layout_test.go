@@ -45,6 +45,15 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if _, err := s.MarkDeleted(ctx, "n1", "vm-2", "deleted", now); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.RecordEntry(ctx, LedgerEntry{Tenant: acme.ID, Node: "n1", VMID: "vm-3", Name: "c", VCPUs: 1, MemoryMiB: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EndEntry(ctx, EntryID("n1", "vm-3"), "deleted", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MigrateLedgerIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
 	testNode(t, s, "n2", 16, 65536, 2)
 	if _, err := s.CreateLease(ctx, CreateLeaseRequest{Tenant: acme.ID, Node: "n2", Start: now, MinHours: 24}); err != nil {
 		t.Fatal(err)

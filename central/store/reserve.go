@@ -167,7 +167,13 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 		return nil
 	}
 	var out *Reservation
-	err = s.casLoop(ctx, what, func(afterPause bool) (bool, error) {
+	// One id for every try: a try after a write whose outcome is unknown (transient.go)
+	// finds the reservation there if it was applied.
+	res := &Reservation{
+		ID: newID("r-"), Tenant: req.Tenant, Node: req.Node, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
+		MacOS: req.MacOS, CreatedAt: time.Now().UTC(), Replaces: req.Replaces,
+	}
+	err = s.repeatLoop(ctx, what, func(afterPause bool) (bool, error) {
 		if resp == nil || afterPause {
 			if err := read(true); err != nil {
 				return false, err
@@ -175,6 +181,10 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 		}
 		var snap *reserveSnapshot
 		for {
+			if hasKey(resp.Responses[2].GetResponseRange().Kvs, s.resNodePrefix(req.Node)+res.ID) {
+				out = res // an earlier try's write was applied
+				return true, nil
+			}
 			var err error
 			snap, err = parseReserveReads(resp.Responses, req.Tenant != "", readTenant)
 			if err != nil {
@@ -193,10 +203,7 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 				return false, err
 			}
 		}
-		res := &Reservation{
-			ID: newID("r-"), Tenant: req.Tenant, Node: req.Node, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
-			MacOS: req.MacOS, CreatedAt: time.Now().UTC(), Lease: int64(sess.Lease()), Replaces: req.Replaces,
-		}
+		res.Lease = int64(sess.Lease())
 		lease := clientv3.WithLease(sess.Lease())
 		// Everything read is compared (txn.go); the counters alone would do (see the
 		// comment at the top), the rest keeps the rule "a write compares what it read".
@@ -380,6 +387,16 @@ func parseReserveReads(rs []*pb.ResponseOp, hasTenant, readTenant bool) (*reserv
 	return &snap, nil
 }
 
+// hasKey reports whether kvs hold key.
+func hasKey(kvs []*mvccpb.KeyValue, key string) bool {
+	for _, kv := range kvs {
+		if string(kv.Key) == key {
+			return true
+		}
+	}
+	return false
+}
+
 // decodeOne decodes the first kv into v and returns its ModRevision; no kv leaves v alone
 // and returns 0.
 func decodeOne(kvs []*mvccpb.KeyValue, v any) (int64, error) {
@@ -496,7 +513,11 @@ func (s *Store) Release(ctx context.Context, res *Reservation) error {
 	// Not fenced (fence.go): giving room back is right whoever does it, and a
 	// deposed leader that could not release would hold the room for as long
 	// as its central lives.
-	if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+	err := s.retryTransient(ctx, "release reservation "+res.ID, func() error {
+		_, err := s.client.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("release reservation %s: %w", res.ID, err)
 	}
 	return nil
@@ -601,7 +622,8 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 	}
 	var resp *clientv3.TxnResponse
 	warned := false
-	err = s.casLoop(ctx, what, func(afterPause bool) (bool, error) {
+	unknown := false // a write failed without saying whether it was applied (transient.go)
+	err = s.repeatLoop(ctx, what, func(afterPause bool) (bool, error) {
 		if resp == nil || afterPause {
 			r, err := s.kv(ctx).Txn(ctx).Then(reads...).Commit()
 			if err != nil {
@@ -611,6 +633,11 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 		}
 		rs := resp.Responses
 		if rs[1].GetResponseRange().Count > 0 {
+			if unknown {
+				// The entry's id is the VM's: whoever wrote it, this VM is recorded
+				// (most likely by our own write, applied before its answer was lost).
+				return true, nil
+			}
 			return false, fmt.Errorf("%s: %w", what, ErrExists)
 		}
 		if rs[2].GetResponseRange().Count > 0 {
@@ -661,6 +688,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 		}
 		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
 		if err != nil {
+			unknown = unknown || transient(err)
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if r.Succeeded {
@@ -682,7 +710,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 	what := "end ledger entry " + id
 	lk := s.ledgerKey(id)
 	var out *LedgerEntry
-	err := s.casLoop(ctx, what, func(bool) (bool, error) { // reads afresh every time
+	err := s.repeatLoop(ctx, what, func(bool) (bool, error) { // reads afresh every time
 		e, rev, err := getJSON[LedgerEntry](ctx, s, lk)
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
@@ -717,8 +745,9 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
 			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(e.Node)), "=", nrev),
 		}
+		body := mustJSON(&ended)
 		ops := []clientv3.Op{
-			clientv3.OpPut(lk, mustJSON(&ended)),
+			clientv3.OpPut(lk, body),
 			clientv3.OpDelete(s.runningNodePrefix(e.Node) + id),
 			clientv3.OpPut(s.usageNodeKey(e.Node), mustJSON(nc)),
 			clientv3.OpDelete(s.specKey(id)), // a kept create spec goes with the VM
@@ -733,6 +762,24 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			ops = append(ops,
 				clientv3.OpDelete(s.runningTenantPrefix(e.Tenant)+id),
 				clientv3.OpPut(s.usageTenantKey(e.Tenant), mustJSON(tc)))
+			// The month index (ledgerindex.go) takes copies of the ended entry in the same
+			// transaction. A VM that ran for years has more months than one transaction
+			// holds: the earlier ones are written first, each batch while the entry is still
+			// running as read, and hold its id, as another end may yet win with another time.
+			months := s.monthKeys(&ended)
+			if early := len(months) - (maxTxnOps - len(ops)); early > 0 {
+				w := guardedWrite{key: lk, rev: rev}
+				for _, k := range months[:early] {
+					w.ops = append(w.ops, clientv3.OpPut(k, id))
+				}
+				if ok, err := s.commitGuarded(ctx, []guardedWrite{w}); err != nil || !ok {
+					return false, err
+				}
+				months = months[early:]
+			}
+			for _, k := range months {
+				ops = append(ops, clientv3.OpPut(k, body))
+			}
 		}
 		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
@@ -765,7 +812,11 @@ func (s *Store) NodeUsage(ctx context.Context, node string) (UsageView, error) {
 }
 
 func (s *Store) usageView(ctx context.Context, counterKey, resPrefix string) (UsageView, error) {
-	r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(counterKey), clientv3.OpGet(resPrefix, clientv3.WithPrefix())).Commit()
+	var r *clientv3.TxnResponse
+	err := s.retryTransient(ctx, "read usage "+counterKey, func() (err error) {
+		r, err = s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(counterKey), clientv3.OpGet(resPrefix, clientv3.WithPrefix())).Commit()
+		return err
+	})
 	if err != nil {
 		return UsageView{}, fmt.Errorf("read usage %s: %w", counterKey, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -97,6 +98,10 @@ type Store struct {
 
 	locks        keyedLocks // see locks.go
 	etcdLogLevel zap.AtomicLevel
+	// noRangeStream: etcd refused a RangeStream (a server before 3.7); scans read pages.
+	noRangeStream atomic.Bool
+	// ledgerIndexed: the ledger's month index is complete (its migration marker was seen).
+	ledgerIndexed atomic.Bool
 
 	mu      sync.Mutex
 	session *concurrency.Session
@@ -167,6 +172,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		cli.Close()
 		s.stopEmbedded()
 		return nil, fmt.Errorf("open store: etcd %v does not answer: %w", s.endpoints, err)
+	}
+	if err := s.markEmptyLedgerIndexed(sctx); err != nil {
+		cli.Close()
+		s.stopEmbedded()
+		return nil, fmt.Errorf("open store: %w", err)
 	}
 	return s, nil
 }
