@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fluxvm/fluxvm/central/audit"
 	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/schemas"
 	"github.com/fluxvm/fluxvm/sdk"

@@ -2,10 +2,10 @@ package api
 
 import (
 	"context"
-	"github.com/fluxvm/fluxvm/central/vms"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

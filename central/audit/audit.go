@@ -49,7 +49,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/sdk"
 	"io"
 	"os"
 	"path/filepath"
@@ -60,6 +59,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 

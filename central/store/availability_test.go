@@ -2,9 +2,10 @@ package store
 
 import (
 	"errors"
-	"github.com/fluxvm/fluxvm/sdk"
 	"strings"
 	"testing"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // TestOneRuleForAnUnavailableNode: a node that is down, cordoned, draining

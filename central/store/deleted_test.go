@@ -2,9 +2,10 @@ package store
 
 import (
 	"errors"
-	"github.com/fluxvm/fluxvm/sdk"
 	"testing"
 	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // TestADeletedVMIsNeverRecorded covers both orders of a create's ledger

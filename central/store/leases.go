@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/billing"
 	"sort"
 	"time"
 
+	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/sdk"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"

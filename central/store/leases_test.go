@@ -3,10 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/sdk"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // TestConcurrentLeasesOfOneNodeHaveOneWinner races 40 leases of one node

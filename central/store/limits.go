@@ -2,8 +2,9 @@ package store
 
 import (
 	"cmp"
-	"github.com/fluxvm/fluxvm/sdk"
 	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // Ranges of the numbers central stores, as schemas/fleet-openapi.yaml gives

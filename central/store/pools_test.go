@@ -3,10 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/sdk"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // warmMembers makes a pool with n warm members, each with a running ledger entry of the

@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/fluxvm/fluxvm/billing"
-	"github.com/fluxvm/fluxvm/jsonapi"
-	"github.com/fluxvm/fluxvm/sdk"
 	"io"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // Guest operating systems central knows. They match the driver contract's guest_os values.

@@ -3,13 +3,14 @@ package store
 import (
 	"errors"
 	"fmt"
-	"github.com/fluxvm/fluxvm/sdk"
 	"os"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 func TestOpenEmbeddedIsFastPrivateAndKeepsDataAcrossRestart(t *testing.T) {

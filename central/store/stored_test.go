@@ -3,12 +3,13 @@ package store
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/fluxvm/fluxvm/sdk"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // readStored decodes testdata/stored/<name>.json, a record as the store
