@@ -436,8 +436,16 @@ type namedKey struct{}
 // nameTarget tells the activity log the name of what the request is about,
 // once the handler has found it; a name that is not valid is not logged.
 func nameTarget(r *http.Request, name string) {
-	if n, ok := r.Context().Value(namedKey{}).(*named); ok && store.ValidName(name) {
-		n.target = name
+	if store.ValidName(name) {
+		setTarget(r, name)
+	}
+}
+
+// setTarget replaces the activity log's target of r with a value its
+// caller has checked.
+func setTarget(r *http.Request, target string) {
+	if n, ok := r.Context().Value(namedKey{}).(*named); ok {
+		n.target = target
 	}
 }
 

@@ -77,8 +77,8 @@ func (s *Server) teamError(w http.ResponseWriter, t *store.Tenant, email string,
 // emailTarget tells the activity log whose membership a change was about,
 // when the email is one the store would keep and fits the log's target.
 func emailTarget(r *http.Request, email string) {
-	if n, ok := r.Context().Value(namedKey{}).(*named); ok && store.CheckEmail(email) == nil && len(email) <= audit.MaxTargetBytes {
-		n.target = email
+	if store.CheckEmail(email) == nil && len(email) <= audit.MaxTargetBytes {
+		setTarget(r, email)
 	}
 }
 
