@@ -263,11 +263,24 @@ func (n *fxNode) start() {
 	})
 }
 
-// stop ends the agent with SIGTERM, which stops its plugins too.
+// stop ends the agent with SIGTERM, which stops its plugins too. A test
+// may have left it SIGSTOPped (a node that does not answer), so it is
+// continued first; one that has not ended 30 s after SIGTERM is killed, so
+// a failed test ends instead of waiting for ever.
 func (n *fxNode) stop() {
-	if n.cmd != nil && n.cmd.ProcessState == nil {
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		_ = n.cmd.Wait()
+	if n.cmd == nil || n.cmd.ProcessState != nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGCONT)
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = n.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		n.t.Errorf("node %s did not stop within 30 s of SIGTERM; killing it", n.name)
+		_ = n.cmd.Process.Kill()
+		<-done
 	}
 }
 
