@@ -614,7 +614,7 @@ func lockDir(dir string) (unlock func(), err error) {
 // VMs the last run left running are killed first: their disks are about to
 // go, and nothing would know them any more.
 func reset(dir string) (stopped int, err error) {
-	stopped = killVMsUnder(dir)
+	stopped = KillVMsUnder(dir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return stopped, fmt.Errorf("reset %s: %w", dir, err)
@@ -630,9 +630,9 @@ func reset(dir string) (stopped int, err error) {
 	return stopped, nil
 }
 
-// killVMsUnder SIGKILLs the QEMU processes whose command line names a path
+// KillVMsUnder SIGKILLs the QEMU processes whose command line names a path
 // under dir, and returns how many. Where /proc is missing it finds none.
-func killVMsUnder(dir string) int {
+func KillVMsUnder(dir string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	n := 0
 	for _, p := range procs {

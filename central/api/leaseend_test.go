@@ -85,11 +85,14 @@ func TestLeaseEndLeaderDies(t *testing.T) {
 	// A dies: its etcd client goes without resigning or revoking anything.
 	_ = stA.Client().Close()
 	// Its hung call comes back (host's listing times out) having deleted
-	// nothing: the ledger still runs both VMs of acme.
+	// nothing: the ledger still runs both VMs of acme. The end is in etcd
+	// (seen above); whether A's call reports it depends on whether etcd's
+	// answer reached A before its client closed, which a dying central
+	// cannot promise: it reports the lease or nothing, never another.
 	select {
 	case ended := <-aDone:
-		if !slices.Equal(ended, []string{l.ID}) {
-			t.Fatalf("A ended %v, want [%s]", ended, l.ID)
+		if len(ended) > 0 && !slices.Equal(ended, []string{l.ID}) {
+			t.Fatalf("A ended %v, want [%s] or nothing", ended, l.ID)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("A's EndExpiredLeases did not come back")

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluxvm/fluxvm/devenv"
 )
 
 // TestNewcomerFirstTenMinutes plays a newcomer: it runs the README's first
@@ -34,7 +36,9 @@ func TestNewcomerFirstTenMinutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(state) })
+	// dev keeps its VMs running across restarts: stop them before their
+	// workspaces go, or they outlive the test.
+	t.Cleanup(func() { devenv.KillVMsUnder(state); _ = os.RemoveAll(state) })
 	free := func() string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/devenv"
 	"github.com/fluxvm/fluxvm/guest/image"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -159,7 +160,9 @@ func devStateDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	// dev keeps its VMs running across restarts: stop them before their
+	// workspaces go, or they outlive the test.
+	t.Cleanup(func() { devenv.KillVMsUnder(dir); _ = os.RemoveAll(dir) })
 	return dir
 }
 
