@@ -51,8 +51,10 @@ func (s claimsInIDToken) GetClientByClientID(ctx context.Context, id string) (op
 
 // startProvider starts a real OpenID provider (zitadel/oidc's op with its
 // example storage and login page) on loopback, with central registered as
-// a web client redirecting to callback, and returns its issuer.
-func startProvider(t *testing.T, callback string) string {
+// a web client redirecting to callback, and returns its issuer. With
+// emailInIDToken the email claims are in the ID token; without, only at
+// the provider's UserInfo endpoint (the example's own default).
+func startProvider(t *testing.T, callback string, emailInIDToken bool) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +67,11 @@ func startProvider(t *testing.T, callback string) string {
 		"u4": {ID: "u4", Username: "unverified", Password: "verysecure", Email: "unverified@example.com", EmailVerified: false},
 	}
 	storage.RegisterClients(storage.WebClient("fluxvm-console", "console-secret", callback))
-	router := exampleop.SetupServer(issuer, claimsInIDToken{storage.NewStorage(users)}, nil, false)
+	var st exampleop.Storage = storage.NewStorage(users)
+	if emailInIDToken {
+		st = claimsInIDToken{storage.NewStorage(users)}
+	}
+	router := exampleop.SetupServer(issuer, st, nil, false)
 	srv := httptest.NewUnstartedServer(router)
 	srv.Listener.Close()
 	srv.Listener = ln
@@ -150,7 +156,7 @@ func (e *env) sessionsStored() int {
 // unknown state, or finished in another browser is refused without one.
 func TestSignInWithARealProvider(t *testing.T) {
 	e := newEnv(t, nil)
-	issuer := startProvider(t, e.srv.URL+"/auth/callback")
+	issuer := startProvider(t, e.srv.URL+"/auth/callback", true)
 	o, err := identity.NewOIDC(context.Background(), identity.OIDCConfig{Issuer: issuer, ClientID: "fluxvm-console", ClientSecret: "console-secret",
 		RedirectURL: e.srv.URL + "/auth/callback"})
 	if err != nil {
@@ -300,5 +306,43 @@ func TestSignInWithARealProvider(t *testing.T) {
 	before = e.sessionsStored()
 	if resp, _, _ := signIn(t, browser(t), e.srv.URL, "?tenant=beta", "alex"); resp.StatusCode != http.StatusForbidden || e.sessionsStored() != before {
 		t.Fatalf("alex into beta: %d", resp.StatusCode)
+	}
+}
+
+// TestSignInWithTheEmailAtUserInfo: a provider that keeps the email out of
+// the ID token (zitadel's example as it ships) serves it at its UserInfo
+// endpoint; central reads it there, for the ID token's subject, and still
+// refuses an unverified address.
+func TestSignInWithTheEmailAtUserInfo(t *testing.T) {
+	e := newEnv(t, nil)
+	issuer := startProvider(t, e.srv.URL+"/auth/callback", false)
+	o, err := identity.NewOIDC(context.Background(), identity.OIDCConfig{Issuer: issuer, ClientID: "fluxvm-console", ClientSecret: "console-secret",
+		RedirectURL: e.srv.URL + "/auth/callback"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.api.opts.OIDC = o
+	e.api.publicOrigin = e.srv.URL
+	_, token := e.createTenant("acme", "")
+	e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: token, body: `{"email": "alex@example.com", "role": "viewer"}`}, 201)
+	e.must(req{method: "POST", path: "/fleet/tenants/me/members", token: token, body: `{"email": "unverified@example.com", "role": "owner"}`}, 201)
+
+	b := browser(t)
+	resp, body, _ := signIn(t, b, e.srv.URL, "", "alex")
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("alex's sign-in through UserInfo: %d %s", resp.StatusCode, body)
+	}
+	r, err := b.Get(e.srv.URL + "/auth/session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	if r.StatusCode != 200 || !strings.Contains(string(got), `"email":"alex@example.com"`) || !strings.Contains(string(got), `"role":"viewer"`) {
+		t.Fatalf("/auth/session: %d %s", r.StatusCode, got)
+	}
+	before := e.sessionsStored()
+	if resp, _, _ := signIn(t, browser(t), e.srv.URL, "", "unverified"); resp.StatusCode != http.StatusUnauthorized || e.sessionsStored() != before {
+		t.Fatalf("an unverified email at UserInfo: %d, sessions %d (were %d)", resp.StatusCode, e.sessionsStored(), before)
 	}
 }

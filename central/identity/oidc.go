@@ -71,6 +71,13 @@ type Claims struct {
 	Email string
 }
 
+// idClaims is a verified ID token's subject and email claims, before the
+// email is required.
+type idClaims struct {
+	Subject, Email string
+	EmailVerified  any
+}
+
 // pending is a sign-in under way, by its state.
 type pending struct {
 	nonce, verifier, tenant string
@@ -83,6 +90,7 @@ type pending struct {
 type OIDC struct {
 	cfg      OIDCConfig
 	oauth    oauth2.Config
+	provider *oidc.Provider
 	verifier *Verifier
 	mu       sync.Mutex
 	pending  map[string]pending
@@ -106,7 +114,7 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 	if err := p.Claims(&d); err != nil || d.JWKS == "" {
 		return nil, fmt.Errorf("the identity provider's discovery document names no jwks_uri")
 	}
-	o := &OIDC{cfg: cfg, pending: map[string]pending{},
+	o := &OIDC{cfg: cfg, provider: p, pending: map[string]pending{},
 		oauth: oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Endpoint: p.Endpoint(), RedirectURL: cfg.RedirectURL,
 			Scopes: []string{oidc.ScopeOpenID, "email", "profile"}},
 		verifier: NewVerifier(cfg.Issuer, cfg.ClientID, d.JWKS, cfg.HTTPClient, cfg.Now)}
@@ -161,11 +169,61 @@ func (o *OIDC) Finish(ctx context.Context, state, code, binding string) (*Claims
 	if raw == "" {
 		return nil, "", fmt.Errorf("%w: the provider sent no id_token", ErrSignIn)
 	}
-	c, err := o.verifier.Verify(ctx, raw, p.nonce)
+	c, err := o.verifier.verify(ctx, raw, p.nonce)
 	if err != nil {
 		return nil, "", err
 	}
-	return c, p.tenant, nil
+	if c.Email == "" {
+		// Providers that keep the email out of the ID token (zitadel's
+		// default, Keycloak clients without the mapper) serve it at their
+		// UserInfo endpoint, for the access token just issued.
+		if c, err = o.userInfo(ctx, tok, c.Subject); err != nil {
+			return nil, "", err
+		}
+	}
+	e, err := verifiedEmail(c, "UserInfo")
+	if err != nil {
+		return nil, "", err
+	}
+	return e, p.tenant, nil
+}
+
+// userInfo reads the email claims from the provider's UserInfo endpoint
+// with the sign-in's access token. Its subject must be the ID token's
+// (OpenID Connect Core 5.3.2): a reply about someone else is refused.
+func (o *OIDC) userInfo(ctx context.Context, tok *oauth2.Token, subject string) (*idClaims, error) {
+	if o.provider.UserInfoEndpoint() == "" {
+		return nil, fmt.Errorf("%w: the ID token has no email and the provider has no UserInfo endpoint", ErrSignIn)
+	}
+	ui, err := o.provider.UserInfo(oidc.ClientContext(ctx, o.cfg.HTTPClient), oauth2.StaticTokenSource(tok))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the ID token has no email, and the provider's UserInfo endpoint: %v", ErrSignIn, err)
+	}
+	if ui.Subject != subject {
+		return nil, fmt.Errorf("%w: UserInfo answered for subject %q, not the ID token's", ErrSignIn, ui.Subject)
+	}
+	c := &idClaims{Subject: subject}
+	var raw struct {
+		Email         string `json:"email"`
+		EmailVerified any    `json:"email_verified"`
+	}
+	if err := ui.Claims(&raw); err != nil {
+		return nil, fmt.Errorf("%w: UserInfo claims: %v", ErrSignIn, err)
+	}
+	c.Email, c.EmailVerified = raw.Email, raw.EmailVerified
+	return c, nil
+}
+
+// verifiedEmail is the claims' email when it is present and verified
+// (email_verified the boolean true); from names where they came from.
+func verifiedEmail(c *idClaims, from string) (*Claims, error) {
+	switch {
+	case c.Email == "":
+		return nil, fmt.Errorf("%w: the %s has no email", ErrSignIn, from)
+	case c.EmailVerified != true:
+		return nil, fmt.Errorf("%w: the email is not verified (email_verified %v)", ErrSignIn, c.EmailVerified)
+	}
+	return &Claims{Email: c.Email}, nil
 }
 
 // Verifier checks ID tokens of one provider for one client.
@@ -189,6 +247,16 @@ func NewVerifier(issuer, clientID, jwksURL string, client *http.Client, now func
 // email that is present and verified (email_verified true). Every failure
 // is ErrSignIn.
 func (v *Verifier) Verify(ctx context.Context, raw, nonce string) (*Claims, error) {
+	c, err := v.verify(ctx, raw, nonce)
+	if err != nil {
+		return nil, err
+	}
+	return verifiedEmail(c, "ID token")
+}
+
+// verify is Verify without the email rule: Finish looks for a missing
+// email at the UserInfo endpoint.
+func (v *Verifier) verify(ctx context.Context, raw, nonce string) (*idClaims, error) {
 	t, err := v.v.Verify(ctx, raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSignIn, err)
@@ -206,12 +274,8 @@ func (v *Verifier) Verify(ctx context.Context, raw, nonce string) (*Claims, erro
 		return nil, fmt.Errorf("%w: several audiences and azp %q is not the client", ErrSignIn, c.AZP)
 	case nonce == "" || t.Nonce != nonce:
 		return nil, fmt.Errorf("%w: the nonce is not this sign-in's", ErrSignIn)
-	case c.Email == "":
-		return nil, fmt.Errorf("%w: the ID token has no email", ErrSignIn)
-	case c.EmailVerified != true:
-		return nil, fmt.Errorf("%w: the email is not verified (email_verified %v)", ErrSignIn, c.EmailVerified)
 	}
-	return &Claims{Email: c.Email}, nil
+	return &idClaims{Subject: t.Subject, Email: c.Email, EmailVerified: c.EmailVerified}, nil
 }
 
 // keySet is the provider's signing keys, fetched from its JWKS: cached for
