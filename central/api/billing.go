@@ -35,7 +35,7 @@ func (s *Server) getPrices(w http.ResponseWriter, r *http.Request) {
 	}
 	pl, err := s.metering.Prices(r.Context())
 	if err != nil {
-		s.meteringError(w, err)
+		s.storeError(w, "read the ledger", err)
 		return
 	}
 	setETag(w, pl.Version)
@@ -68,7 +68,7 @@ func (s *Server) putPrices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.meteringError(w, err)
+		s.storeError(w, "read the ledger", err)
 		return
 	}
 	if etag != 0 {
@@ -107,7 +107,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := s.metering.Usage(r.Context(), who, from, to)
 	if err != nil {
-		s.meteringError(w, err)
+		s.storeError(w, "read the ledger", err)
 		return
 	}
 	if format == "json" {
@@ -154,7 +154,7 @@ func (s *Server) billingStatement(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := s.metering.Statements(r.Context(), metering.StatementQuery{Tenant: who, Month: month, Budgets: format == "json"})
 	if err != nil {
-		s.meteringError(w, err)
+		s.storeError(w, "read the ledger", err)
 		return
 	}
 	switch {
@@ -235,22 +235,13 @@ func (s *Server) putBudget(w http.ResponseWriter, r *http.Request, t *store.Tena
 	}
 	b, err := s.metering.SetBudget(r.Context(), t.ID, budget)
 	if err != nil {
-		s.meteringError(w, err)
+		s.storeError(w, "read the ledger", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, b)
 }
 
 // ---- helpers ----
-
-// meteringError answers a metering service's store failure.
-func (s *Server) meteringError(w http.ResponseWriter, err error) {
-	if oe := (*store.OpError)(nil); errors.As(err, &oe) {
-		s.storeError(w, oe.Op, oe.Err)
-		return
-	}
-	s.storeError(w, "read the ledger", err)
-}
 
 // billedTenant is the tenant whose figures the request asks for ("" all,
 // for the operator without ?tenant=). A tenant sees only its own: a

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/fluxvm/fluxvm/central/drainer"
-	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/gorilla/mux"
 )
@@ -67,15 +66,11 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 // drainerError answers the drainer's errors that every drain route shares:
 // a node that is not there, and the store's failures.
 func (s *Server) drainerError(w http.ResponseWriter, r *http.Request, err error) {
-	var se *store.OpError
-	switch {
-	case errors.Is(err, drainer.ErrNoNode):
+	if errors.Is(err, drainer.ErrNoNode) {
 		jsonapi.WriteError(w, http.StatusNotFound, "no node "+jsonapi.Echo(mux.Vars(r)["name"]), "GET /fleet/nodes lists the nodes")
-	case errors.As(err, &se):
-		s.storeError(w, se.Op, se.Err)
-	default:
-		s.storeError(w, "drain the node", err)
+		return
 	}
+	s.storeError(w, "drain the node", err)
 }
 
 // drainStatus is GET /fleet/nodes/{name}/drain: the node's latest drain,

@@ -123,17 +123,8 @@ func (s *Server) leaseError(w http.ResponseWriter, p Principal, req *leases.Requ
 		jsonapi.WriteError(w, http.StatusConflict, refused.Error(),
 			"a lease needs a healthy "+refused.Kind+" that is not cordoned, draining, leased or waiting for a scrub, runs no VMs and matches the size, node_selector and nested asked for; relax them or ask the operator")
 	default:
-		s.leaseStoreError(w, err)
+		s.storeError(w, "read the leases", err)
 	}
-}
-
-// leaseStoreError answers a lease service's store failure.
-func (s *Server) leaseStoreError(w http.ResponseWriter, err error) {
-	if oe := (*store.OpError)(nil); errors.As(err, &oe) {
-		s.storeError(w, oe.Op, oe.Err)
-		return
-	}
-	s.storeError(w, "read the leases", err)
 }
 
 // listLeases is GET /fleet/leases: a tenant's own, or every lease for the
@@ -158,7 +149,7 @@ func (s *Server) listLeases(w http.ResponseWriter, r *http.Request) {
 	}
 	ls, err := s.leases.List(r.Context(), tenant, onlyActive)
 	if err != nil {
-		s.leaseStoreError(w, err)
+		s.storeError(w, "read the leases", err)
 		return
 	}
 	out := sdk.LeaseList{Leases: make([]sdk.Lease, len(ls))}
@@ -175,7 +166,7 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound):
 		jsonapi.WriteError(w, http.StatusNotFound, "no lease "+jsonapi.Echo(id), "GET /fleet/leases lists your leases")
 	case err != nil:
-		s.leaseStoreError(w, err)
+		s.storeError(w, "read the leases", err)
 	default:
 		jsonapi.Write(w, http.StatusOK, leaseOf(l))
 	}

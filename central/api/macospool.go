@@ -78,7 +78,7 @@ func (s *Server) checkoutMacOS(w http.ResponseWriter, r *http.Request) {
 			"the pool loop is booting replacements: GET /fleet/pools/{name}/status shows them; try again shortly or raise the pool's size")
 		return
 	case err != nil:
-		s.poolsError(w, "check out a macOS vm", err)
+		s.storeError(w, "check out a macOS vm", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, macOSCheckout{Node: c.Node, ID: c.Member.VMID, Pool: c.Pool.Name, VM: *c.VM, IdleOnNode: c.IdleOnNode,

@@ -26,16 +26,6 @@ const PoolLabel = pools.Label
 // Only the leader runs it, with the fenced context of its loops.
 func (s *Server) PoolLoop(ctx context.Context, every time.Duration) { s.pools.Loop(ctx, every) }
 
-// poolsError answers a failure of central/pools that has no answer of its
-// own: a store that failed, in the words of what was being done.
-func (s *Server) poolsError(w http.ResponseWriter, what string, err error) {
-	var se *store.OpError
-	if errors.As(err, &se) {
-		what, err = se.Op, se.Err
-	}
-	s.storeError(w, what, err)
-}
-
 // ---- routes ----
 
 // poolOf finds the route's pool for the caller, or answers. A tenant sees
@@ -71,7 +61,7 @@ func (s *Server) poolOf(w http.ResponseWriter, r *http.Request) (*store.Pool, bo
 		return notFound()
 	}
 	if err != nil {
-		s.poolsError(w, "read pool "+name, err)
+		s.storeError(w, "read pool "+name, err)
 		return nil, false
 	}
 	return pool, true
@@ -92,7 +82,7 @@ func mayChange(w http.ResponseWriter, p Principal, pool *store.Pool) bool {
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) {
 	all, err := s.pools.List(r.Context(), tenantID(PrincipalOf(r.Context())))
 	if err != nil {
-		s.poolsError(w, "list pools", err)
+		s.storeError(w, "list pools", err)
 		return
 	}
 	out := sdk.PoolList{Pools: []sdk.Pool{}}
@@ -145,7 +135,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		invalid(w, err, specHint)
 		return
 	case err != nil:
-		s.poolsError(w, "store the pool", err)
+		s.storeError(w, "store the pool", err)
 		return
 	}
 	w.Header().Set("Location", "/fleet/pools/"+pool.Name)
@@ -202,7 +192,7 @@ func (s *Server) patchPool(w http.ResponseWriter, r *http.Request) {
 		invalid(w, err, specHint)
 		return
 	case err != nil:
-		s.poolsError(w, "update the pool", err)
+		s.storeError(w, "update the pool", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, pools.Wire(*out))
@@ -222,7 +212,7 @@ func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotFound):
 		jsonapi.WriteError(w, http.StatusNotFound, "no pool "+pool.Name, "GET /fleet/pools lists the pools you may use")
 	case err != nil:
-		s.poolsError(w, "mark the pool deleted", err)
+		s.storeError(w, "mark the pool deleted", err)
 	case !done:
 		w.WriteHeader(http.StatusAccepted)
 	default:
@@ -238,7 +228,7 @@ func (s *Server) poolStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := s.pools.Status(r.Context(), pool)
 	if err != nil {
-		s.poolsError(w, "read the pool's members", err)
+		s.storeError(w, "read the pool's members", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, pools.WireStatus(pool, st))

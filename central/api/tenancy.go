@@ -364,7 +364,7 @@ func (s *Server) tenantMe(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := s.metering.MonthToDate(r.Context(), p.Tenant)
 	if err != nil {
-		s.meteringError(w, err)
+		s.storeError(w, "read the ledger", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, tenantMeView{
