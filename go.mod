@@ -5,7 +5,6 @@ go 1.26.0
 toolchain go1.26.8
 
 require (
-	github.com/coder/websocket v1.8.15
 	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/creack/pty v1.1.24
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
