@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 
 	"github.com/fluxvm/fluxvm/central/channel"
@@ -34,11 +36,20 @@ func (s *Server) nodeChannel(w http.ResponseWriter, r *http.Request) {
 			"node names are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (the node's HCL `name`)")
 		return
 	}
-	ws, err := channelUpgrader.Upgrade(w, r, nil)
+	ws, err := channelUpgrader.Upgrade(hijacker{w}, r, nil)
 	if err != nil {
 		return // the upgrader answered
 	}
 	_ = s.nodes.Channels().Serve(r.Context(), name, wsconn.New(ws), s.log.Named("channel"))
+}
+
+// hijacker hands the upgrader the connection under the server's response
+// writer wrappers (the metrics' codeWriter), which http.ResponseController
+// finds through their Unwrap; gorilla looks for http.Hijacker itself.
+type hijacker struct{ http.ResponseWriter }
+
+func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(h.ResponseWriter).Hijack()
 }
 
 // NodeChannels is the registry of the node channels this central holds:
