@@ -482,7 +482,7 @@ const MaxSocketPath = 107
 func checkSocketPath(p string) error {
 	switch {
 	case p == "":
-		return errors.New("no socket path after unix:")
+		return errors.New("no socket path follows unix")
 	case strings.HasPrefix(p, "//"):
 		return errors.New("write unix:/path (one slash), not a URL")
 	case !filepath.IsAbs(p):
