@@ -6,10 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/agent/link"
 	"github.com/fluxvm/fluxvm/central/channel"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/store"
@@ -17,7 +17,6 @@ import (
 	"github.com/fluxvm/fluxvm/wsconn"
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/yamux"
 )
 
 // nodeAPI answers GET /v1/health naming where it was reached, and upgrades
@@ -43,8 +42,9 @@ func nodeAPI(where string) http.Handler {
 	})
 }
 
-// openChannel connects node's end (serving nodeAPI("channel")) to a
-// registry behind a real WebSocket server, as the node agent does.
+// openChannel runs the node agent's end of node's channel (link.RunChannel,
+// serving nodeAPI("channel")) against a registry behind a real WebSocket
+// server, as central's route does.
 func openChannel(t *testing.T, reg *channel.Registry, node string) {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,17 +54,13 @@ func openChannel(t *testing.T, reg *channel.Registry, node string) {
 		}
 		_ = reg.Serve(r.Context(), node, wsconn.New(ws), hclog.NewNullLogger())
 	}))
-	t.Cleanup(srv.Close)
-	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := yamux.Server(wsconn.New(ws), channel.YamuxConfig(hclog.NewNullLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	go func() { _ = http.Serve(s, nodeAPI("channel")) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = link.RunChannel(ctx, link.ChannelOptions{CentralURL: srv.URL, Token: "fleet-token", Node: node, Handler: nodeAPI("channel")})
+	}()
+	t.Cleanup(func() { cancel(); <-done; srv.Close() })
 	for !reg.Has(node) {
 		time.Sleep(10 * time.Millisecond)
 	}
