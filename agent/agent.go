@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/fluxvm/fluxvm/agent/api"
@@ -89,25 +90,27 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	defer host.Close()
 	go mgr.Run(ctx, time.Second)
 
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listen(cfg)
 	if err != nil {
 		return fmt.Errorf("node api: %w", err)
 	}
-	srv := &http.Server{
-		Handler: api.New(api.Options{
-			Manager: mgr, AdminTokens: reveal(cfg.Tokens.Admin), ReadOnlyTokens: reveal(cfg.Tokens.ReadOnly),
-			Logger: log.Named("api"), Version: opts.Version,
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	log.Info("node api listening", "addr", ln.Addr().String(), "node", cfg.Name)
+	handler := api.New(api.Options{
+		Manager: mgr, AdminTokens: reveal(cfg.Tokens.Admin), ReadOnlyTokens: reveal(cfg.Tokens.ReadOnly),
+		Logger: log.Named("api"), Version: opts.Version,
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("node api listening", "addr", listenAddr(ln), "node", cfg.Name)
 	if opts.Listening != nil {
-		opts.Listening(ln.Addr().String())
+		opts.Listening(listenAddr(ln))
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	if c := cfg.Central; c != nil {
 		go startLink(ctx, c, cfg.Name, ln.Addr(), host, mgr, opts.Version, log.Named("link"))
+		go func() {
+			_ = link.RunChannel(ctx, link.ChannelOptions{CentralURL: c.URL, Token: c.Token.Reveal(), Node: cfg.Name,
+				Handler: handler, Logger: log.Named("channel"), Version: opts.Version})
+		}()
 	}
 	select {
 	case <-ctx.Done():
@@ -121,12 +124,51 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	return nil
 }
 
+// listen opens the node API's listener: TCP, or a unix socket of mode 0600
+// (a stale socket file from an earlier run is replaced).
+func listen(cfg *config.Config) (net.Listener, error) {
+	path := cfg.ListenSocket()
+	if path == "" {
+		return net.Listen("tcp", cfg.Listen)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == os.ModeSocket {
+		_ = os.Remove(path)
+	}
+	// The socket is created with the umask's bits; none for group and
+	// others from the start, not chmod after a window.
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// listenAddr names the listener's address for logs and Options.Listening:
+// host:port, or unix:PATH.
+func listenAddr(ln net.Listener) string {
+	if a, ok := ln.Addr().(*net.UnixAddr); ok {
+		return "unix:" + a.Name
+	}
+	return ln.Addr().String()
+}
+
 // startLink heartbeats to central (see package link). Central calls this
-// node back at the advertised URL with its fleet token, which the node's
-// tokens.admin must list.
+// node through its channel (RunChannel) or, without one, at the advertised
+// URL, with its fleet token, which the node's tokens.admin must list. A
+// node whose API listens on a unix socket advertises no URL unless its
+// config names one: central reaches it only through the channel.
 func startLink(ctx context.Context, c *config.Central, node string, addr net.Addr, host *pluginhost.Host, mgr *vmm.Manager, version string, log hclog.Logger) {
 	advertise := c.Advertise
-	if advertise == "" {
+	if _, unix := addr.(*net.UnixAddr); advertise == "" && !unix {
 		advertise = advertiseURL(addr)
 	}
 	report := func(ctx context.Context) (sdk.Heartbeat, error) {

@@ -135,6 +135,7 @@ func Run(ctx context.Context, opts Options) error {
 	srv := api.New(api.Options{Store: st, FleetToken: opts.FleetToken, Logger: log.Named("api"), Version: opts.Version, OIDC: sso, OIDCProviderName: opts.OIDCProviderName,
 		Activity: activity, HeartbeatInterval: opts.HeartbeatInterval,
 		PublicURL: opts.PublicURL, SessionTTL: opts.SessionTTL, OperatorEmails: opts.OperatorEmails})
+	srv.Metrics().MustRegister(srv.NodeChannels())
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("central: fleet api: %w", err)
@@ -170,6 +171,10 @@ func Run(ctx context.Context, opts Options) error {
 	cancel()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
+	// The node channels are hijacked connections, which Shutdown leaves
+	// alone: close them, so the nodes notice and redial (another central,
+	// or this one once it is back).
+	srv.NodeChannels().Close()
 	_ = hs.Shutdown(sctx)
 	<-loops
 	<-migrated

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -51,13 +53,30 @@ func WithUserAgent(ua string) Option { return func(o *options) { o.userAgent = u
 type client struct {
 	service string // "node" or "central", for messages
 	base    string // scheme://host[:port][/prefix], no trailing slash
-	opts    options
+	// shown is the base URL as the caller gave it, for messages: base, or
+	// unix:///PATH for a node API on a unix socket.
+	shown string
+	opts  options
 }
+
+// unixBase is the base URL of requests to a node API on a unix socket; the
+// client's transport dials the socket whatever the host.
+const unixBase = "http://localhost"
 
 func newClient(service, baseURL string, opts []Option) (*client, error) {
 	u, err := url.Parse(strings.TrimSpace(baseURL))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%s URL %q: want http://HOST:PORT or https://HOST:PORT", service, baseURL)
+	socket := ""
+	if err == nil && u.Scheme == "unix" && service == "node" {
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
+			return nil, fmt.Errorf("node URL %q: want unix:///ABSOLUTE/PATH/api.sock (three slashes)", baseURL)
+		}
+		socket = u.Path
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		want := "http://HOST:PORT or https://HOST:PORT"
+		if service == "node" {
+			want += " or unix:///PATH/api.sock"
+		}
+		return nil, fmt.Errorf("%s URL %q: want %s", service, baseURL, want)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("%s URL %q: must not carry a query or fragment", service, baseURL)
@@ -70,7 +89,31 @@ func newClient(service, baseURL string, opts []Option) (*client, error) {
 	if c.opts.hc == nil {
 		c.opts.hc = http.DefaultClient
 	}
+	c.shown = c.base
+	if socket != "" {
+		c.base, c.shown = unixBase, "unix://"+socket
+		c.opts.hc = unixClient(c.opts.hc, socket)
+	}
 	return c, nil
+}
+
+// unixClient is hc with a transport that dials the unix socket at path for
+// every request (and WebSocket): hc's own *http.Transport cloned, or the
+// default one.
+func unixClient(hc *http.Client, path string) *http.Client {
+	tr, ok := hc.Transport.(*http.Transport)
+	if !ok || tr == nil {
+		tr = http.DefaultTransport.(*http.Transport)
+	}
+	tr = tr.Clone()
+	tr.Proxy = nil
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", path)
+	}
+	out := *hc
+	out.Transport = tr
+	return &out
 }
 
 // do sends a request and returns the response of a 2xx answer; any other
@@ -120,7 +163,7 @@ func (c *client) doWith(ctx context.Context, method, path string, query url.Valu
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, &ConnectError{Service: c.service, URL: c.base, Err: err}
+		return nil, &ConnectError{Service: c.service, URL: c.shown, Err: err}
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp, nil
@@ -151,7 +194,7 @@ func (c *client) decodeError(resp *http.Response) error {
 	} else {
 		e.Message = fmt.Sprintf("%s answered %s", c.service, status)
 	}
-	e.Hint = fmt.Sprintf("the reply was not FluxVM's JSON error; check that %s is a FluxVM %s API and not a proxy or another service", c.base, c.service)
+	e.Hint = fmt.Sprintf("the reply was not FluxVM's JSON error; check that %s is a FluxVM %s API and not a proxy or another service", c.shown, c.service)
 	return e
 }
 

@@ -33,7 +33,7 @@ func NewFleetClient(baseURL string, opts ...Option) (*FleetClient, error) {
 }
 
 // URL is central's base URL as the client uses it.
-func (f *FleetClient) URL() string { return f.c.base }
+func (f *FleetClient) URL() string { return f.c.shown }
 
 func fleetVMPath(node, id string, action ...string) string {
 	p := "/fleet/vms/" + url.PathEscape(node) + "/" + url.PathEscape(id)
@@ -94,7 +94,7 @@ func (f *FleetClient) Health(ctx context.Context) (*FleetHealth, error) {
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable {
 			// Its body is a Health, not an error body: say what it means.
-			ae.Message = "central at " + f.c.base + " is degraded: its etcd does not answer"
+			ae.Message = "central at " + f.c.shown + " is degraded: its etcd does not answer"
 			ae.Hint = "central's log says why; check its etcd (embedded under -state-dir, or -etcd endpoints)"
 		}
 		return nil, err

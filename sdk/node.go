@@ -21,7 +21,8 @@ type NodeClient struct {
 }
 
 // NewNodeClient returns a client for the node API at baseURL (for example
-// "http://127.0.0.1:7777"). It does not connect; the first call does.
+// "http://127.0.0.1:7777", or "unix:///run/fluxvm/api.sock" for a node
+// whose `listen` is a unix socket). It does not connect; the first call does.
 func NewNodeClient(baseURL string, opts ...Option) (*NodeClient, error) {
 	c, err := newClient("node", baseURL, opts)
 	if err != nil {
@@ -30,8 +31,8 @@ func NewNodeClient(baseURL string, opts ...Option) (*NodeClient, error) {
 	return &NodeClient{c: c}, nil
 }
 
-// URL is the node's base URL as the client uses it.
-func (n *NodeClient) URL() string { return n.c.base }
+// URL is the node's base URL as the client was made with it.
+func (n *NodeClient) URL() string { return n.c.shown }
 
 func vmPath(idOrName string, action ...string) string {
 	p := "/v1/vms/" + url.PathEscape(idOrName)

@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/url"
-	"strings"
+	"sync"
+	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 )
 
 // MaxStreamMessage is the largest message a Stream reads: 1 MiB, room for
@@ -30,6 +29,9 @@ type Stream struct {
 	// readErr is the error that ended reading, returned again by every
 	// later read. Only the one reading goroutine touches it.
 	readErr error
+	// wmu serializes writers: gorilla allows one at a time.
+	wmu       sync.Mutex
+	closeOnce sync.Once
 }
 
 // Message is one WebSocket message.
@@ -65,8 +67,9 @@ func (e *StreamClosedError) Error() string {
 // streams yet; the VM console, screens and events will. path is escaped
 // like the other calls' paths and may carry a query. The client's token
 // and User-Agent go with the upgrade request, over ws:// for an http://
-// client and wss:// for https://, through the client's *http.Client. ctx
-// bounds the handshake only. A refused upgrade is an *APIError, as any
+// client and wss:// for https://, through the dialer and TLS settings of
+// the client's *http.Client (as DialWebSocket). ctx bounds the handshake
+// only. A refused upgrade is an *APIError, as any
 // refused call is, so IsNotFound and the other Is* helpers work on it; a
 // server that cannot be reached is a *ConnectError.
 func (f *FleetClient) Stream(ctx context.Context, path string) (*Stream, error) {
@@ -80,47 +83,18 @@ func (n *NodeClient) Stream(ctx context.Context, path string) (*Stream, error) {
 }
 
 func (c *client) stream(ctx context.Context, path string) (*Stream, error) {
-	if !strings.HasPrefix(path, "/") {
-		return nil, fmt.Errorf("stream %q: the path must start with /", path)
-	}
-	target := c.base + path
-	if _, err := url.Parse(target); err != nil {
-		return nil, fmt.Errorf("stream %s: %w", path, err)
-	}
-	// base is http:// or https:// (newClient checked).
-	if rest, ok := strings.CutPrefix(target, "https://"); ok {
-		target = "wss://" + rest
-	} else {
-		target = "ws://" + strings.TrimPrefix(target, "http://")
-	}
-	h := http.Header{}
-	if c.opts.token != "" {
-		h.Set("Authorization", "Bearer "+c.opts.token)
-	}
-	if c.opts.userAgent != "" {
-		h.Set("User-Agent", c.opts.userAgent)
-	}
-	conn, resp, err := websocket.Dial(ctx, target, &websocket.DialOptions{HTTPClient: c.opts.hc, HTTPHeader: h})
+	conn, err := c.dialWS(ctx, path)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("stream %s: %w", path, ctx.Err())
-		case resp == nil:
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			return nil, &ConnectError{Service: c.service, URL: c.base, Err: err}
-		case resp.StatusCode < 200 || resp.StatusCode >= 300:
-			// The library kept the first KiB of the body, enough for
-			// FluxVM's {"error", "hint"}.
-			return nil, c.decodeError(resp)
-		}
-		return nil, fmt.Errorf("stream %s: %s answered %d %s without upgrading to a WebSocket: is this a streaming route? (%v)",
-			path, c.service, resp.StatusCode, http.StatusText(resp.StatusCode), err)
+		return nil, err
 	}
 	conn.SetReadLimit(MaxStreamMessage)
 	return &Stream{conn: conn, service: c.service, path: path}, nil
+}
+
+// closeNow drops the connection without a close message: what a cancelled
+// read or write leaves behind.
+func (s *Stream) closeNow() {
+	s.closeOnce.Do(func() { _ = s.conn.Close() })
 }
 
 // Next waits for the next message. It returns io.EOF once the server has
@@ -130,31 +104,34 @@ func (s *Stream) Next(ctx context.Context) (Message, error) {
 	if s.readErr != nil {
 		return Message{}, s.readErr
 	}
-	typ, data, err := s.conn.Read(ctx)
+	stop := context.AfterFunc(ctx, s.closeNow)
+	typ, data, err := s.conn.ReadMessage()
+	stop()
 	if err != nil {
 		s.readErr = s.readError(ctx, err)
 		return Message{}, s.readErr
 	}
-	return Message{Binary: typ == websocket.MessageBinary, Data: data}, nil
+	return Message{Binary: typ == websocket.BinaryMessage, Data: data}, nil
 }
 
 func (s *Stream) readError(ctx context.Context, err error) error {
-	var ce websocket.CloseError
+	var ce *websocket.CloseError
 	switch {
-	case errors.As(err, &ce) && (ce.Code == websocket.StatusNormalClosure || ce.Code == websocket.StatusNoStatusRcvd):
+	case errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived):
 		return io.EOF
-	case errors.As(err, &ce):
-		return &StreamClosedError{Service: s.service, Path: s.path, Code: int(ce.Code), Reason: ce.Reason}
+	case errors.As(err, &ce) && ce.Code != websocket.CloseAbnormalClosure: // 1006: dropped, no close message
+		return &StreamClosedError{Service: s.service, Path: s.path, Code: ce.Code, Reason: ce.Text}
 	case ctx.Err() != nil:
 		return fmt.Errorf("stream %s: read: %w", s.path, ctx.Err())
-	case errors.Is(err, websocket.ErrMessageTooBig):
+	case errors.Is(err, websocket.ErrReadLimit):
+		s.closeNow()
 		return fmt.Errorf("stream %s: %s sent a message larger than %d bytes", s.path, s.service, MaxStreamMessage)
 	case errors.Is(err, net.ErrClosed):
 		return fmt.Errorf("stream %s: read: %w", s.path, net.ErrClosed)
 	}
 	// The connection dropped or broke the protocol: nothing more can come,
 	// so let it go now and Close has nothing left to say.
-	_ = s.conn.CloseNow()
+	s.closeNow()
 	// %v, not %w: a dropped connection can carry io.EOF inside, and must
 	// not pass for the server's normal close.
 	return fmt.Errorf("stream %s: read: %v", s.path, err)
@@ -178,11 +155,16 @@ func (s *Stream) ReadJSON(ctx context.Context, v any) error {
 
 // Send writes one message, text or binary.
 func (s *Stream) Send(ctx context.Context, m Message) error {
-	typ := websocket.MessageText
+	typ := websocket.TextMessage
 	if m.Binary {
-		typ = websocket.MessageBinary
+		typ = websocket.BinaryMessage
 	}
-	if err := s.conn.Write(ctx, typ, m.Data); err != nil {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	stop := context.AfterFunc(ctx, s.closeNow)
+	err := s.conn.WriteMessage(typ, m.Data)
+	stop()
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stream %s: write: %w", s.path, ctx.Err())
 		}
@@ -200,13 +182,21 @@ func (s *Stream) WriteJSON(ctx context.Context, v any) error {
 	return s.Send(ctx, Message{Data: b})
 }
 
-// Close ends the stream with a normal closure, waiting a few seconds at
-// most for the server to agree. Closing a stream the server (or a
-// cancelled context) already closed returns nil.
+// Close ends the stream with a normal closure and closes the connection.
+// Closing a stream the server (or a cancelled context) already closed
+// returns nil.
 func (s *Stream) Close() error {
-	err := s.conn.Close(websocket.StatusNormalClosure, "")
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	err := s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
+		time.Now().Add(5*time.Second))
+	s.closeNow()
+	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, websocket.ErrCloseSent) && !isDropped(err) {
 		return fmt.Errorf("stream %s: close: %w", s.path, err)
 	}
 	return nil
+}
+
+// isDropped is a write to a connection the peer already closed.
+func isDropped(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe)
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/gorilla/websocket"
 )
 
 // No FluxVM route streams yet, so these tests stand in for one with a
@@ -26,12 +26,12 @@ import (
 func wsServer(t *testing.T, tls bool, serve func(r *http.Request, c *websocket.Conn)) *httptest.Server {
 	t.Helper()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
+		c, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
 		if err != nil {
 			t.Errorf("accept: %v", err)
 			return
 		}
-		defer c.CloseNow()
+		defer c.Close()
 		serve(r, c)
 	})
 	srv := httptest.NewUnstartedServer(h)
@@ -42,6 +42,12 @@ func wsServer(t *testing.T, tls bool, serve func(r *http.Request, c *websocket.C
 	}
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// closeWith sends a close message with code and reason; the server's
+// handler then returns and the connection closes.
+func closeWith(c *websocket.Conn, code int, reason string) {
+	_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 }
 
 // openStream opens path on srv with a FleetClient made with opts.
@@ -60,15 +66,19 @@ func openStream(t *testing.T, srv *httptest.Server, path string, opts ...sdk.Opt
 }
 
 func TestStreamCarriesJSONTextAndBinaryMessagesBothWays(t *testing.T) {
-	closed := make(chan websocket.StatusCode, 1)
+	closed := make(chan int, 1)
 	srv := wsServer(t, false, func(r *http.Request, c *websocket.Conn) {
 		for {
-			typ, b, err := c.Read(r.Context())
+			typ, b, err := c.ReadMessage()
 			if err != nil {
-				closed <- websocket.CloseStatus(err)
+				code := -1
+				if ce, ok := err.(*websocket.CloseError); ok {
+					code = ce.Code
+				}
+				closed <- code
 				return
 			}
-			if err := c.Write(r.Context(), typ, b); err != nil {
+			if err := c.WriteMessage(typ, b); err != nil {
 				return
 			}
 		}
@@ -128,8 +138,8 @@ func TestStreamCarriesJSONTextAndBinaryMessagesBothWays(t *testing.T) {
 	}
 	select {
 	case code := <-closed:
-		if code != websocket.StatusNormalClosure {
-			t.Fatalf("the server saw close status %d, want %d (normal closure)", code, websocket.StatusNormalClosure)
+		if code != websocket.CloseNormalClosure {
+			t.Fatalf("the server saw close status %d, want %d (normal closure)", code, websocket.CloseNormalClosure)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the server never saw the stream close")
@@ -155,7 +165,7 @@ func TestStreamUpgradeCarriesTheClientsTokenUserAgentAndPath(t *testing.T) {
 			got := make(chan seen, 1)
 			srv := wsServer(t, c.tls, func(r *http.Request, conn *websocket.Conn) {
 				got <- seen{r.Header.Get("Authorization"), r.Header.Get("User-Agent"), r.URL.RequestURI()}
-				_ = conn.Close(websocket.StatusNormalClosure, "")
+				closeWith(conn, websocket.CloseNormalClosure, "")
 			})
 			opts := []sdk.Option{sdk.WithToken(c.token), sdk.WithUserAgent("fluxctl/test"), sdk.WithHTTPClient(srv.Client())}
 			open := func(ctx context.Context) (*sdk.Stream, error) {
@@ -260,14 +270,14 @@ func TestStreamReadsEndTheWayTheServerEndedTheStream(t *testing.T) {
 		// check judges the error of the read after the last message.
 		check func(error) string
 	}{
-		{"normal closure is io.EOF", func(c *websocket.Conn) { _ = c.Close(websocket.StatusNormalClosure, "bye") },
+		{"normal closure is io.EOF", func(c *websocket.Conn) { closeWith(c, websocket.CloseNormalClosure, "bye") },
 			func(err error) string {
 				if err != io.EOF {
 					return "want io.EOF itself"
 				}
 				return ""
 			}},
-		{"another status is a StreamClosedError with the reason", func(c *websocket.Conn) { _ = c.Close(websocket.StatusInternalError, "vm deleted") },
+		{"another status is a StreamClosedError with the reason", func(c *websocket.Conn) { closeWith(c, websocket.CloseInternalServerErr, "vm deleted") },
 			func(err error) string {
 				var sc *sdk.StreamClosedError
 				if !errors.As(err, &sc) || sc.Code != 1011 || sc.Reason != "vm deleted" || sc.Service != "central" || sc.Path != "/end" {
@@ -275,7 +285,7 @@ func TestStreamReadsEndTheWayTheServerEndedTheStream(t *testing.T) {
 				}
 				return ""
 			}},
-		{"a dropped connection is an error, not io.EOF", func(c *websocket.Conn) { _ = c.CloseNow() },
+		{"a dropped connection is an error, not io.EOF", func(c *websocket.Conn) { _ = c.Close() },
 			func(err error) string {
 				var sc *sdk.StreamClosedError
 				if err == nil || errors.Is(err, io.EOF) || errors.As(err, &sc) {
@@ -286,7 +296,7 @@ func TestStreamReadsEndTheWayTheServerEndedTheStream(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := wsServer(t, false, func(r *http.Request, conn *websocket.Conn) {
-				if err := conn.Write(r.Context(), websocket.MessageText, []byte("last words")); err != nil {
+				if err := conn.WriteMessage(websocket.TextMessage, []byte("last words")); err != nil {
 					t.Errorf("write: %v", err)
 				}
 				c.end(conn)
@@ -311,7 +321,7 @@ func TestStreamReadsEndTheWayTheServerEndedTheStream(t *testing.T) {
 
 func TestCancellingTheContextEndsABlockedRead(t *testing.T) {
 	srv := wsServer(t, false, func(r *http.Request, c *websocket.Conn) {
-		_, _, _ = c.Read(r.Context()) // sends nothing; waits for the client to go
+		_, _, _ = c.ReadMessage() // sends nothing; waits for the client to go
 	})
 	s := openStream(t, srv, "/quiet")
 	ctx, cancel := context.WithCancel(t.Context())
@@ -342,11 +352,11 @@ func TestCancellingTheContextEndsABlockedRead(t *testing.T) {
 func TestStreamReadsMessagesUpToOneMiB(t *testing.T) {
 	srv := wsServer(t, false, func(r *http.Request, c *websocket.Conn) {
 		for _, n := range []int{sdk.MaxStreamMessage, sdk.MaxStreamMessage + 1} {
-			if err := c.Write(r.Context(), websocket.MessageBinary, bytes.Repeat([]byte{'x'}, n)); err != nil {
+			if err := c.WriteMessage(websocket.BinaryMessage, bytes.Repeat([]byte{'x'}, n)); err != nil {
 				return
 			}
 		}
-		_, _, _ = c.Read(r.Context())
+		_, _, _ = c.ReadMessage()
 	})
 	s := openStream(t, srv, "/console")
 	m, err := s.Next(t.Context())
@@ -363,14 +373,15 @@ func TestStreamReadsMessagesUpToOneMiB(t *testing.T) {
 // one: it sends two lines of console output as JSON and closes.
 func ExampleFleetClient_Stream() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
+		c, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
 		if err != nil {
 			return
 		}
+		defer c.Close()
 		for _, msg := range []string{`{"line": "Debian GNU/Linux 13 web-1 ttyS0"}`, `{"line": "web-1 login:"}`} {
-			_ = c.Write(r.Context(), websocket.MessageText, []byte(msg))
+			_ = c.WriteMessage(websocket.TextMessage, []byte(msg))
 		}
-		_ = c.Close(websocket.StatusNormalClosure, "")
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	}))
 	defer srv.Close()
 

@@ -81,7 +81,7 @@ func (c *client) dialWS(ctx context.Context, path string) (*websocket.Conn, erro
 			if errors.As(err, &ue) {
 				err = ue.Err
 			}
-			return nil, &ConnectError{Service: c.service, URL: c.base, Err: err}
+			return nil, &ConnectError{Service: c.service, URL: c.shown, Err: err}
 		case resp.StatusCode < 200 || resp.StatusCode >= 300:
 			defer resp.Body.Close()
 			return nil, c.decodeError(resp)

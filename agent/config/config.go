@@ -36,7 +36,9 @@ type Config struct {
 	Name string
 	// StateDir holds the agent's store and the VM workspaces; absolute.
 	StateDir string
-	// Listen is the node API's host:port.
+	// Listen is the node API's host:port, or "unix:" and the absolute path
+	// of a unix socket (mode 0600), which only this machine reaches: then
+	// central reaches the node only through its channel (see ListenSocket).
 	Listen string
 	// Labels are free-form node labels the scheduler can match on.
 	Labels map[string]string
@@ -324,8 +326,13 @@ func validate(raw *fileSchema, missing hcl.Range) (*Config, hcl.Diagnostics) {
 		listen, d := decodeString(raw.Listen)
 		diags = append(diags, d...)
 		if !d.HasErrors() {
-			if err := checkHostPort(listen); err != nil {
-				bad(raw.Listen.Expr.Range(), "Invalid listen address", "listen %q: %v; use host:port, e.g. %q.", listen, err, DefaultListen)
+			if path, ok := strings.CutPrefix(listen, "unix:"); ok {
+				if err := checkSocketPath(path); err != nil {
+					bad(raw.Listen.Expr.Range(), "Invalid listen socket", "listen %q: %v; use unix: and an absolute path, e.g. %q.", listen, err, "unix:/run/fluxvm/api.sock")
+				}
+				listen = "unix:" + filepath.Clean(path)
+			} else if err := checkHostPort(listen); err != nil {
+				bad(raw.Listen.Expr.Range(), "Invalid listen address", "listen %q: %v; use host:port, e.g. %q, or unix:/path/to/api.sock.", listen, err, DefaultListen)
 			}
 			cfg.Listen = listen
 		}
@@ -465,6 +472,35 @@ func validate(raw *fileSchema, missing hcl.Range) (*Config, hcl.Diagnostics) {
 		return nil, diags
 	}
 	return cfg, diags
+}
+
+// MaxSocketPath is the longest unix socket path Linux takes (sun_path is
+// 108 bytes with the terminating NUL).
+const MaxSocketPath = 107
+
+// checkSocketPath accepts an absolute path short enough for a unix socket.
+func checkSocketPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("no socket path follows unix")
+	case strings.HasPrefix(p, "//"):
+		return errors.New("write unix:/path (one slash), not a URL")
+	case !filepath.IsAbs(p):
+		return fmt.Errorf("socket path %q is not absolute", p)
+	case len(filepath.Clean(p)) > MaxSocketPath:
+		return fmt.Errorf("socket path has %d bytes; unix sockets take at most %d", len(filepath.Clean(p)), MaxSocketPath)
+	}
+	return nil
+}
+
+// ListenSocket is the unix socket path the node API listens on, or "" when
+// it listens on TCP.
+func (c *Config) ListenSocket() string {
+	p, _ := strings.CutPrefix(c.Listen, "unix:")
+	if p == c.Listen {
+		return ""
+	}
+	return p
 }
 
 // checkHostPort accepts "host:port" and ":port" with a numeric port 1-65535.

@@ -128,6 +128,10 @@ func TestParseRejects(t *testing.T) {
 		{"listen port out of range", minimal + "listen = \"127.0.0.1:70000\"\n", []string{"agent.hcl:5,", "1 to 65535"}},
 		{"listen port not numeric", minimal + "listen = \"localhost:http\"\n", []string{"agent.hcl:5,", "port"}},
 		{"listen number", minimal + "listen = 7777\n", []string{"agent.hcl:5,", "Invalid listen address"}},
+		{"listen socket relative", minimal + "listen = \"unix:run/api.sock\"\n", []string{"agent.hcl:5,10-29: Invalid listen socket", "not absolute"}},
+		{"listen socket empty", minimal + "listen = \"unix:\"\n", []string{"agent.hcl:5,", "Invalid listen socket", "no socket path"}},
+		{"listen socket as url", minimal + "listen = \"unix:///run/api.sock\"\n", []string{"agent.hcl:5,", "Invalid listen socket", "one slash"}},
+		{"listen socket too long", minimal + "listen = \"unix:/" + strings.Repeat("s", 120) + "\"\n", []string{"agent.hcl:5,", "Invalid listen socket", "at most 107"}},
 		{"bad node name", minimal + "name = \"-node\"\n", []string{"agent.hcl:5,", "Invalid node name"}},
 		{"no tokens block", "state_dir = \"/x\"\n", []string{"agent.hcl:1,1-1: Missing tokens block"}},
 		{"no admin token", "state_dir = \"/x\"\ntokens {\n  read_only = [\"" + readTok + "\"]\n}\n", []string{"agent.hcl:2,", "No admin token"}},
@@ -420,5 +424,24 @@ func TestDiagnosticsErrorWithoutSubject(t *testing.T) {
 	}
 	if DiagnosticsError(hcl.Diagnostics{{Severity: hcl.DiagWarning, Summary: "w"}}) != nil {
 		t.Error("warnings alone must not make an error")
+	}
+}
+
+// TestParseListenSocket takes a unix socket for the node API, cleaned, and
+// tells it apart from a TCP address.
+func TestParseListenSocket(t *testing.T) {
+	cfg, diags := Parse("agent.hcl", []byte(minimal+"listen = \"unix:/run/fluxvm//api.sock\"\n"))
+	if diags.HasErrors() {
+		t.Fatalf("Parse: %v", DiagnosticsError(diags))
+	}
+	if cfg.Listen != "unix:/run/fluxvm/api.sock" || cfg.ListenSocket() != "/run/fluxvm/api.sock" {
+		t.Errorf("listen = %q, socket %q; want unix:/run/fluxvm/api.sock", cfg.Listen, cfg.ListenSocket())
+	}
+	cfg, diags = Parse("agent.hcl", []byte(minimal))
+	if diags.HasErrors() {
+		t.Fatalf("Parse: %v", DiagnosticsError(diags))
+	}
+	if cfg.ListenSocket() != "" {
+		t.Errorf("a TCP listen has socket %q, want none", cfg.ListenSocket())
 	}
 }

@@ -1,7 +1,8 @@
 // Package link is the node agent's line to central: it heartbeats the
 // node's address, capacity, drivers, labels and VMs to central at the
 // interval central asks for, so central can place VMs here and notice when
-// this node goes quiet.
+// this node goes quiet; and it keeps the node channel open (RunChannel),
+// through which central calls the node's API.
 package link
 
 import (

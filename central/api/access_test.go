@@ -132,6 +132,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /auth/logout":                  {own: "/auth/logout"},
 		"GET /metrics":                       {own: "/metrics"},
 		"POST /fleet/nodes/{name}/heartbeat": {own: "/fleet/nodes/node-2/heartbeat", body: `{}`},
+		"GET /fleet/nodes/{name}/channel":    {own: "/fleet/nodes/node-2/channel"},
 		"GET /fleet/nodes":                   {own: "/fleet/nodes"},
 		// A tenant sees a node it leases; any other is "not found" to it.
 		"GET /fleet/nodes/{name}":           {own: "/fleet/nodes/node-lease-a", other: "/fleet/nodes/node-lease-b", foreign: 404, tenantOK: 200},

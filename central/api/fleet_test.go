@@ -213,7 +213,8 @@ func TestBadBodiesAre400WithHintsAndLeaveNothingBehind(t *testing.T) {
 		{"malformed", hbURL, `{"url":`, "JSON"},
 		{"unknown field", hbURL, `{"url":"http://127.0.0.1:1","cpu":4}`, "capacity"},
 		{"bad url", hbURL, with(func(h *sdk.Heartbeat) { h.URL = "ftp://x" }), "advertise"},
-		{"no url", hbURL, with(func(h *sdk.Heartbeat) { h.URL = "" }), "advertise"},
+		// No url is fine: central reaches that node through its channel only.
+		{"url with a query", hbURL, with(func(h *sdk.Heartbeat) { h.URL = "http://127.0.0.1:1/?a=b" }), "advertise"},
 		{"negative capacity", hbURL, with(func(h *sdk.Heartbeat) { h.Capacity.Total.VCPUs = -1 }), `field "capacity.total.vcpus" must be from 0`},
 		{"nameless driver", hbURL, with(func(h *sdk.Heartbeat) { h.Drivers[0].Name = "" }), "driver"},
 		{"vm without id", hbURL, with(func(h *sdk.Heartbeat) { h.VMs = []sdk.HeartbeatVM{{Name: "x"}} }), "id"},

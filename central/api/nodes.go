@@ -68,14 +68,15 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, sdk.HeartbeatReply{State: n.State, IntervalSeconds: int(s.opts.HeartbeatInterval / time.Second)})
 }
 
-// checkHeartbeat validates what the store does not: the URL central will
-// call, and sizes that must not be negative. It returns a message and a hint,
+// checkHeartbeat validates what the store does not: the URL central may
+// call (none: only the node's channel), and sizes that must not be negative. It returns a message and a hint,
 // or "" when the heartbeat is fine.
 func checkHeartbeat(hb *sdk.Heartbeat) (msg, hint string) {
-	u, err := url.Parse(hb.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+	// No URL: central reaches the node only through its channel.
+	if u, err := url.Parse(hb.URL); hb.URL != "" &&
+		(err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "") {
 		return fmt.Sprintf("url %q is not a node API address", jsonapi.Echo(hb.URL)),
-			"send the URL central reaches this node's API at, e.g. http://10.0.0.5:7777 (the node's central { advertise = ... })"
+			"send the URL central reaches this node's API at, e.g. http://10.0.0.5:7777 (the node's central { advertise = ... }), or none when central reaches the node only through its channel"
 	}
 	c := hb.Capacity
 	for _, v := range []int64{c.Total.VCPUs, c.Total.MemoryMiB, c.Total.MacOSSlots, c.Reserved.VCPUs, c.Reserved.MemoryMiB} {

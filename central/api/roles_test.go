@@ -21,6 +21,7 @@ var leastRole = map[string]string{
 	"GET /healthz":                               "public",
 	"GET /metrics":                               "operator",
 	"POST /fleet/nodes/{name}/heartbeat":         "operator",
+	"GET /fleet/nodes/{name}/channel":            "operator",
 	"GET /fleet/nodes":                           "operator",
 	"GET /fleet/nodes/{name}":                    "viewer",
 	"GET /fleet/capacity":                        "viewer",

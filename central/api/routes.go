@@ -35,6 +35,7 @@ func Routes() []Route {
 		{Method: "GET", Path: "/metrics", Access: Operator, handler: h((*Server).metrics)},
 
 		{Method: "POST", Path: "/fleet/nodes/{name}/heartbeat", Access: Operator, NoActivity: true, handler: h((*Server).heartbeat)},
+		{Method: "GET", Path: "/fleet/nodes/{name}/channel", Access: Operator, NoActivity: true, handler: h((*Server).nodeChannel)},
 		{Method: "GET", Path: "/fleet/nodes", Access: Operator, handler: h((*Server).listNodes)},
 		{Method: "GET", Path: "/fleet/nodes/{name}", Access: Tenant, Role: Viewer, handler: h((*Server).getNode)},
 		{Method: "GET", Path: "/fleet/capacity", Access: Tenant, Role: Viewer, handler: h((*Server).capacity)},

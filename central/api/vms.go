@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/channel"
 	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/placement"
@@ -208,6 +209,10 @@ func (s *Server) nodeError(w http.ResponseWriter, p Principal, n *store.Node, wh
 			"the operator must list central's fleet token among the node's tokens.admin")
 	case errors.As(err, &ae):
 		jsonapi.WriteError(w, ae.Status, fmt.Sprintf("node %s: %s", n.Name, ae.Message), ae.Hint)
+	case errors.Is(err, channel.ErrNoChannel):
+		s.log.Warn("node holds no channel to this central", "node", n.Name, "op", what)
+		jsonapi.WriteError(w, http.StatusBadGateway, fmt.Sprintf("node %s has no channel to this central: could not %s", n.Name, what),
+			"the node's agent opens its channel to the central its config names (central { url }) and advertises no URL to dial instead; retry once it is connected (forwarding between centrals is not built yet)")
 	case errors.As(err, &ce), errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("node does not answer", "node", n.Name, "op", what, "error", err)
 		msg := fmt.Sprintf("node %s did not answer: could not %s", n.Name, what)
