@@ -50,8 +50,13 @@ import (
 //	P sessions/<sha256>                      Session (a console session, leased: sessions.go)
 //	P session-people/<email>/<sha256>        the session's created_at (a person's sessions)
 //	P prices/<effective-from>                Prices, one version each (billing.go)
-//	P notify-events/<id>                     Event to deliver (budget.near, budget.over, ...)
-//	P notify-once/<key>                      event id: an event recorded at most once per key
+//	P notify-events/<id>                     sdk.Notification (notifications.go)
+//	P notify-by-tenant/<tenant>/<id>         the same notification, for its tenant's listing
+//	P notify-once/<key>                      notification id: one recorded at most once per key
+//	P notify-outbox/<id>                     "" while webhooks may still be owed the notification
+//	P webhooks/<owner>/<id>                  Webhook (owner: tenant id, or _operator: webhooks.go)
+//	P webhook-ids/<id>                       the webhook's owner
+//	P webhook-done/<id>/<notification>       delivery id: the notification went to the webhook
 //	P migrations/<name>                      marker of a migration of stored data that has run (ledger-months)
 //	P probe                                  read (never written) to check etcd answers
 //
