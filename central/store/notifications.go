@@ -40,7 +40,9 @@ func (s *Store) Emit(ctx context.Context, e notify.Event, once string) (bool, er
 		e.Time = time.Now()
 	}
 	e.Time = e.Time.UTC()
-	e.ID = fmt.Sprintf("%020d-%s", e.Time.UnixNano(), newID("ev-"))
+	// Ids sort by time; of one central's notifications at the same instant
+	// (an injected clock), by the order they were made.
+	e.ID = fmt.Sprintf("%020d-%08x-%s", e.Time.UnixNano(), uint32(s.emitSeq.Add(1)), newID("ev-"))
 	notify.Clip(&e)
 	data := mustJSON(&e)
 	ops := []clientv3.Op{clientv3.OpPut(s.eventKey(e.ID), data), clientv3.OpPut(s.outboxKey(e.ID), "")}
