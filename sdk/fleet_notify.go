@@ -38,7 +38,7 @@ type Notification struct {
 	// ID is unique; ids sort in the order notifications were made.
 	ID string `json:"id"`
 	// Type is one of NotificationTypes (or NotifyWebhookTest).
-	Type string `json:"type"`
+	Type string    `json:"type"`
 	Time time.Time `json:"time"`
 	// Tenant is the id of the tenant it is about ("" for the operator's).
 	Tenant string `json:"tenant,omitempty"`
