@@ -61,7 +61,8 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 // createWebhook is POST /fleet/webhooks.
 func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 	var req sdk.CreateWebhookRequest
-	if e := jsonapi.ReadBody(w, r, &req, true, specHint); e != nil {
+	if e := jsonapi.ReadBody(w, r, &req, true, `the body is {"url": "https://hooks.example.com/fluxvm", "events": ["lease.ending"], "name": "ops"}`); e != nil {
+		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
 	out, err := s.webhooks.Create(r.Context(), ownerOf(r), req)
