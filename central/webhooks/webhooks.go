@@ -213,12 +213,13 @@ func (s *Service) List(ctx context.Context, tenant string) ([]sdk.Webhook, error
 	}
 	out := make([]sdk.Webhook, len(ws))
 	for i := range ws {
-		out[i] = wire(&ws[i])
+		out[i] = Wire(ws[i])
 	}
 	return out, nil
 }
 
-func wire(w *store.Webhook) sdk.Webhook {
+// Wire is a stored webhook as answers show it: without its secret.
+func Wire(w store.Webhook) sdk.Webhook {
 	out := w.Webhook
 	if out.Events == nil {
 		out.Events = []string{}
