@@ -52,7 +52,7 @@ import (
 //	P prices/<effective-from>                Prices, one version each (billing.go)
 //	P notify-events/<id>                     sdk.Notification (notifications.go)
 //	P notify-by-tenant/<tenant>/<id>         the same notification, for its tenant's listing
-//	P notify-once/<key>                      notification id: one recorded at most once per key
+//	P notify-once/<key>                      notification id (JSON string): one recorded at most once per key
 //	P notify-outbox/<id>                     "" while webhooks may still be owed the notification
 //	P webhooks/<owner>/<id>                  Webhook (owner: tenant id, or _operator: webhooks.go)
 //	P webhook-ids/<id>                       the webhook's owner

@@ -52,7 +52,7 @@ func (s *Store) Emit(ctx context.Context, e notify.Event, once string) (bool, er
 	txn := s.kv(ctx).Txn(ctx)
 	if once != "" {
 		ok := s.eventOnceKey(once)
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(ok), "=", 0)).Then(append(ops, clientv3.OpPut(ok, e.ID))...)
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(ok), "=", 0)).Then(append(ops, clientv3.OpPut(ok, mustJSON(e.ID)))...)
 	} else {
 		txn = txn.Then(ops...)
 	}
