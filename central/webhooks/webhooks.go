@@ -274,10 +274,12 @@ func DeliveryID(webhook, notification string) string {
 
 // Dispatch is one pass of the leader's delivery: each notification still in
 // the outbox (oldest first, up to limit) goes to every webhook that wants it
-// and has not had it, with up to three tries; once all of them are done the
-// notification leaves the outbox. What was delivered is marked in etcd with
-// the delivery's record, so a leader that takes over sends only what is
-// left. It returns how many deliveries it made.
+// and has not had it, with up to three tries. Webhooks are served side by
+// side (Parallel at once), each its notifications in order, so a receiver
+// that fails or hangs delays only its own. A notification leaves the outbox
+// once every webhook that wants it is done with it. What was delivered is
+// marked in etcd with the delivery's record, so a leader that takes over
+// sends only what is left. It returns how many deliveries it made.
 func (s *Service) Dispatch(ctx context.Context, limit int) (int, error) {
 	ns, err := s.o.Store.Outbox(ctx, limit)
 	if err != nil || len(ns) == 0 {
@@ -287,59 +289,76 @@ func (s *Service) Dispatch(ctx context.Context, limit int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	made := 0
-	for i := range ns {
-		n := &ns[i]
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			errs []error
-			sem  = make(chan struct{}, s.o.Parallel)
-		)
-		for j := range ws {
-			w := &ws[j]
-			if !wants(w, n) {
+	type job struct {
+		w  *store.Webhook
+		ns []*notify.Event
+	}
+	var jobs []job
+	for j := range ws {
+		w := &ws[j]
+		jb := job{w: w}
+		for i := range ns {
+			if !wants(w, &ns[i]) {
 				continue
 			}
-			done, err := s.o.Store.WebhookDone(ctx, w.ID, n.ID)
+			done, err := s.o.Store.WebhookDone(ctx, w.ID, ns[i].ID)
 			if err != nil {
-				return made, err
+				return 0, err
 			}
-			if done {
-				continue
+			if !done {
+				jb.ns = append(jb.ns, &ns[i])
 			}
-			made++
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				d := s.deliver(ctx, w, *n, 1+len(Retries))
-				if ctx.Err() != nil {
-					return // leadership lost or stopping: the next leader delivers it
-				}
-				err := s.o.Store.RecordDelivery(ctx, w.Tenant, w.ID, d, true)
-				if errors.Is(err, store.ErrNotFound) {
-					err = nil // deleted meanwhile
-				}
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}()
 		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return made, err
-		}
-		if ctx.Err() != nil {
-			return made, ctx.Err()
-		}
-		if err := s.o.Store.OutboxDone(ctx, n.ID); err != nil {
-			return made, err
+		if len(jb.ns) > 0 {
+			jobs = append(jobs, jb)
 		}
 	}
-	return made, nil
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		made   int
+		errs   []error
+		failed = map[string]bool{} // notifications some webhook is not done with
+		sem    = make(chan struct{}, s.o.Parallel)
+	)
+	for _, jb := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, n := range jb.ns {
+				d := s.deliver(ctx, jb.w, *n, 1+len(Retries))
+				if ctx.Err() != nil {
+					mu.Lock()
+					failed[n.ID] = true // leadership lost or stopping: the next leader delivers it
+					mu.Unlock()
+					continue
+				}
+				err := s.o.Store.RecordDelivery(ctx, jb.w.Tenant, jb.w.ID, d, true)
+				mu.Lock()
+				made++
+				if err != nil && !errors.Is(err, store.ErrNotFound) { // not found: deleted meanwhile
+					errs = append(errs, err)
+					failed[n.ID] = true
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return made, ctx.Err()
+	}
+	for i := range ns {
+		if failed[ns[i].ID] {
+			continue
+		}
+		if err := s.o.Store.OutboxDone(ctx, ns[i].ID); err != nil {
+			errs = append(errs, err)
+			break
+		}
+	}
+	return made, errors.Join(errs...)
 }
 
 // deliver sends n to w, up to tries times (at once, then after each of

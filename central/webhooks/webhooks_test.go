@@ -410,3 +410,54 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestAHangingReceiverDelaysOnlyItsOwnDeliveries: a receiver that never
+// answers uses up its tries (each bounded by the timeout) while another
+// webhook gets the same notifications at once.
+func TestAHangingReceiverDelaysOnlyItsOwnDeliveries(t *testing.T) {
+	f := newFixture(t)
+	f.svc.o.Timeout = 200 * time.Millisecond
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer hang.Close()
+	defer close(release)
+	if _, err := f.svc.Create(context.Background(), "", sdk.CreateWebhookRequest{URL: hang.URL}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var arrived []time.Duration
+	start := time.Now()
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived = append(arrived, time.Since(start))
+		mu.Unlock()
+	}))
+	defer fast.Close()
+	if _, err := f.svc.Create(context.Background(), "", sdk.CreateWebhookRequest{URL: fast.URL}); err != nil {
+		t.Fatal(err)
+	}
+	f.emit(t, sdk.NotifyNodeDown, "", "")
+	f.emit(t, sdk.NotifyDrainDone, "", "")
+	start = time.Now()
+	f.dispatch(t)
+	took := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(arrived) != 2 || arrived[1] > 150*time.Millisecond {
+		t.Fatalf("the answering receiver got %v, the pass took %s", arrived, took)
+	}
+	if took < 2*3*200*time.Millisecond {
+		t.Fatalf("the pass took %s: the hanging receiver was not tried 3 times for each", took)
+	}
+	ws, _ := f.svc.List(context.Background(), "")
+	for _, w := range ws {
+		if w.URL == hang.URL && (len(w.Deliveries) != 2 || w.Deliveries[0].OK || w.Deliveries[0].Attempts != 3 || w.Deliveries[0].Error == "") {
+			t.Fatalf("the hanging receiver's deliveries: %+v", w.Deliveries)
+		}
+	}
+}
