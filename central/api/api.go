@@ -184,6 +184,8 @@ type Server struct {
 	team      *team.Service
 	sessions  *identity.Sessions
 	webhooks  *webhooks.Service
+	// pruned is when the leader last dropped old notifications (UnixNano).
+	pruned atomic.Int64
 	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
 	publicOrigin string
 }

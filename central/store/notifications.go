@@ -171,3 +171,72 @@ func (s *Store) OutboxDone(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// NotificationRetention is how long notifications are kept (docs/notifications.md).
+const NotificationRetention = 90 * 24 * time.Hour
+
+// PruneNotifications deletes the notifications made before cut, with their
+// tenants' copies, once keys, outbox entries and the webhooks' done marks of
+// them, and returns how many notifications it deleted. Ids begin with their
+// time, so each kind of key is a range below the cut's id; once keys are
+// judged by the id they hold. The leader runs it now and then.
+func (s *Store) PruneNotifications(ctx context.Context, cut time.Time) (int, error) {
+	below := fmt.Sprintf("%020d", cut.UTC().UnixNano())
+	r, err := s.kv(ctx).Delete(ctx, s.eventsPrefix(), clientv3.WithRange(s.eventsPrefix()+below))
+	if err != nil {
+		return 0, fmt.Errorf("prune notifications: %w", err)
+	}
+	if _, err := s.kv(ctx).Delete(ctx, s.outboxPrefix(), clientv3.WithRange(s.outboxPrefix()+below)); err != nil {
+		return 0, fmt.Errorf("prune the notification outbox: %w", err)
+	}
+	// Per tenant and per webhook: the keys are <prefix><owner>/<id>.
+	old := func(prefix string, id func(kv *mvccpb.KeyValue) string) ([]string, error) {
+		var keys []string
+		_, err := s.scan(ctx, prefix, 0, func(kv *mvccpb.KeyValue) error {
+			if v := id(kv); v != "" && v < below {
+				keys = append(keys, string(kv.Key))
+			}
+			return nil
+		})
+		return keys, err
+	}
+	afterSlash := func(prefix string) func(kv *mvccpb.KeyValue) string {
+		return func(kv *mvccpb.KeyValue) string {
+			_, id, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+			return id
+		}
+	}
+	var doomed []string
+	for _, q := range []struct {
+		prefix string
+		id     func(kv *mvccpb.KeyValue) string
+	}{
+		{s.prefix + "notify-by-tenant/", afterSlash(s.prefix + "notify-by-tenant/")},
+		{s.prefix + "webhook-done/", afterSlash(s.prefix + "webhook-done/")},
+		{s.prefix + "notify-once/", func(kv *mvccpb.KeyValue) string {
+			var id string
+			if json.Unmarshal(kv.Value, &id) != nil {
+				return string(kv.Value) // an older central's bare id
+			}
+			return id
+		}},
+	} {
+		keys, err := old(q.prefix, q.id)
+		if err != nil {
+			return 0, fmt.Errorf("prune notifications: %w", err)
+		}
+		doomed = append(doomed, keys...)
+	}
+	for len(doomed) > 0 {
+		n := min(len(doomed), 100)
+		ops := make([]clientv3.Op, n)
+		for i, k := range doomed[:n] {
+			ops[i] = clientv3.OpDelete(k)
+		}
+		if _, err := s.kv(ctx).Txn(ctx).Then(ops...).Commit(); err != nil {
+			return 0, fmt.Errorf("prune notifications: %w", err)
+		}
+		doomed = doomed[n:]
+	}
+	return int(r.Deleted), nil
+}
