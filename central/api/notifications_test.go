@@ -128,3 +128,28 @@ func TestWebhookRoutesRefuseBadInputWithHints(t *testing.T) {
 	e.must(req{method: "DELETE", path: "/fleet/webhooks/" + first.Webhook.ID, token: tokenA}, 204)
 	e.must(req{method: "DELETE", path: "/fleet/webhooks/" + first.Webhook.ID, token: tokenA}, 404)
 }
+
+// TestWebhookCreationRefusesALiteralOfEveryClass: a tenant's webhook whose
+// host is an IP literal that is not public is a 400 naming the class; the
+// operator's may point there.
+func TestWebhookCreationRefusesALiteralOfEveryClass(t *testing.T) {
+	e := newEnv(t, nil)
+	_, token := e.createTenant("tenant-a", "")
+	for _, c := range []struct{ host, says string }{
+		{"0.0.0.0", "this network"}, {"10.9.8.7", "private"}, {"100.64.1.1", "carrier-grade NAT"}, {"127.0.0.1", "loopback"},
+		{"169.254.169.254", "link-local"}, {"172.20.0.1", "private"}, {"192.0.2.1", "documentation"}, {"192.168.0.1", "private"},
+		{"198.18.0.1", "benchmarking"}, {"198.51.100.1", "documentation"}, {"203.0.113.1", "documentation"}, {"224.0.0.251", "multicast"},
+		{"240.0.0.1", "reserved"}, {"255.255.255.255", "broadcast"},
+		{"[::]", "unspecified"}, {"[::1]", "loopback"}, {"[::ffff:127.0.0.1]", "loopback"}, {"[::ffff:10.0.0.1]", "private"},
+		{"[::127.0.0.1]", "IPv4-compatible"}, {"[64:ff9b::7f00:1]", "loopback"}, {"[64:ff9b:1::a00:1]", "local-use NAT64"},
+		{"[2002:c0a8:101::1]", "private"}, {"[2001::1]", "Teredo"}, {"[2001:db8::1]", "documentation"}, {"[2001:2::1]", "benchmarking"},
+		{"[fc00::1]", "unique-local"}, {"[fe80::1]", "link-local"}, {"[fec0::1]", "site-local"}, {"[ff02::1]", "multicast"},
+	} {
+		r := e.call(req{method: "POST", path: "/fleet/webhooks", token: token, body: `{"url": "https://` + c.host + `/hook"}`})
+		eb := r.errorBody(t)
+		if r.status != 400 || !strings.Contains(eb.Error, c.says) || !strings.Contains(eb.Hint, "public address") {
+			t.Errorf("%s: %d %s, want 400 for %q", c.host, r.status, r.body, c.says)
+		}
+	}
+	e.must(req{method: "POST", path: "/fleet/webhooks", token: testFleetToken, body: `{"url": "http://127.0.0.1:9/hook"}`}, 201)
+}
