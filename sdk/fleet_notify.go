@@ -56,7 +56,7 @@ type NotificationList struct {
 	Notifications []Notification `json:"notifications"`
 }
 
-// Webhook is an URL central posts notifications to. Its secret is shown
+// Webhook is a URL central posts notifications to. Its secret is shown
 // once, at creation (WebhookWithSecret), and never again.
 type Webhook struct {
 	// ID is whk_ and 12 hex digits.

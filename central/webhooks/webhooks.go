@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -77,7 +78,8 @@ type Store interface {
 // Options configure a Service.
 type Options struct {
 	Store Store
-	// Guard sends tenants' deliveries (netguard). Its Resolver must be set.
+	// Guard sends tenants' deliveries (nil: netguard with the system's
+	// resolver).
 	Guard *netguard.Guard
 	// Operator sends the operator's deliveries, which may go anywhere
 	// (nil: a client with Timeout that follows no redirect and uses no proxy).
@@ -123,6 +125,9 @@ func New(o Options) *Service {
 		o.Operator = &http.Client{Timeout: o.Timeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
+	if o.Guard == nil {
+		o.Guard = &netguard.Guard{Resolver: net.DefaultResolver}
+	}
 	if o.Parallel <= 0 {
 		o.Parallel = 4
 	}
@@ -153,8 +158,8 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Check judges a request to create a webhook for tenant ("" the operator)
-// and returns its URL as it will be kept.
+// Check judges a request to create a webhook for tenant ("" the operator):
+// nil, or an *InvalidError saying what is wrong and what to do.
 func Check(tenant string, req sdk.CreateWebhookRequest) error {
 	bad := func(msg, hint string) error { return &InvalidError{Msg: msg, Hint: hint} }
 	if req.Name != "" && (!store.ValidName(req.Name) || len(req.Name) > MaxNameLen) {

@@ -209,10 +209,9 @@ type Resolver interface {
 	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
 }
 
-// Guard sends requests to tenants' webhooks. The zero value is not usable;
-// set Resolver (net.DefaultResolver in central).
+// Guard sends requests to tenants' webhooks.
 type Guard struct {
-	// Resolver looks the host up at every delivery.
+	// Resolver looks the host up at every delivery (nil: net.DefaultResolver).
 	Resolver Resolver
 	// Timeout bounds one request (DefaultTimeout when 0).
 	Timeout time.Duration
@@ -246,7 +245,11 @@ func (g *Guard) Do(req *http.Request) (*http.Response, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
 	} else {
-		ips, err := g.Resolver.LookupIPAddr(ctx, host)
+		var r Resolver = net.DefaultResolver
+		if g.Resolver != nil {
+			r = g.Resolver
+		}
+		ips, err := r.LookupIPAddr(ctx, host)
 		if err != nil {
 			return nil, fmt.Errorf("resolve %s: %w", host, err)
 		}
