@@ -273,9 +273,14 @@ func (g *Guard) Do(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("port %s: %w", port, err)
 	}
-	pinned := netip.AddrPortFrom(addrs[0].Unmap(), uint16(p))
-	if g.RewriteForTests != nil {
-		pinned = g.RewriteForTests(pinned)
+	// Every address was checked; they are tried in the resolver's order
+	// (an IPv6 one first may not be reachable from here), and no other.
+	pinned := make([]netip.AddrPort, len(addrs))
+	for i, a := range addrs {
+		pinned[i] = netip.AddrPortFrom(a.Unmap(), uint16(p))
+		if g.RewriteForTests != nil {
+			pinned[i] = g.RewriteForTests(pinned[i])
+		}
 	}
 	timeout := g.Timeout
 	if timeout <= 0 {
@@ -290,7 +295,18 @@ func (g *Guard) Do(req *http.Request) (*http.Response, error) {
 	tr := &http.Transport{
 		Proxy: nil, // never through a proxy: the pinned address is where it goes
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "tcp", pinned.String())
+			var errs []error
+			for _, ap := range pinned {
+				c, err := dialer.DialContext(ctx, "tcp", ap.String())
+				if err == nil {
+					return c, nil
+				}
+				errs = append(errs, err)
+				if ctx.Err() != nil {
+					break
+				}
+			}
+			return nil, errors.Join(errs...)
 		},
 		TLSClientConfig:        tlsConf,
 		TLSHandshakeTimeout:    timeout,

@@ -403,3 +403,51 @@ func FuzzCheckURL(f *testing.F) {
 		}
 	})
 }
+
+// TestEveryCheckedAddressIsTriedAndNoOther: a name with two public
+// addresses, the first not answering, is delivered through the second; the
+// dialer never goes anywhere the check did not pass.
+func TestEveryCheckedAddressIsTriedAndNoOther(t *testing.T) {
+	recv := startStandIn(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	g := recv.guard(startDNS(t))
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := netip.MustParseAddrPort(closed.Addr().String())
+	closed.Close()
+	live := netip.MustParseAddrPort(recv.srv.Listener.Addr().String())
+	var mu sync.Mutex
+	var dialed []string
+	g.RewriteForTests = func(ap netip.AddrPort) netip.AddrPort {
+		mu.Lock()
+		defer mu.Unlock()
+		dialed = append(dialed, ap.Addr().String())
+		if ap.Addr() == netip.MustParseAddr("2606:4700:4700::1111") {
+			return dead
+		}
+		return live
+	}
+	// The unreachable address first, in this order.
+	g.Resolver = fixedResolver{"2606:4700:4700::1111", "93.184.215.14"}
+	resp, err := post(t, g, "https://example.com/hook")
+	if err != nil || resp.StatusCode != 204 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(dialed, " ") != "2606:4700:4700::1111 93.184.215.14" {
+		t.Fatalf("pinned %v, want the two checked addresses in order", dialed)
+	}
+}
+
+// fixedResolver answers every name with its addresses, in order.
+type fixedResolver []string
+
+func (r fixedResolver) LookupIPAddr(context.Context, string) ([]net.IPAddr, error) {
+	var out []net.IPAddr
+	for _, a := range r {
+		out = append(out, net.IPAddr{IP: net.ParseIP(a)})
+	}
+	return out, nil
+}
