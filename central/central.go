@@ -344,6 +344,9 @@ func runLoops(ctx context.Context, l *store.Leader, srv *api.Server, opts Option
 	pctx, stopPools := context.WithCancel(ctx)
 	defer stopPools()
 	go srv.PoolLoop(pctx, 0)
+	// Webhooks are delivered in their own goroutine too: a receiver that
+	// does not answer holds up only its own deliveries.
+	go dispatchWebhooks(pctx, srv, time.Second, log)
 	for {
 		select {
 		case <-ctx.Done():
@@ -360,6 +363,24 @@ func runLoops(ctx context.Context, l *store.Leader, srv *api.Server, opts Option
 				log.Warn("reconcile", "error", err)
 			}
 			cancel()
+		}
+	}
+}
+
+// dispatchWebhooks delivers the notifications webhooks are owed, every
+// period, until ctx ends (leadership lost: the next leader goes on from
+// what etcd says was delivered).
+func dispatchWebhooks(ctx context.Context, srv *api.Server, period time.Duration, log hclog.Logger) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := srv.DispatchWebhooks(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("deliver webhooks; retrying", "error", err)
 		}
 	}
 }

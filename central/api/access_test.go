@@ -119,6 +119,14 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	}
 	e.must(req{method: "PUT", path: "/fleet/images/img-pool", token: testFleetToken, body: `{"guest_os": "linux", "image": "/vms/img-pool.raw"}`}, 201)
 
+	// Webhooks of A and B; the test route's delivery is refused (no DNS here).
+	hooks := map[string]string{}
+	for _, h := range []struct{ token, name string }{{tokenA, "a-test"}, {tokenA, "a-del"}, {tokenB, "b-test"}, {tokenB, "b-del"}} {
+		var created sdk.WebhookWithSecret
+		e.must(req{method: "POST", path: "/fleet/webhooks", token: h.token, body: `{"url": "https://hooks.example.com/` + h.name + `", "name": "` + h.name + `"}`}, 201).decode(t, &created)
+		hooks[h.name] = created.Webhook.ID
+	}
+
 	vm := func(action string) routeCase {
 		return routeCase{own: "/fleet/vms/node-1/vm-a" + action, other: "/fleet/vms/node-1/vm-b" + action, foreign: 404}
 	}
@@ -211,6 +219,13 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/macos-pool/checkout":           {own: "/fleet/macos-pool/checkout"},
 		"POST /fleet/macos-pool/{node}/{id}/return": {own: "/fleet/macos-pool/node-1/vm-a/return"},
 		"GET /fleet/events":                         {own: "/fleet/events", tenantOK: 200},
+		"GET /fleet/notifications":                  {own: "/fleet/notifications?limit=10", tenantOK: 200},
+		"GET /fleet/webhooks":                       {own: "/fleet/webhooks", tenantOK: 200},
+		"POST /fleet/webhooks":                      {own: "/fleet/webhooks", body: `{"url": "https://hooks.example.com/new"}`, tenantOK: 201},
+		// Another tenant's webhook is "not found", as one that does not exist.
+		"DELETE /fleet/webhooks/{id}": {own: "/fleet/webhooks/" + hooks["a-del"], other: "/fleet/webhooks/" + hooks["b-del"], foreign: 404, tenantOK: 204},
+		"POST /fleet/webhooks/{id}/test": {own: "/fleet/webhooks/" + hooks["a-test"] + "/test", other: "/fleet/webhooks/" + hooks["b-test"] + "/test",
+			foreign: 404, tenantOK: 200},
 	}
 
 	// The table, the router and the spec agree: every route the mux serves

@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -30,6 +31,8 @@ import (
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/team"
 	"github.com/fluxvm/fluxvm/central/vms"
+	"github.com/fluxvm/fluxvm/central/webhooks"
+	"github.com/fluxvm/fluxvm/central/webhooks/netguard"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
@@ -55,9 +58,15 @@ type Options struct {
 	// HeartbeatInterval is how often nodes are told to heartbeat (10 s by
 	// default); a node silent for three intervals is marked down.
 	HeartbeatInterval time.Duration
-	// Events receives budget.near, budget.over and the like (nil: the store
-	// records them in etcd for delivery).
+	// Events receives every notification (nil: the store records them in
+	// etcd, where GET /fleet/notifications and the webhooks read them).
 	Events notify.Sink
+	// WebhookGuard sends tenants' webhook deliveries (nil: netguard with
+	// the system's resolver). Tests give one with their own resolver.
+	WebhookGuard *netguard.Guard
+	// WebhookSleep waits between a delivery's tries (nil: a timer); tests
+	// inject their clock's.
+	WebhookSleep func(ctx context.Context, d time.Duration) error
 	// PublicURL is central's URL as browsers reach it: a change made with a
 	// console session must come from its origin, and with https the session
 	// cookie is Secure.
@@ -174,6 +183,9 @@ type Server struct {
 	keys      *keys.Service
 	team      *team.Service
 	sessions  *identity.Sessions
+	webhooks  *webhooks.Service
+	// pruned is when the leader last dropped old notifications (UnixNano).
+	pruned atomic.Int64
 	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
 	publicOrigin string
 }
@@ -211,8 +223,15 @@ func New(opts Options) *Server {
 		events = opts.Store
 	}
 	s.metering = metering.New(opts.Store, events, opts.Now, opts.Logger)
+	s.vms.Notify, s.launch.Notify, s.drainer.Notify, s.leases.Notify = events, events, events, events
 	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s.metering,
-		Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
+		Ending: s.leases, Notify: events, Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
+	guard := opts.WebhookGuard
+	if guard == nil {
+		guard = &netguard.Guard{Resolver: net.DefaultResolver}
+	}
+	s.webhooks = webhooks.New(webhooks.Options{Store: opts.Store, Guard: guard, Now: opts.Now, Sleep: opts.WebhookSleep,
+		Logger: opts.Logger.Named("webhooks")})
 	for _, rt := range Routes() {
 		rt := rt
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)

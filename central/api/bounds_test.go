@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/webhooks"
 	"github.com/fluxvm/fluxvm/schemas"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -158,6 +160,12 @@ func TestStoreRangesMatchTheDescription(t *testing.T) {
 		}
 		return out
 	}
+	maxLen := func(schema, field string) float64 {
+		return float64(*spec.Doc.Components.Schemas[schema].Value.Properties[field].Value.MaxLength)
+	}
+	maxItems := func(schema, field string) float64 {
+		return float64(*spec.Doc.Components.Schemas[schema].Value.Properties[field].Value.MaxItems)
+	}
 	policy, pool, res, lease, key := schema("Policy"), schema("Pool"), schema("Resources"), schema("CreateLeaseRequest"), schema("CreateKeyRequest")
 	vm := schema("VMSummary")
 	for _, c := range []struct {
@@ -182,6 +190,16 @@ func TestStoreRangesMatchTheDescription(t *testing.T) {
 		{"MemberList.members.maxItems", float64(*spec.Doc.Components.Schemas["MemberList"].Value.Properties["members"].Value.MaxItems), store.MaxMembersPerTenant},
 		{"Event.user.maxLength", float64(*spec.Doc.Components.Schemas["Event"].Value.Properties["user"].Value.MaxLength), audit.MaxUserBytes},
 		{"audit.MaxUserBytes", float64(audit.MaxUserBytes), store.MaxEmailLen},
+		{"CreateWebhookRequest.url.maxLength", maxLen("CreateWebhookRequest", "url"), webhooks.MaxURLLen},
+		{"CreateWebhookRequest.name.maxLength", maxLen("CreateWebhookRequest", "name"), webhooks.MaxNameLen},
+		{"CreateWebhookRequest.events.maxItems", maxItems("CreateWebhookRequest", "events"), float64(len(sdk.NotificationTypes))},
+		{"WebhookList.webhooks.maxItems", maxItems("WebhookList", "webhooks"), store.MaxWebhooksPerOwner},
+		{"Webhook.deliveries.maxItems", maxItems("Webhook", "deliveries"), store.KeepDeliveries},
+		{"Notification.title.maxLength", maxLen("Notification", "title"), notify.MaxTitleLen},
+		{"Notification.detail.maxLength", maxLen("Notification", "detail"), notify.MaxDetailLen},
+		{"Notification.link.maxLength", maxLen("Notification", "link"), notify.MaxLinkLen},
+		{"NotificationList.notifications.maxItems", maxItems("NotificationList", "notifications"), maxNotificationLimit},
+		{"GET /fleet/notifications limit", *spec.Doc.Paths.Find("/fleet/notifications").Get.Parameters[0].Value.Schema.Value.Max, maxNotificationLimit},
 	} {
 		if c.spec != c.code {
 			t.Errorf("%s: the description's maximum is %s, the store's %s", c.what, fmt.Sprint(c.spec), fmt.Sprint(c.code))

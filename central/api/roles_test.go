@@ -88,6 +88,11 @@ var leastRole = map[string]string{
 	"PUT /fleet/tenants/{id}/budget":             "operator",
 	"POST /fleet/reconcile":                      "operator",
 	"GET /fleet/events":                          "viewer",
+	"GET /fleet/notifications":                   "viewer",
+	"GET /fleet/webhooks":                        "viewer",
+	"POST /fleet/webhooks":                       "admin",
+	"DELETE /fleet/webhooks/{id}":                "admin",
+	"POST /fleet/webhooks/{id}/test":             "admin",
 }
 
 // TestEveryRouteHasItsRoleForEveryKindOfCaller holds the access table to

@@ -112,6 +112,11 @@ func Routes() []Route {
 
 		{Method: "POST", Path: "/fleet/reconcile", Action: "reconcile", Access: Operator, handler: h((*Server).reconcile)},
 		{Method: "GET", Path: "/fleet/events", Access: Tenant, Role: Viewer, handler: h((*Server).listEvents)},
+		{Method: "GET", Path: "/fleet/notifications", Access: Tenant, Role: Viewer, handler: h((*Server).listNotifications)},
+		{Method: "GET", Path: "/fleet/webhooks", Access: Tenant, Role: Viewer, handler: h((*Server).listWebhooks)},
+		{Method: "POST", Path: "/fleet/webhooks", Action: "create webhook", Access: Tenant, Role: Admin, handler: h((*Server).createWebhook)},
+		{Method: "DELETE", Path: "/fleet/webhooks/{id}", Action: "delete webhook", Access: Tenant, Role: Admin, handler: h((*Server).deleteWebhook)},
+		{Method: "POST", Path: "/fleet/webhooks/{id}/test", Action: "test webhook", Access: Tenant, Role: Admin, handler: h((*Server).testWebhook)},
 	}
 }
 

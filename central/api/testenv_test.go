@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/webhooks/netguard"
 	"github.com/fluxvm/fluxvm/schemas"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
@@ -83,6 +85,9 @@ func newEnv(t *testing.T, configure func(*Options)) *env {
 	logs := &syncBuffer{}
 	opts := Options{Store: st, FleetToken: testFleetToken, Version: "test", Activity: al,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "api", Level: hclog.Info, Output: logs})}
+	// No test resolves a name through the system's DNS: a tenant's webhook
+	// here is refused at delivery unless the test gives its own guard.
+	opts.WebhookGuard = &netguard.Guard{Resolver: noDNS{}}
 	if configure != nil {
 		configure(&opts)
 	}
@@ -273,4 +278,11 @@ func (e *env) auditFile() string {
 		out = append(out, b...)
 	}
 	return string(out)
+}
+
+// noDNS answers every lookup "no such host", without asking anyone.
+type noDNS struct{}
+
+func (noDNS) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
+	return nil, &net.DNSError{Err: "no such host (tests resolve nothing)", Name: host, IsNotFound: true}
 }

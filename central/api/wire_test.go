@@ -11,6 +11,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/webhooks"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -69,6 +70,7 @@ func TestWireTypesCarryEveryRecordField(t *testing.T) {
 		{"tenant", reflect.TypeFor[store.Tenant](), reflect.TypeFor[sdk.Tenant](), nil, []string{"token_sha256"}},
 		{"lease", reflect.TypeFor[store.Lease](), reflect.TypeFor[sdk.Lease](), []string{"active"}, nil},
 		{"api key", reflect.TypeFor[store.APIKey](), reflect.TypeFor[sdk.APIKey](), nil, []string{"tenant", "token_sha256"}},
+		{"webhook", reflect.TypeFor[store.Webhook](), reflect.TypeFor[sdk.Webhook](), nil, []string{"secret"}},
 	} {
 		rec, wire := jsonKeys(t, c.record), jsonKeys(t, c.wire)
 		rec = slices.DeleteFunc(rec, func(k string) bool { return slices.Contains(c.storageOnly, k) })
@@ -127,6 +129,7 @@ func TestWireConversionsCopyEveryField(t *testing.T) {
 		tenant = filled(&store.Tenant{}).(*store.Tenant)
 		lease  = filled(&store.Lease{}).(*store.Lease)
 		key    = filled(&store.APIKey{}).(*store.APIKey)
+		hook   = filled(&store.Webhook{}).(*store.Webhook)
 	)
 	for _, c := range []struct {
 		name         string
@@ -140,6 +143,7 @@ func TestWireConversionsCopyEveryField(t *testing.T) {
 		{"tenant", tenant, wireTenant(tenant), nil, []string{"token_sha256"}},
 		{"lease", lease, leaseOf(lease), []string{"active"}, nil},
 		{"api key", key, keys.Wire(*key), nil, []string{"tenant", "token_sha256"}},
+		{"webhook", hook, webhooks.Wire(*hook), nil, []string{"secret"}},
 	} {
 		asMap := func(v any, drop []string) map[string]any {
 			b, err := json.Marshal(v)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/vms"
@@ -98,6 +99,8 @@ type Drainer struct {
 	remover *vms.Remover
 	now     func() time.Time
 	log     hclog.Logger
+	// Notify receives drain.done (nil: nothing is sent). Set it before use.
+	Notify notify.Sink
 }
 
 // New makes a Drainer: it reads and writes state through st, calls nodes
@@ -344,6 +347,10 @@ func (dr *Drainer) run(ctx context.Context, n *store.Node, d *store.Drain) error
 	if failed {
 		return fmt.Errorf("some vms of node %s could not be deleted or moved", n.Name)
 	}
+	notify.Send(ctx, dr.Notify, dr.log, notify.Event{Type: sdk.NotifyDrainDone,
+		Title:  fmt.Sprintf("node %s is drained", n.Name),
+		Detail: fmt.Sprintf("mode %s, %d VMs handled", d.Mode, len(d.VMs)), Link: "/fleet/nodes/" + n.Name + "/drain"},
+		"drain.done/"+n.Name+"/"+d.StartedAt.UTC().Format(time.RFC3339Nano), dr.now().UTC())
 	return nil
 }
 

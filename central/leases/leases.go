@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/billing"
+	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -124,6 +125,9 @@ type Service struct {
 	vms *vms.Remover
 	now func() time.Time
 	log hclog.Logger
+	// Notify receives lease.created, lease.released, lease.ending,
+	// lease.ended and node.scrub (nil: nothing is sent). Set it before use.
+	Notify notify.Sink
 }
 
 // New makes a Service over st; it deletes lessees' VMs through vms.
@@ -234,6 +238,13 @@ func (s *Service) Create(ctx context.Context, req Request) (*store.Lease, error)
 		switch {
 		case err == nil:
 			s.log.Info("lease created", "lease", l.ID, "tenant", req.Tenant.Name, "node", l.Node, "ends_at", l.EndsAt)
+			detail := "open-ended; at least until " + l.MinEnd.Format(time.RFC3339)
+			if !l.EndsAt.IsZero() {
+				detail = "ends at " + l.EndsAt.Format(time.RFC3339)
+			}
+			notify.Send(ctx, s.Notify, s.log, notify.Event{Type: sdk.NotifyLeaseCreated, Tenant: l.Tenant,
+				Title: fmt.Sprintf("node %s is leased (lease %s)", l.Node, l.ID), Detail: detail, Link: "/fleet/leases/" + l.ID},
+				"lease.created/"+l.ID, now)
 			return l, nil
 		case errors.As(err, &qe):
 			return nil, err
@@ -376,6 +387,10 @@ func (s *Service) Release(ctx context.Context, id, tenant string, force bool) (*
 		return nil, &EndedError{Lease: ended}
 	}
 	s.log.Info("lease ended", "lease", l.ID, "tenant", s.st.TenantName(ctx, l.Tenant), "node", l.Node, "reason", reason)
+	notify.Send(ctx, s.Notify, s.log, notify.Event{Type: sdk.NotifyLeaseReleased, Tenant: l.Tenant,
+		Title: fmt.Sprintf("lease %s of node %s was released", l.ID, l.Node), Detail: "reason: " + reason, Link: "/fleet/leases/" + l.ID},
+		"lease.released/"+l.ID, now)
+	s.notifyScrub(ctx, ended)
 	if _, err := s.removeVMs(ctx, ended); err != nil {
 		s.log.Warn("delete the lessee's VMs after a release; the reconciler retries", "lease", l.ID, "error", err)
 	} else {
@@ -437,6 +452,11 @@ func (s *Service) EndExpired(ctx context.Context) (ended []string, err error) {
 			if endedNow {
 				s.log.Info("lease expired", "lease", l.ID, "tenant", s.st.TenantName(ctx, l.Tenant), "node", l.Node)
 				ended = append(ended, l.ID)
+				notify.Send(ctx, s.Notify, s.log, notify.Event{Type: sdk.NotifyLeaseEnded, Tenant: l.Tenant,
+					Title:  fmt.Sprintf("lease %s of node %s ended at its end time", l.ID, l.Node),
+					Detail: "ended at " + l.EndsAt.UTC().Format(time.RFC3339) + "; your VMs on the node are deleted", Link: "/fleet/leases/" + l.ID},
+					"lease.ended/"+l.ID, now)
+				s.notifyScrub(ctx, e)
 			}
 			l = e
 		}
@@ -445,4 +465,61 @@ func (s *Service) EndExpired(ctx context.Context) (ended []string, err error) {
 		}
 	}
 	return ended, errors.Join(errs...)
+}
+
+// Warnings before a lease's end (lease.ending): at 24 hours left, then at 1 hour.
+const (
+	EndingFirst = 24 * time.Hour
+	EndingLast  = time.Hour
+)
+
+// NotifyEnding sends lease.ending for every active lease with an end time
+// that has EndingFirst, then EndingLast, left: each once per lease, through
+// once keys in etcd, so a leader that takes over does not send them again.
+// A lease found already inside the last hour gets only the last warning.
+// The leader runs it with each reconcile pass.
+func (s *Service) NotifyEnding(ctx context.Context) error {
+	if s.Notify == nil {
+		return nil
+	}
+	now := s.now().UTC()
+	ls, err := s.st.ListLeases(ctx, func(l *store.Lease) bool {
+		return l.Active() && !l.EndsAt.IsZero() && now.Before(l.EndsAt) && !now.Before(l.EndsAt.Add(-EndingFirst))
+	})
+	if err != nil {
+		return &store.OpError{Op: "list leases", Err: err}
+	}
+	var errs []error
+	for i := range ls {
+		l := &ls[i]
+		left, key, words := EndingFirst, "24h", "24 hours"
+		if !now.Before(l.EndsAt.Add(-EndingLast)) {
+			left, key, words = EndingLast, "1h", "1 hour"
+		}
+		e := notify.Event{Type: sdk.NotifyLeaseEnding, Tenant: l.Tenant, Time: now,
+			Title:  fmt.Sprintf("lease %s of node %s ends in %s", l.ID, l.Node, words),
+			Detail: fmt.Sprintf("it ends at %s (%s left); your VMs on the node are deleted then", l.EndsAt.UTC().Format(time.RFC3339), left),
+			Link:   "/fleet/leases/" + l.ID}
+		sent, err := s.Notify.Emit(ctx, e, "lease.ending/"+l.ID+"/"+key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if sent {
+			s.log.Info("lease ending: notified", "lease", l.ID, "tenant", s.st.TenantName(ctx, l.Tenant), "left", key)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// notifyScrub tells the operator that the node of an ended lease waits for
+// a scrub.
+func (s *Service) notifyScrub(ctx context.Context, l *store.Lease) {
+	if l == nil {
+		return
+	}
+	notify.Send(ctx, s.Notify, s.log, notify.Event{Type: sdk.NotifyNodeScrub,
+		Title:  fmt.Sprintf("node %s needs a scrub: lease %s ended", l.Node, l.ID),
+		Detail: "scrub it before it is leased again (fluxctl fleet scrub " + l.Node + ")", Link: "/fleet/nodes/" + l.Node},
+		"node.scrub/"+l.ID, s.now().UTC())
 }

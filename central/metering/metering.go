@@ -264,10 +264,11 @@ func (s *Service) noteBudget(ctx context.Context, t *store.Tenant, b *sdk.Budget
 		if kind == notify.BudgetOver {
 			what = "reached"
 		}
-		e := notify.Event{Kind: kind, At: s.now(), Tenant: t.ID,
-			Summary: fmt.Sprintf("tenant %s's spend in %s (%s %s) %s its monthly budget of %s %s",
+		e := notify.Event{Type: kind, Time: s.now(), Tenant: t.ID,
+			Title: fmt.Sprintf("tenant %s's spend in %s (%s %s) %s its monthly budget of %s %s",
 				t.Name, b.Month, b.MonthToDateDisplay, b.Currency, what, b.Monthly.Cents(), b.Currency),
-			Data: map[string]string{"month": b.Month, "month_to_date": b.MonthToDate.String(), "budget": b.Monthly.String(), "currency": b.Currency}}
+			Detail: fmt.Sprintf("month %s, spent %s %s of a budget of %s %s", b.Month, b.MonthToDate.String(), b.Currency, b.Monthly.String(), b.Currency),
+			Link:   "/fleet/billing?month=" + b.Month}
 		if _, err := s.events.Emit(ctx, e, kind+"/"+t.ID+"/"+b.Month); err != nil {
 			s.log.Warn("record budget event; the next check records it", "tenant", t.Name, "kind", kind, "error", err)
 		}

@@ -211,7 +211,7 @@ func TestBudgetCrossingIsRecordedOncePerMonth(t *testing.T) {
 		}
 		var ks []string
 		for _, e := range evs {
-			ks = append(ks, e.Kind+"/"+e.Data["month"])
+			ks = append(ks, e.Type+"/"+strings.TrimPrefix(e.Link, "/fleet/billing?month="))
 		}
 		return strings.Join(ks, " ")
 	}

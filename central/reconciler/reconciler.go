@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
@@ -59,6 +60,12 @@ type BudgetChecker interface {
 	CheckBudgets(ctx context.Context) error
 }
 
+// LeaseWarner sends lease.ending before leases end (central/leases).
+type LeaseWarner interface {
+	// NotifyEnding sends the warnings due, each once.
+	NotifyEnding(ctx context.Context) error
+}
+
 // Options configure a Reconciler.
 type Options struct {
 	// Store is central's store.
@@ -70,6 +77,10 @@ type Options struct {
 	Leases  LeaseEnder
 	Drains  DrainResumer
 	Budgets BudgetChecker
+	// Ending sends lease.ending in each pass (nil: none).
+	Ending LeaseWarner
+	// Notify receives node.down (nil: nothing is sent).
+	Notify notify.Sink
 	// Silence is how long a node may go without a heartbeat before MarkDown
 	// marks it down.
 	Silence time.Duration
@@ -128,6 +139,11 @@ func (rc *Reconciler) Reconcile(ctx context.Context) (*sdk.ReconcileReport, erro
 			return nil, err
 		}
 		rep.LeasesEnded = ended
+	}
+	if rc.opts.Ending != nil {
+		if err := rc.opts.Ending.NotifyEnding(ctx); err != nil {
+			rc.log.Warn("notify leases ending; retrying next pass", "error", err)
+		}
 	}
 	if rc.opts.Drains != nil {
 		if err := rc.opts.Drains.ResumeDrains(ctx); err != nil {
@@ -315,6 +331,10 @@ func (rc *Reconciler) MarkDown(ctx context.Context) ([]string, error) {
 			rc.log.Warn("node is down: no heartbeat", "node", n.Name, "last_heartbeat", n.LastHeartbeat.Format(time.RFC3339),
 				"vms", len(n.VMs))
 			down = append(down, n.Name)
+			notify.Send(ctx, rc.opts.Notify, rc.log, notify.Event{Type: sdk.NotifyNodeDown,
+				Title:  fmt.Sprintf("node %s is down: no heartbeat since %s", n.Name, n.LastHeartbeat.UTC().Format(time.RFC3339)),
+				Detail: fmt.Sprintf("%d VMs were on it at its last heartbeat", len(n.VMs)), Link: "/fleet/nodes/" + n.Name},
+				"node.down/"+n.Name+"/"+n.LastHeartbeat.UTC().Format(time.RFC3339Nano), now().UTC())
 		}
 	}
 	return down, nil

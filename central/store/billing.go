@@ -2,14 +2,11 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/fluxvm/fluxvm/billing"
-	"github.com/fluxvm/fluxvm/central/notify"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -105,64 +102,6 @@ func (s *Store) PutPrices(ctx context.Context, p billing.Prices, at time.Time, i
 		return nil, err
 	}
 	return v, nil
-}
-
-// ---- events (notify.Sink) ----
-
-func (s *Store) eventsPrefix() string         { return s.prefix + "notify-events/" }
-func (s *Store) eventOnceKey(k string) string { return s.prefix + "notify-once/" + k }
-
-// Emit records e (notify.Sink). With once set it records it only if nothing
-// was recorded under once before, in the same transaction that marks once.
-func (s *Store) Emit(ctx context.Context, e notify.Event, once string) (bool, error) {
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
-	e.At = e.At.UTC()
-	e.ID = fmt.Sprintf("%020d-%s", e.At.UnixNano(), newID("ev-"))
-	key := s.eventsPrefix() + e.ID
-	txn := s.kv(ctx).Txn(ctx)
-	if once != "" {
-		ok := s.eventOnceKey(once)
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(ok), "=", 0)).
-			Then(clientv3.OpPut(ok, e.ID), clientv3.OpPut(key, mustJSON(&e)))
-	} else {
-		txn = txn.Then(clientv3.OpPut(key, mustJSON(&e)))
-	}
-	r, err := txn.Commit()
-	if err != nil {
-		return false, fmt.Errorf("record event %s: %w", e.Kind, err)
-	}
-	return r.Succeeded, nil
-}
-
-// Events reads the recorded events in the order they were recorded; with
-// tenant set, only that tenant's.
-func (s *Store) Events(ctx context.Context, tenant string) ([]notify.Event, error) {
-	type recorded struct {
-		e   notify.Event
-		rev int64
-	}
-	var rs []recorded
-	_, err := s.scan(ctx, s.eventsPrefix(), 0, func(kv *mvccpb.KeyValue) error {
-		var e notify.Event
-		if err := json.Unmarshal(kv.Value, &e); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
-		}
-		if tenant == "" || e.Tenant == tenant {
-			rs = append(rs, recorded{e, kv.CreateRevision})
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read events: %w", err)
-	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].rev < rs[j].rev })
-	out := make([]notify.Event, len(rs))
-	for i := range rs {
-		out[i] = rs[i].e
-	}
-	return out, nil
 }
 
 // invalid is an error from package billing that counts as ErrInvalid here,

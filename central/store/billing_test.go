@@ -74,7 +74,7 @@ func TestEmitOnce(t *testing.T) {
 		{"note", "t-1", "", true},
 		{"note", "t-1", "", true},
 	} {
-		ok, err := s.Emit(ctx, notify.Event{Kind: e.kind, Tenant: e.tenant, At: at}, e.once)
+		ok, err := s.Emit(ctx, notify.Event{Type: e.kind, Tenant: e.tenant, Time: at}, e.once)
 		if err != nil || ok != e.want {
 			t.Fatalf("emit %d (%s %s): %v %v, want %v", i, e.kind, e.once, ok, err, e.want)
 		}
@@ -85,7 +85,7 @@ func TestEmitOnce(t *testing.T) {
 	}
 	var kinds []string
 	for _, e := range evs {
-		kinds = append(kinds, e.Kind)
+		kinds = append(kinds, e.Type)
 		if e.ID == "" || e.Tenant != "t-1" {
 			t.Fatalf("event %+v", e)
 		}

@@ -50,8 +50,13 @@ import (
 //	P sessions/<sha256>                      Session (a console session, leased: sessions.go)
 //	P session-people/<email>/<sha256>        the session's created_at (a person's sessions)
 //	P prices/<effective-from>                Prices, one version each (billing.go)
-//	P notify-events/<id>                     Event to deliver (budget.near, budget.over, ...)
-//	P notify-once/<key>                      event id: an event recorded at most once per key
+//	P notify-events/<id>                     sdk.Notification (notifications.go)
+//	P notify-by-tenant/<tenant>/<id>         the same notification, for its tenant's listing
+//	P notify-once/<key>                      notification id (JSON string): one recorded at most once per key
+//	P notify-outbox/<id>                     "" while webhooks may still be owed the notification
+//	P webhooks/<owner>/<id>                  Webhook (owner: tenant id, or _operator: webhooks.go)
+//	P webhook-ids/<id>                       the webhook's owner
+//	P webhook-done/<id>/<notification>       delivery id: the notification went to the webhook
 //	P migrations/<name>                      marker of a migration of stored data that has run (ledger-months)
 //	P probe                                  read (never written) to check etcd answers
 //
@@ -466,10 +471,11 @@ func (s *Store) RotateTenantToken(ctx context.Context, id, newTokenSHA256 string
 // decide again too (the keys read are compared), so none outlives its tenant.
 func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	key, uk, rp, kp := s.tenantKey(id), s.usageTenantKey(id), s.resTenantPrefix(id), s.keyPrefix(id)
+	wp := s.webhookPrefix(id)
 	what := "delete tenant " + id
 	return s.casLoop(ctx, what, func(bool) (bool, error) {
 		r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(uk), clientv3.OpGet(rp, clientv3.WithPrefix()),
-			clientv3.OpGet(kp, clientv3.WithPrefix())).Commit()
+			clientv3.OpGet(kp, clientv3.WithPrefix()), clientv3.OpGet(wp, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
@@ -505,8 +511,14 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 			}
 			ops = append(ops, clientv3.OpDelete(s.keyTokenKey(k.TokenSHA256)))
 		}
+		// Its webhooks go with it, with their id index and done marks.
+		ops = append(ops, clientv3.OpDelete(wp, clientv3.WithPrefix()))
+		for _, kv := range r.Responses[4].GetResponseRange().Kvs {
+			hook := strings.TrimPrefix(string(kv.Key), wp)
+			ops = append(ops, clientv3.OpDelete(s.webhookIDKey(hook)), clientv3.OpDelete(s.webhookDoneKey(hook, ""), clientv3.WithPrefix()))
+		}
 		// urev 0: no counter yet, and none may appear.
-		resp, err := s.kv(ctx).Txn(ctx).If(unchanged(r.Header.Revision, []readKey{{key, rev}, {uk, urev}}, kp)...).Then(ops...).Commit()
+		resp, err := s.kv(ctx).Txn(ctx).If(unchanged(r.Header.Revision, []readKey{{key, rev}, {uk, urev}}, kp, wp)...).Then(ops...).Commit()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", what, err)
 		}

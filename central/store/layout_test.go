@@ -85,7 +85,14 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if _, err := s.PutPrices(ctx, billing.DefaultPrices(), now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Emit(ctx, notify.Event{Kind: "budget.near", Tenant: acme.ID, At: now}, "acme-2026-12-near"); err != nil {
+	if _, err := s.Emit(ctx, notify.Event{Type: "budget.near", Tenant: acme.ID, Time: now}, "acme-2026-12-near"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateWebhook(ctx, &Webhook{Webhook: sdk.Webhook{ID: "whk_0123456789ab", URL: "https://hooks.example.com/", Tenant: acme.ID},
+		Secret: "whsec_x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordDelivery(ctx, acme.ID, "whk_0123456789ab", sdk.WebhookDelivery{ID: "dlv-1", Notification: "n-1", OK: true}, true); err != nil {
 		t.Fatal(err)
 	}
 	l, err := s.Campaign(ctx, "loops")

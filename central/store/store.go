@@ -87,7 +87,9 @@ type Options struct {
 // Store is central's handle on etcd. It is safe for concurrent use; several Stores (several
 // centrals) may share one etcd.
 type Store struct {
-	client    *clientv3.Client
+	client *clientv3.Client
+	// emitSeq orders the notifications this store records at one instant.
+	emitSeq   atomic.Uint64
 	etcd      *embed.Etcd // nil with external endpoints
 	endpoints []string
 	prefix    string

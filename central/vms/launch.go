@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/scheduler"
@@ -56,6 +57,8 @@ type Launcher struct {
 	metrics Metrics
 	now     func() time.Time
 	log     hclog.Logger
+	// Notify receives vm.created (nil: nothing is sent). Set it before use.
+	Notify notify.Sink
 	// AfterNodeCreate, when tests set it, runs between the node's create and
 	// the ledger write: the fault-injection point of a central that dies
 	// there.
@@ -172,5 +175,9 @@ func (l *Launcher) Launch(ctx context.Context, req Launch) (*Launched, error) {
 	default:
 		l.metrics.ReservationEnded(ReservationCommitted, reserved)
 	}
+	notify.Send(ctx, l.Notify, l.log, notify.Event{Type: sdk.NotifyVMCreated, Tenant: req.Spec.Tenant,
+		Title:  fmt.Sprintf("VM %s was launched on node %s", vm.Name, node.Name),
+		Detail: fmt.Sprintf("%d vCPUs, %d MiB, image %s", req.Spec.VCPUs, req.Spec.MemoryMiB, req.Image),
+		Link:   "/fleet/vms/" + node.Name + "/" + vm.ID}, "vm.created/"+node.Name+"/"+vm.ID, l.now().UTC())
 	return &Launched{Node: node, VM: vm, Decision: d}, nil
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
+	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -40,6 +42,8 @@ type Remover struct {
 	nodes  *nodecall.Caller
 	now    func() time.Time
 	log    hclog.Logger
+	// Notify receives vm.deleted (nil: nothing is sent). Set it before use.
+	Notify notify.Sink
 }
 
 // New makes a Remover.
@@ -77,6 +81,9 @@ func (r *Remover) Delete(ctx context.Context, n *store.Node, vmID string, e *sto
 		name, tenant = e.Name, e.Tenant
 	}
 	r.log.Info("vm deleted", "node", n.Name, "vm", name, "vm_id", vmID, "tenant", r.ledger.TenantName(ctx, tenant), "reason", reason)
+	notify.Send(ctx, r.Notify, r.log, notify.Event{Type: sdk.NotifyVMDeleted, Tenant: tenant,
+		Title:  fmt.Sprintf("VM %s on node %s was deleted", name, n.Name),
+		Detail: "reason: " + reason, Link: "/fleet/vms"}, "vm.deleted/"+n.Name+"/"+vmID, r.now().UTC())
 	return gone, nil
 }
 
