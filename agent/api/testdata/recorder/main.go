@@ -109,3 +109,8 @@ func (r *recorder) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMS
 	r.record("CloneVM")
 	return r.Driver.CloneVM(ctx, req)
 }
+
+func (r *recorder) ForwardPort(ctx context.Context, id string, guestPort int) (string, error) {
+	r.record("ForwardPort")
+	return r.Driver.ForwardPort(ctx, id, guestPort)
+}
