@@ -169,6 +169,8 @@ type Manager struct {
 
 	mu   sync.Mutex
 	open map[string]*Tunnel
+	// tickets wait for their one redemption (tickets.go).
+	tickets map[string]ticket
 	// nextCheck is when, by the clock, the store is read again.
 	nextCheck time.Time
 }
@@ -187,7 +189,7 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	return &Manager{opts: opts, log: opts.Logger, open: map[string]*Tunnel{}}
+	return &Manager{opts: opts, log: opts.Logger, open: map[string]*Tunnel{}, tickets: map[string]ticket{}}
 }
 
 // Tunnel is one admitted tunnel: holding its slot until it ends.
@@ -586,6 +588,10 @@ func (m *Manager) access(ctx context.Context, req Request, now time.Time) (strin
 	}
 	return "", nil
 }
+
+// Refused records an OPEN refused before admission (a read-only key, a
+// gone node) with its status.
+func (m *Manager) Refused(req Request, status int) { m.record(req, "OPEN", status, nil) }
 
 // record writes one OPEN or CLOSE event to the activity log.
 func (m *Manager) record(req Request, method string, status int, end *sdk.TunnelEnd) {
