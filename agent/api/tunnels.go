@@ -36,8 +36,8 @@ const dialTimeout = 10 * time.Second
 // central and the SDK, which send no Origin a browser would; a browser
 // never holds a node token.
 var upgrader = websocket.Upgrader{
-	ReadBufferSize:  32 << 10,
-	WriteBufferSize: 32 << 10,
+	ReadBufferSize:  wsconn.MaxMessage,
+	WriteBufferSize: wsconn.MaxMessage,
 	CheckOrigin:     func(*http.Request) bool { return true },
 }
 
@@ -192,13 +192,13 @@ func (s *server) relay(w http.ResponseWriter, r *http.Request, conn net.Conn, wh
 	var up, down int64
 	done := make(chan struct{})
 	go func() {
-		up, _ = io.CopyBuffer(conn, c, make([]byte, 32<<10))
+		up, _ = io.CopyBuffer(conn, c, make([]byte, wsconn.MaxMessage))
 		// The other side ended: closing the connection ends the copy below.
 		conn.Close()
 		close(done)
 	}()
 	var copyErr error
-	down, copyErr = io.CopyBuffer(c, conn, make([]byte, 32<<10))
+	down, copyErr = io.CopyBuffer(c, conn, make([]byte, wsconn.MaxMessage))
 	reason := "the VM closed the connection"
 	if copyErr != nil && !errors.Is(copyErr, net.ErrClosed) {
 		reason = "the connection to the VM failed"

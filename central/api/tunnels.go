@@ -26,7 +26,7 @@ import (
 // (the Origin header, when a browser sends one, must name this host)
 // keeps another site from opening a tunnel with a console session's
 // cookie; programs send no Origin.
-var tunnelUpgrader = websocket.Upgrader{ReadBufferSize: 32 << 10, WriteBufferSize: 32 << 10}
+var tunnelUpgrader = websocket.Upgrader{ReadBufferSize: wsconn.MaxMessage, WriteBufferSize: wsconn.MaxMessage}
 
 // TunnelLoop ends idle, old and revoked tunnels until ctx ends, then ends
 // them all. It runs on every central: each relays its own tunnels.

@@ -29,6 +29,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/fluxvm/fluxvm/wsconn"
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/go-hclog"
 )
@@ -51,7 +52,7 @@ const (
 	DefaultPoll         = time.Second
 	// bufSize is what each direction of a relay holds at most: it writes
 	// what it read before it reads again.
-	bufSize = 32 << 10
+	bufSize = wsconn.MaxMessage
 )
 
 // CloseEnded is the WebSocket close code of a tunnel central ended (idle,
