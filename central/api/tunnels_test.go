@@ -10,6 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,4 +252,82 @@ func BenchmarkTunnelRelay(b *testing.B) {
 	}
 	b.ReportMetric(lo, "ratio-min")
 	b.ReportMetric(hi, "ratio-max")
+}
+
+// BenchmarkTunnel20Memory opens 20 tunnels and runs all of them at full
+// speed at once, and reports how much the process's Go memory (heap and
+// stacks in use, after a GC) grew from before they opened to while they
+// run. The process holds central and the 20 clients' ends too, so the
+// figure bounds central's share from above.
+func BenchmarkTunnel20Memory(b *testing.B) {
+	url, _ := tnCentral(b)
+	images, img := fxImages(b)
+	echo := tnEchoServer(b)
+	startFxNode(b, "sim-1", url, images, 8, 8192, fmt.Sprintf(`    port_forwards = { "22" = %q }`, echo))
+	fxWaitUp(b, url, "sim-1")
+	fxMust(b, "PUT", url+"/fleet/images/tiny", fxToken, map[string]any{"guest_os": "linux", "image": img, "vcpus": 1, "memory_mib": 64}, http.StatusCreated, nil)
+	_, tok := fxTenant(b, url, "acme", nil)
+	var vm sdk.FleetCreateVMResponse
+	fxMust(b, "POST", url+"/fleet/vms", tok, map[string]any{"name": "bench", "image": "tiny"}, http.StatusCreated, &vm)
+	fc, err := sdk.NewFleetClient(url, sdk.WithToken(tok))
+	if err != nil {
+		b.Fatal(err)
+	}
+	inUse := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse + m.StackInuse
+	}
+	const n, each = 20, 16 << 20
+	data := make([]byte, 1<<20)
+	_, _ = rand.Read(data)
+	b.ResetTimer()
+	for range b.N {
+		before := inUse()
+		var wg sync.WaitGroup
+		var peak atomic.Uint64
+		errs := make(chan error, n)
+		for range n {
+			c, err := fc.DialWebSocket(b.Context(), "/fleet/vms/sim-1/"+vm.VM.ID+"/tunnel")
+			if err != nil {
+				b.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				go func() {
+					for sent := 0; sent < each; sent += len(data) {
+						if _, err := c.Write(data); err != nil {
+							return
+						}
+					}
+				}()
+				if _, err := io.CopyN(io.Discard, c, each); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		for running := true; running; {
+			select {
+			case <-done:
+				running = false
+			case <-time.After(20 * time.Millisecond):
+				if m := inUse(); m > peak.Load() {
+					peak.Store(m)
+				}
+			}
+		}
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		grew := int64(peak.Load()) - int64(before)
+		b.ReportMetric(float64(grew)/(1<<20), "MiB-grown")
+		b.Logf("Go memory in use: %.1f MiB before, %.1f MiB at the peak", float64(before)/(1<<20), float64(peak.Load())/(1<<20))
+	}
+	b.SetBytes(n * each)
 }
