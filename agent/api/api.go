@@ -74,11 +74,12 @@ func newServer(opts Options) *server {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	now := opts.Now
+	if now == nil {
+		now = time.Now
 	}
 	s := &server{opts: opts, log: opts.Logger, router: mux.NewRouter(),
-		tickets: &tickets{now: opts.Now, m: map[string]ticket{}}}
+		tickets: &tickets{now: now, m: map[string]ticket{}}}
 	for _, t := range opts.AdminTokens {
 		s.tokens = append(s.tokens, tokenDigest{sha256.Sum256([]byte(t)), roleAdmin})
 	}
