@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/nodecall"
@@ -72,6 +73,9 @@ func (s *Server) admitError(w http.ResponseWriter, err error) {
 			"the operator turns them on in the policy (tunnels.enabled, GET/PUT /fleet/policy)")
 	case errors.Is(err, tunnels.ErrPort):
 		jsonapi.WriteError(w, http.StatusForbidden, err.Error(), "the operator sets the allowed ports in the policy (tunnels.ports)")
+	case errors.Is(err, tunnels.ErrAccess):
+		jsonapi.WriteError(w, http.StatusForbidden, "the access this was asked with is gone: "+strings.TrimPrefix(err.Error(), tunnels.ErrAccess.Error()+": "),
+			"ask again with a credential that still works")
 	case errors.Is(err, tunnels.ErrLimit):
 		jsonapi.WriteError(w, http.StatusTooManyRequests, "too many open tunnels: "+err.Error(),
 			"close one (GET /fleet/tunnels lists them, DELETE /fleet/tunnels/{id} closes one) or wait for one to end")

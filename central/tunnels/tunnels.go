@@ -44,6 +44,9 @@ var (
 	ErrLimit = errors.New("too many open tunnels")
 	// ErrNotFound: no such open tunnel, or not the caller's (404).
 	ErrNotFound = errors.New("no such tunnel")
+	// ErrAccess: the opener's access is gone since it was checked (a
+	// screen ticket redeemed after its tenant was disabled, say) (403).
+	ErrAccess = errors.New("access gone")
 )
 
 // Defaults of Options.
@@ -251,6 +254,13 @@ func (m *Manager) Admit(ctx context.Context, req Request) (*Tunnel, error) {
 		return nil, fmt.Errorf("%w: port %d is not among the policy's tunnel ports %s", ErrPort, req.Port, strings.Join(tp.Ports, ", "))
 	}
 	now := m.opts.Now()
+	// A screen ticket carries its opener for up to 30 s: look again now.
+	if reason, err := m.principalGone(ctx, req.Opener, now); err != nil {
+		return nil, fmt.Errorf("check the opener: %w", err)
+	} else if reason != "" {
+		m.record(req, "OPEN", 403, nil)
+		return nil, fmt.Errorf("%w: %s", ErrAccess, reason)
+	}
 	m.mu.Lock()
 	n := 0
 	for _, o := range m.open {
@@ -548,7 +558,18 @@ func (m *Manager) Recheck(ctx context.Context) {
 // access says why a tunnel's opener may no longer reach its VM ("" while
 // it may).
 func (m *Manager) access(ctx context.Context, req Request, now time.Time) (string, error) {
-	o := req.Opener
+	if reason, err := m.principalGone(ctx, req.Opener, now); reason != "" || err != nil {
+		return reason, err
+	}
+	if m.opts.VMGone != nil {
+		return m.opts.VMGone(ctx, req.Node, req.VMID)
+	}
+	return "", nil
+}
+
+// principalGone says why the opener no longer has the access it opened
+// the tunnel with ("" while it has): its tenant, key or membership.
+func (m *Manager) principalGone(ctx context.Context, o Opener, now time.Time) (string, error) {
 	if !o.Operator {
 		tn, err := m.opts.Store.GetTenant(ctx, o.TenantID)
 		switch {
@@ -583,9 +604,6 @@ func (m *Manager) access(ctx context.Context, req Request, now time.Time) (strin
 				return "the member was made a " + string(mb.Role), nil
 			}
 		}
-	}
-	if m.opts.VMGone != nil {
-		return m.opts.VMGone(ctx, req.Node, req.VMID)
 	}
 	return "", nil
 }

@@ -443,3 +443,42 @@ func TestRecheckEndsTunnelsWhoseAccessIsGone(t *testing.T) {
 		t.Fatalf("closed with %q", got)
 	}
 }
+
+// TestTicketsWorkOnceWithinTheirTTLAndAdmissionLooksAgain: a screen
+// ticket gives back its request once, not after 30 s by the clock, and
+// the opener it carries is checked again when it is redeemed: a tenant
+// disabled since is refused (ErrAccess, an OPEN 403).
+func TestTicketsWorkOnceWithinTheirTTLAndAdmissionLooksAgain(t *testing.T) {
+	r := newRig(t, nil)
+	req := tunnels.Request{Opener: r.opener["acme"], Node: "sim-1", VMID: "vm-1", VMName: "web-1", Kind: sdk.TunnelScreen, Path: "/fleet/ws/{ticket}"}
+	id, err := r.m.IssueTicket(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := r.m.Redeem(id); !ok || got.VMID != "vm-1" {
+		t.Fatalf("first redemption = %+v, %v", got, ok)
+	}
+	if _, ok := r.m.Redeem(id); ok {
+		t.Fatal("a ticket worked twice")
+	}
+	late, _ := r.m.IssueTicket(req)
+	r.clk.Add(tunnels.TicketTTL - time.Millisecond)
+	soon, _ := r.m.IssueTicket(req)
+	r.clk.Add(time.Millisecond)
+	if _, ok := r.m.Redeem(late); ok {
+		t.Fatal("a ticket worked 30 s after it was issued")
+	}
+	got, ok := r.m.Redeem(soon)
+	if !ok {
+		t.Fatal("a fresh ticket was refused")
+	}
+	if _, err := r.st.UpdateTenant(t.Context(), r.acme.ID, func(tn *store.Tenant) error { tn.Disabled = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.m.Admit(t.Context(), got); !errors.Is(err, tunnels.ErrAccess) || !strings.Contains(err.Error(), "disabled") {
+		t.Fatalf("admitting a disabled tenant's ticket: %v, want ErrAccess naming why", err)
+	}
+	if e := r.ev.all(); len(e) != 1 || e[0].Method != "OPEN" || e[0].Status != 403 || e[0].Action != "open web-1 screen" {
+		t.Fatalf("events %+v, want one OPEN 403 of the screen", e)
+	}
+}
