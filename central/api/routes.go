@@ -94,7 +94,7 @@ func Routes() []Route {
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/screen", Access: Tenant, Role: Member, handler: h((*Server).vmScreen)},
 		// Tunnels and screens (docs/tunnels.md): the streams are GETs (WebSockets) that record OPEN and CLOSE themselves.
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/tunnel", Access: Tenant, Role: Member, handler: h((*Server).openTunnel)},
-		{Method: "POST", Path: "/fleet/vms/{node}/{id}/ws-ticket", Action: "ask for a screen ticket of", Access: Tenant, Role: Member, handler: h((*Server).wsTicket)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/ws-ticket", Action: "screen ticket for", Access: Tenant, Role: Member, handler: h((*Server).wsTicket)},
 		{Method: "GET", Path: "/fleet/ws/{ticket}", Access: Public, handler: h((*Server).redeemTicket)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/input", Action: "send input to", Access: Tenant, Role: Member, handler: h((*Server).vmInput)},
 		{Method: "GET", Path: "/fleet/tunnels", Access: Tenant, Role: Viewer, handler: h((*Server).listTunnels)},
