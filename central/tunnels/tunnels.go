@@ -346,8 +346,8 @@ func (t *Tunnel) Relay(client, node net.Conn) string {
 	default:
 	}
 	done := make(chan struct{}, 2)
-	go func() { t.copy(node, client, &t.toVM, ReasonClient); done <- struct{}{} }()
-	go func() { t.copy(client, node, &t.fromVM, ReasonVM); done <- struct{}{} }()
+	go func() { t.copy(node, client, &t.toVM, ReasonClient, ReasonVM); done <- struct{}{} }()
+	go func() { t.copy(client, node, &t.fromVM, ReasonVM, ReasonClient); done <- struct{}{} }()
 	<-done
 	<-done
 	t.m.remove(t)
@@ -360,16 +360,16 @@ func (t *Tunnel) Relay(client, node net.Conn) string {
 }
 
 // copy moves bytes from src to dst until src ends (the tunnel then ends
-// with eofReason, unless something ended it first) or the tunnel ends.
-func (t *Tunnel) copy(dst, src net.Conn, count *atomic.Int64, eofReason string) {
+// with srcGone, unless something ended it first), dst refuses a write
+// (dstGone) or the tunnel ends.
+func (t *Tunnel) copy(dst, src net.Conn, count *atomic.Int64, srcGone, dstGone string) {
 	buf := make([]byte, bufSize)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			t.lastActive.Store(t.m.opts.Now().UnixNano())
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				// The other side is gone; its own reader says why.
-				t.end(eofReason)
+				t.end(dstGone)
 				return
 			}
 			count.Add(int64(n))
@@ -378,7 +378,7 @@ func (t *Tunnel) copy(dst, src net.Conn, count *atomic.Int64, eofReason string) 
 			if !errors.Is(err, io.EOF) {
 				t.m.log.Debug("tunnel read ended", "id", t.id, "error", err)
 			}
-			t.end(eofReason)
+			t.end(srcGone)
 			return
 		}
 	}
