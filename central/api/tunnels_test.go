@@ -46,12 +46,18 @@ func tnEchoServer(t testing.TB) string {
 // running, serving over HTTP.
 func tnCentral(t testing.TB) (url string, log *audit.Log) {
 	t.Helper()
+	return tnCentralAt(t, nil)
+}
+
+// tnCentralAt is tnCentral on a clock the test moves (nil: time.Now).
+func tnCentralAt(t testing.TB, now func() time.Time) (url string, log *audit.Log) {
+	t.Helper()
 	log, err := audit.Open(audit.Options{Dir: fxTempDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { log.Close() })
-	srv := api.New(api.Options{Store: fxStore(t, nil), FleetToken: fxToken, Logger: fxLogger("api"), HeartbeatInterval: time.Second, Activity: log})
+	srv := api.New(api.Options{Store: fxStore(t, nil), FleetToken: fxToken, Logger: fxLogger("api"), HeartbeatInterval: time.Second, Activity: log, Now: now})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); srv.TunnelLoop(ctx) }()
@@ -90,10 +96,13 @@ func apiStatus(err error) int {
 // guest's port 22, and the bytes come back whole; it is listed with its
 // traffic, another tenant can neither list, close nor open it (404), a
 // read-only key and a port outside the policy are 403, the
-// max_per_tenant+1-th is 429, a stopped VM is the node's 409, and the
-// activity log has OPEN 101 and CLOSE with the bytes each way and why.
+// max_per_tenant+1-th is 429, an open tunnel to a VM that stops ends at
+// the next 30 s re-check (central's clock moved) saying so, a stopped VM
+// is the node's 409, and the activity log has OPEN 101 and CLOSE with the
+// bytes each way and why.
 func TestTunnelEndToEndThroughCentralAndNode(t *testing.T) {
-	url, activity := tnCentral(t)
+	clock := newLxClock(time.Now().UTC())
+	url, activity := tnCentralAt(t, clock.now)
 	images, img := fxImages(t)
 	echo := tnEchoServer(t)
 	startFxNode(t, "sim-1", url, images, 8, 8192, fmt.Sprintf(`    port_forwards = { "22" = %q }`, echo))
@@ -158,7 +167,19 @@ func TestTunnelEndToEndThroughCentralAndNode(t *testing.T) {
 		t.Fatalf("the closed tunnel's client read %v, want the reason", err)
 	}
 
+	pol.Tunnels.MaxPerTenant = 20
+	fxMust(t, "PUT", url+"/fleet/policy", fxToken, pol, http.StatusOK, nil)
+	open, err := a.DialWebSocket(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tnEcho(t, open, []byte("before the stop"))
 	fxMust(t, "POST", url+"/fleet/vms/sim-1/"+vm.VM.ID+"/stop", tokA, nil, http.StatusOK, nil)
+	clock.advance(30 * time.Second)
+	_ = open.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, open); err == nil || !bytes.Contains([]byte(err.Error()), []byte("the VM is stopped")) {
+		t.Fatalf("a tunnel to a VM that stopped read %v, want the reason", err)
+	}
 	if _, err := a.DialWebSocket(ctx, path); apiStatus(err) != http.StatusConflict {
 		t.Fatalf("a stopped VM: %v, want the node's 409", err)
 	}
@@ -174,18 +195,22 @@ func TestTunnelEndToEndThroughCentralAndNode(t *testing.T) {
 				closes = append(closes, e)
 			}
 		}
-		return len(closes) == 1
+		return len(closes) == 2
 	})
-	end := closes[0].Tunnel
-	if end == nil || end.BytesToVM != 3<<20 || end.BytesFromVM != 3<<20 || end.Reason != "closed by the tenant" || closes[0].Actor != "acme" || closes[0].Target != "web-1" {
-		t.Fatalf("CLOSE = %+v %+v", closes[0], end)
+	// Newest first.
+	if closes[0].Tunnel == nil || closes[0].Tunnel.Reason != "the VM is stopped" {
+		t.Fatalf("the last CLOSE %+v", closes[0])
+	}
+	end := closes[1].Tunnel
+	if end == nil || end.BytesToVM != 3<<20 || end.BytesFromVM != 3<<20 || end.Reason != "closed by the tenant" || closes[1].Actor != "acme" || closes[1].Target != "web-1" {
+		t.Fatalf("CLOSE = %+v %+v", closes[1], end)
 	}
 	statuses := map[int]int{}
 	for _, e := range opens {
 		statuses[e.Status]++
 	}
-	// 101 once; 403 read-only key and port 80; 429; 409 from the node.
-	if statuses[101] != 1 || statuses[403] != 2 || statuses[429] != 1 || statuses[409] != 1 {
+	// 101 twice; 403 read-only key and port 80; 429; 409 from the node.
+	if statuses[101] != 2 || statuses[403] != 2 || statuses[429] != 1 || statuses[409] != 1 {
 		t.Fatalf("OPEN statuses %v", statuses)
 	}
 }

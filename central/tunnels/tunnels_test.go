@@ -482,3 +482,26 @@ func TestTicketsWorkOnceWithinTheirTTLAndAdmissionLooksAgain(t *testing.T) {
 		t.Fatalf("events %+v, want one OPEN 403 of the screen", e)
 	}
 }
+
+// TestShutdownEndsEveryTunnelSayingSo: when central stops (the loop's
+// context ends) every open tunnel ends, its client told why, and its
+// CLOSE is written; nothing is left to list.
+func TestShutdownEndsEveryTunnelSayingSo(t *testing.T) {
+	r := newRig(t, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); r.m.Run(ctx) }()
+	a, _ := r.dial("who=acme")
+	b, _ := r.dial("who=operator")
+	cancel()
+	<-stopped
+	for _, c := range []*wsconn.Conn{a, b} {
+		if got := closeReason(t, c); got != tunnels.ReasonShutdown {
+			t.Errorf("closed with %q, want %q", got, tunnels.ReasonShutdown)
+		}
+	}
+	r.waitClose(2)
+	if l := r.m.List(""); len(l) != 0 {
+		t.Fatalf("open after the shutdown: %+v", l)
+	}
+}
