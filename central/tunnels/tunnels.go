@@ -68,6 +68,7 @@ const CloseEnded = 4000
 const (
 	ReasonClient     = "the client closed the connection"
 	ReasonVM         = "the VM closed the connection"
+	ReasonNodeLost   = "the connection to the VM's node was lost"
 	ReasonIdle       = "idle timeout"
 	ReasonLifetime   = "maximum lifetime reached"
 	ReasonByTenant   = "closed by the tenant"
@@ -346,8 +347,8 @@ func (t *Tunnel) Relay(client, node net.Conn) string {
 	default:
 	}
 	done := make(chan struct{}, 2)
-	go func() { t.copy(node, client, &t.toVM, ReasonClient, ReasonVM); done <- struct{}{} }()
-	go func() { t.copy(client, node, &t.fromVM, ReasonVM, ReasonClient); done <- struct{}{} }()
+	go func() { t.copy(node, client, &t.toVM, ReasonClient, ReasonClient, ReasonNodeLost); done <- struct{}{} }()
+	go func() { t.copy(client, node, &t.fromVM, ReasonVM, ReasonNodeLost, ReasonClient); done <- struct{}{} }()
 	<-done
 	<-done
 	t.m.remove(t)
@@ -360,9 +361,10 @@ func (t *Tunnel) Relay(client, node net.Conn) string {
 }
 
 // copy moves bytes from src to dst until src ends (the tunnel then ends
-// with srcGone, unless something ended it first), dst refuses a write
-// (dstGone) or the tunnel ends.
-func (t *Tunnel) copy(dst, src net.Conn, count *atomic.Int64, srcGone, dstGone string) {
+// with srcGone, or srcBroke when src failed rather than closed, unless
+// something ended it first), dst refuses a write (dstGone) or the tunnel
+// ends.
+func (t *Tunnel) copy(dst, src net.Conn, count *atomic.Int64, srcGone, srcBroke, dstGone string) {
 	buf := make([]byte, bufSize)
 	for {
 		n, err := src.Read(buf)
@@ -377,6 +379,8 @@ func (t *Tunnel) copy(dst, src net.Conn, count *atomic.Int64, srcGone, dstGone s
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				t.m.log.Debug("tunnel read ended", "id", t.id, "error", err)
+				t.end(srcBroke)
+				return
 			}
 			t.end(srcGone)
 			return

@@ -93,6 +93,11 @@ func newRig(t *testing.T, policy func(*sdk.TunnelPolicy)) *rig {
 		}
 		c := wsconn.New(ws)
 		defer c.Close()
+		if req.URL.Query().Get("drop") != "" { // the node's connection breaks: no close message
+			_, _ = c.Write([]byte("bye"))
+			_ = ws.UnderlyingConn().Close()
+			return
+		}
 		if req.URL.Query().Get("hangup") != "" {
 			_, _ = c.Write([]byte("bye"))
 			_ = c.CloseWith(websocket.CloseNormalClosure, "the VM closed the connection")
@@ -253,6 +258,11 @@ func TestRelayCountsBytesEachWayAndRecordsOpenAndClose(t *testing.T) {
 	}
 	if e := r.waitClose(2); e.Tunnel.Reason != tunnels.ReasonVM || e.Tunnel.BytesFromVM != 3 {
 		t.Fatalf("CLOSE = %+v", e.Tunnel)
+	}
+
+	c, _ = r.dial("who=acme&drop=1")
+	if got := closeReason(t, c); got != tunnels.ReasonNodeLost {
+		t.Fatalf("the client was told %q when the node's connection broke, want %q", got, tunnels.ReasonNodeLost)
 	}
 }
 
