@@ -60,6 +60,8 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkBillingStatements -benchtime 3x ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkStatementAmongAMillionRows -benchtime 20x -timeout 30m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkBounds -benchtime 200x -count 5 ./schemas/
+	$(GO) test -run '^$$' -bench BenchmarkTunnelRelay -benchtime 20x -count 3 ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkTunnel20Memory -benchtime 1x -count 3 ./central/api/
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12

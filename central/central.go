@@ -161,6 +161,12 @@ func Run(ctx context.Context, opts Options) error {
 		defer close(loops)
 		lead(ctx, st, srv, opts, log.Named("leader"))
 	}()
+	// Every central relays its own tunnels: their loop is not the leader's.
+	tunnelsDone := make(chan struct{})
+	go func() {
+		defer close(tunnelsDone)
+		srv.TunnelLoop(ctx)
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -176,6 +182,7 @@ func Run(ctx context.Context, opts Options) error {
 	// or this one once it is back).
 	srv.NodeChannels().Close()
 	_ = hs.Shutdown(sctx)
+	<-tunnelsDone // ended the tunnels, whose hijacked connections Shutdown leaves open
 	<-loops
 	<-migrated
 	log.Info("central stopped")

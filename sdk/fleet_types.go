@@ -614,6 +614,8 @@ type Event struct {
 	// Status are the last one's.
 	Suppressed int       `json:"suppressed,omitempty"`
 	Until      time.Time `json:"until,omitzero"`
+	// Tunnel is set on a tunnel's CLOSE event (method CLOSE).
+	Tunnel *TunnelEnd `json:"tunnel,omitempty"`
 }
 
 // EventList is GET /fleet/events.

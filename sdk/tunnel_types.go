@@ -51,3 +51,14 @@ type WSTicket struct {
 	ExpiresIn int    `json:"expires_in"`
 	Path      string `json:"path"`
 }
+
+// TunnelEnd is what the activity log's CLOSE event of a tunnel says
+// (Event.Tunnel): the bytes each way, how long it was open and why it
+// ended.
+type TunnelEnd struct {
+	ID          string `json:"id"`
+	BytesToVM   int64  `json:"bytes_to_vm"`
+	BytesFromVM int64  `json:"bytes_from_vm"`
+	DurationMS  int64  `json:"duration_ms"`
+	Reason      string `json:"reason"`
+}

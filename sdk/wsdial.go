@@ -61,7 +61,9 @@ func (c *client) dialWS(ctx context.Context, path string) (*websocket.Conn, erro
 	if c.opts.userAgent != "" {
 		h.Set("User-Agent", c.opts.userAgent)
 	}
-	d := websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 0}
+	// Buffers the size of a wsconn message: a message goes out in one
+	// frame and one write, which is what a tunnel's throughput rests on.
+	d := websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 0, ReadBufferSize: wsconn.MaxMessage, WriteBufferSize: wsconn.MaxMessage}
 	if tr, ok := c.opts.hc.Transport.(*http.Transport); ok {
 		d.NetDialContext = tr.DialContext
 		d.Proxy = tr.Proxy

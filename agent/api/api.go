@@ -5,10 +5,12 @@
 package api
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -34,6 +36,8 @@ type Options struct {
 	// Version is the agent's version, reported by GET /v1/health when the
 	// manager has none.
 	Version string
+	// Now is the clock of screen tickets' expiry (time.Now when nil).
+	Now func() time.Time
 }
 
 // role is what a token may do.
@@ -56,6 +60,7 @@ type server struct {
 	tokens  []tokenDigest
 	router  *mux.Router
 	metrics *metrics
+	tickets *tickets
 }
 
 // New returns the node API handler.
@@ -69,7 +74,12 @@ func newServer(opts Options) *server {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	s := &server{opts: opts, log: opts.Logger, router: mux.NewRouter()}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &server{opts: opts, log: opts.Logger, router: mux.NewRouter(),
+		tickets: &tickets{now: now, m: map[string]ticket{}}}
 	for _, t := range opts.AdminTokens {
 		s.tokens = append(s.tokens, tokenDigest{sha256.Sum256([]byte(t)), roleAdmin})
 	}
@@ -113,6 +123,9 @@ func (s *server) routes() {
 	r.HandleFunc("/v1/vms/{id}/snapshots/{tag}", s.deleteSnapshot).Methods(http.MethodDelete)
 	r.HandleFunc("/v1/vms/{id}/restore", s.restoreVM).Methods(http.MethodPost)
 	r.HandleFunc("/v1/vms/{id}/clone", s.cloneVM).Methods(http.MethodPost)
+	r.HandleFunc("/v1/vms/{id}/tunnel", s.tunnel).Methods(http.MethodGet)
+	r.HandleFunc("/v1/vms/{id}/ws-ticket", s.wsTicket).Methods(http.MethodPost)
+	r.HandleFunc(ticketRoute, s.redeemTicket).Methods(http.MethodGet)
 	r.Handle("/metrics", s.metrics.handler()).Methods(http.MethodGet)
 }
 
@@ -155,10 +168,14 @@ func (s *server) handler() http.Handler {
 // checks the bearer token and its role.
 func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if info, ok := r.Context().Value(ctxKey{}).(*reqInfo); ok {
-			if tmpl, err := mux.CurrentRoute(r).GetPathTemplate(); err == nil {
-				info.route = tmpl
-			}
+		tmpl, _ := mux.CurrentRoute(r).GetPathTemplate()
+		if info, ok := r.Context().Value(ctxKey{}).(*reqInfo); ok && tmpl != "" {
+			info.route = tmpl
+		}
+		if tmpl == ticketRoute {
+			// The one-use ticket in the path is the credential.
+			next.ServeHTTP(w, r)
+			return
 		}
 		switch s.roleOf(r.Header.Get("Authorization")) {
 		case roleNone:
@@ -234,6 +251,18 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 		w.status, w.wrote = http.StatusOK, true
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// Hijack hands the connection to a WebSocket upgrade, which answers 101.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("the response writer cannot be hijacked")
+	}
+	if !w.wrote {
+		w.status, w.wrote = http.StatusSwitchingProtocols, true
+	}
+	return h.Hijack()
 }
 
 // Unwrap lets http.ResponseController reach the connection.

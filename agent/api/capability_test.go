@@ -37,7 +37,7 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 			Config: func(*basepb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
 		}
 	}
-	e := newEnvWith(t, nil, []pluginhost.Plugin{recorder("bare", ""), recorder("full", "pause,screenshot,input,exec,disk_snapshots,memory_snapshots,clones")})
+	e := newEnvWith(t, nil, []pluginhost.Plugin{recorder("bare", ""), recorder("full", "pause,screenshot,input,exec,disk_snapshots,memory_snapshots,clones,port_forward")})
 	received := func(name string) []string {
 		data, err := os.ReadFile(filepath.Join(dir, name+".rpcs"))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -55,7 +55,7 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 	for _, d := range h.Drivers {
 		caps[d.Name] = d.Capabilities
 	}
-	if len(caps["bare"]) != 0 || !slices.Equal(caps["full"], []string{"clones", "disk_snapshots", "exec", "input", "memory_snapshots", "pause", "screenshot"}) {
+	if len(caps["bare"]) != 0 || !slices.Equal(caps["full"], []string{"clones", "disk_snapshots", "exec", "input", "memory_snapshots", "pause", "port_forward", "screenshot"}) {
 		t.Fatalf("health lists capabilities %v", caps)
 	}
 
@@ -121,5 +121,25 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 	}
 	if got := received("bare"); len(got) != 0 {
 		t.Fatalf("the plugin without capabilities received optional RPCs %v", got)
+	}
+
+	// A tunnel needs port_forward: without it the node answers 409 (the
+	// VM runs, its driver just cannot reach guest ports), as it would for
+	// a plugin older than the RPC.
+	node, err := sdk.NewNodeClient(e.srv.URL, sdk.WithToken(adminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = node.DialTunnel(t.Context(), bare.ID, 22)
+	var ae *sdk.APIError
+	if !errors.As(err, &ae) || ae.Status != 409 || !strings.Contains(ae.Message, "this driver cannot forward guest ports") {
+		t.Errorf("tunnel to a VM of bare = %v, want 409 this driver cannot forward guest ports", err)
+	}
+	if got := received("bare"); len(got) != 0 {
+		t.Fatalf("the plugin without port_forward received %v", got)
+	}
+	_, _ = node.DialTunnel(t.Context(), full.ID, 22) // the sim's config forwards no port: 409, but asked
+	if got := received("full"); !slices.Contains(got, "ForwardPort") {
+		t.Fatalf("the plugin with port_forward was not asked: %v", got)
 	}
 }

@@ -111,3 +111,10 @@ func (g *gate) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatu
 	}
 	return g.Driver.CloneVM(ctx, req)
 }
+
+func (g *gate) ForwardPort(ctx context.Context, id string, guestPort int) (string, error) {
+	if err := g.require(driver.CapPortForward); err != nil {
+		return "", err
+	}
+	return g.Driver.ForwardPort(ctx, id, guestPort)
+}

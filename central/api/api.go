@@ -30,6 +30,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/reconciler"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/team"
+	"github.com/fluxvm/fluxvm/central/tunnels"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/central/webhooks"
 	"github.com/fluxvm/fluxvm/central/webhooks/netguard"
@@ -184,6 +185,7 @@ type Server struct {
 	team      *team.Service
 	sessions  *identity.Sessions
 	webhooks  *webhooks.Service
+	tunnels   *tunnels.Manager
 	// pruned is when the leader last dropped old notifications (UnixNano).
 	pruned atomic.Int64
 	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
@@ -214,6 +216,12 @@ func New(opts Options) *Server {
 	s.pools = pools.New(opts.Store, s.nodes, s.place, opts.Now, opts.Logger)
 	s.keys = keys.New(opts.Store, opts.Now, opts.Logger)
 	s.team = team.New(opts.Store, opts.Now, opts.Logger)
+	s.tunnels = tunnels.New(tunnels.Options{Store: opts.Store, VMGone: s.vmGone, Now: opts.Now, Logger: opts.Logger.Named("tunnels"),
+		Record: func(e sdk.Event) {
+			if opts.Activity != nil {
+				opts.Activity.Append(e)
+			}
+		}})
 	s.sessions = identity.NewSessions(opts.Store, opts.SessionTTL, opts.Now, s.isOperatorEmail, opts.Logger)
 	if u, err := url.Parse(opts.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
 		s.publicOrigin = u.Scheme + "://" + u.Host

@@ -195,7 +195,9 @@ type fxNode struct {
 	cmd    *exec.Cmd
 }
 
-func startFxNode(t testing.TB, name, centralURL, imagesDir string, vcpus, memoryMiB int64) *fxNode {
+// startFxNode runs a node agent with the sim driver; simExtra lines go
+// into the sim's config block (port_forwards, say).
+func startFxNode(t testing.TB, name, centralURL, imagesDir string, vcpus, memoryMiB int64, simExtra ...string) *fxNode {
 	t.Helper()
 	dir := fxTempDir(t)
 	n := &fxNode{t: t, name: name, admin: "node-admin-" + strconv.FormatInt(time.Now().UnixNano(), 16),
@@ -220,13 +222,14 @@ plugin "sim" {
     boot_delay_ms = 100
     vcpus         = %d
     memory_mib    = %d
+%s
   }
 }
 central {
   url   = %q
   token = %q
 }
-`, name, filepath.Join(dir, "state"), addr, n.admin, fxToken, imagesDir, vcpus, memoryMiB, centralURL, fxToken)
+`, name, filepath.Join(dir, "state"), addr, n.admin, fxToken, imagesDir, vcpus, memoryMiB, strings.Join(simExtra, "\n"), centralURL, fxToken)
 	if err := os.WriteFile(n.config, []byte(hcl), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -135,6 +138,19 @@ func (w *codeWriter) Flush() {
 }
 
 func (w *codeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack hands the connection to a WebSocket upgrade (tunnels, screens),
+// which answers 101 itself.
+func (w *codeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("the response writer cannot be hijacked")
+	}
+	if w.code == 0 {
+		w.code = http.StatusSwitchingProtocols
+	}
+	return h.Hijack()
+}
 
 // Health is the body of GET /healthz.
 type Health struct {

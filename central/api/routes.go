@@ -93,6 +93,13 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/resume", Action: "resume vm", Access: Tenant, Role: Member, handler: h(vmAction("resume"))},
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/logs", Access: Tenant, Role: Member, handler: h((*Server).vmLogs)},
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/screen", Access: Tenant, Role: Member, handler: h((*Server).vmScreen)},
+		// Tunnels and screens (docs/tunnels.md): the streams are GETs (WebSockets) that record OPEN and CLOSE themselves.
+		{Method: "GET", Path: "/fleet/vms/{node}/{id}/tunnel", Access: Tenant, Role: Member, handler: h((*Server).openTunnel)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/ws-ticket", Action: "screen ticket for", Access: Tenant, Role: Member, handler: h((*Server).wsTicket)},
+		{Method: "GET", Path: "/fleet/ws/{ticket}", Access: Public, handler: h((*Server).redeemTicket)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/input", Action: "send input to", Access: Tenant, Role: Member, handler: h((*Server).vmInput)},
+		{Method: "GET", Path: "/fleet/tunnels", Access: Tenant, Role: Viewer, handler: h((*Server).listTunnels)},
+		{Method: "DELETE", Path: "/fleet/tunnels/{id}", Action: "close tunnel", Access: Tenant, Role: Admin, handler: h((*Server).closeTunnel)},
 
 		{Method: "GET", Path: "/fleet/pools", Access: Tenant, Role: Viewer, handler: h((*Server).listPools)},
 		{Method: "POST", Path: "/fleet/pools", Action: "create pool", Access: Tenant, Role: Admin, handler: h((*Server).createPool)},

@@ -326,7 +326,11 @@ func (s *stream) openFile() error {
 // size is what an event costs in memory: its strings and a fixed overhead
 // for the struct and its slot.
 func size(e Event) int64 {
-	return int64(160 + len(e.Who) + len(e.Tenant) + len(e.Actor) + len(e.Key) + len(e.User) + len(e.Method) + len(e.Path) + len(e.Target) + len(e.Action))
+	n := int64(160 + len(e.Who) + len(e.Tenant) + len(e.Actor) + len(e.Key) + len(e.User) + len(e.Method) + len(e.Path) + len(e.Target) + len(e.Action))
+	if e.Tunnel != nil {
+		n += int64(120 + len(e.Tunnel.ID) + len(e.Tunnel.Reason))
+	}
+	return n
 }
 
 // push keeps an event in memory; when that is over Keep or KeepBytes, the
@@ -481,6 +485,12 @@ func bound(e Event) Event {
 	e.Key = clean(e.Key, MaxTargetBytes)
 	e.User = clean(e.User, MaxUserBytes)
 	e.Action = clean(e.Action, MaxActionBytes)
+	if e.Tunnel != nil {
+		t := *e.Tunnel
+		t.ID = clean(t.ID, 16)         // tun_ and 12 hex digits
+		t.Reason = clean(t.Reason, 64) // one of central/tunnels' reasons
+		e.Tunnel = &t
+	}
 	return e
 }
 

@@ -130,6 +130,8 @@ func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		DiskSnapshots:   true,
 		MemorySnapshots: true,
 		Clones:          true,
+		// Host forwards of user-mode networking (forward.go).
+		PortForward: true,
 	}, nil
 }
 

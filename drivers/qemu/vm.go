@@ -52,6 +52,7 @@ type vm struct {
 	destroyed  bool
 
 	monMu   sync.Mutex // serialises (re)connecting the monitor
+	fwdMu   sync.Mutex // serialises adding host forwards (forward.go)
 	agentMu sync.Mutex
 	agent   *protocol.Client
 }

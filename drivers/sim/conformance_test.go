@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,10 +25,26 @@ func pluginHarness(t testing.TB) drivertest.Harness {
 	if err := os.WriteFile(image, []byte("sim disk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The guest port 22 of every simulated VM is this host server.
+	guest, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { guest.Close() })
+	go func() {
+		for {
+			c, err := guest.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	return drivertest.Harness{
-		Launch:   drivertest.LaunchCommand(bin, "plugin", "sim"),
-		Config:   []byte(`{"vcpus": 64, "memory_mib": 65536, "macos_slots": 2, "boot_delay_ms": 50, "guest_os": ["linux", "macos"]}`),
-		StateDir: t.TempDir(),
+		Launch:      drivertest.LaunchCommand(bin, "plugin", "sim"),
+		Config:      []byte(`{"vcpus": 64, "memory_mib": 65536, "macos_slots": 2, "boot_delay_ms": 50, "guest_os": ["linux", "macos"], "port_forwards": {"22": "` + guest.Addr().String() + `"}}`),
+		ForwardPort: 22,
+		StateDir:    t.TempDir(),
 		Spec: func(id string) *pb.VMSpec {
 			return &pb.VMSpec{Id: id, Name: "conformance " + id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: image, Vcpus: 1, MemoryMib: 256, Display: true}
 		},

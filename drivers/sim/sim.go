@@ -46,6 +46,11 @@ type config struct {
 	BootDelayMS int64 `json:"boot_delay_ms"`
 	// GuestOS lists the guest systems the simulator accepts.
 	GuestOS []string `json:"guest_os"`
+	// PortForwards maps a guest TCP port ("22") to a host address
+	// ("127.0.0.1:2222") that ForwardPort returns for that port of every
+	// running VM, so that a test, a benchmark or a demo can serve a
+	// simulated VM's "guest port" from a real server on the host.
+	PortForwards map[string]string `json:"port_forwards"`
 }
 
 func defaultConfig() config {
@@ -79,6 +84,11 @@ func parseConfig(data []byte) (config, error) {
 			return config{}, driver.Errorf(driver.ErrInvalid, "sim config: guest_os lists %q twice", os)
 		}
 		seen[os] = true
+	}
+	for port, addr := range c.PortForwards {
+		if err := checkPortForward(port, addr); err != nil {
+			return config{}, err
+		}
 	}
 	return c, nil
 }
@@ -156,6 +166,7 @@ func (d *Driver) ConfigSchema(context.Context) (*basepb.ConfigSchemaResponse, er
 		{Name: "macos_slots", Type: number, DefaultJson: js(def.MacOSSlots), Description: "macOS VMs that may run at once"},
 		{Name: "boot_delay_ms", Type: number, DefaultJson: js(def.BootDelayMS), Description: "how long a simulated boot takes until the guest agent is ready"},
 		{Name: "guest_os", Type: list, DefaultJson: js(def.GuestOS), Description: "guest systems the simulator accepts: linux, macos"},
+		{Name: "port_forwards", Type: basepb.AttributeType_ATTRIBUTE_TYPE_MAP_STRING, DefaultJson: "{}", Description: `guest TCP port -> host "ip:port" that ForwardPort answers for every running VM (a host server standing in for the guest's port)`},
 	}}, nil
 }
 
@@ -227,6 +238,7 @@ func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		DiskSnapshots:   true,
 		MemorySnapshots: true,
 		Clones:          true,
+		PortForward:     true,
 	}, nil
 }
 

@@ -21,11 +21,12 @@ const (
 	CapDiskSnapshots   Capability = "disk_snapshots"   // SnapshotVM (disk only), ListSnapshots, DeleteSnapshot, RestoreVM
 	CapMemorySnapshots Capability = "memory_snapshots" // SnapshotVM (memory), ListSnapshots, DeleteSnapshot, RestoreVM
 	CapClones          Capability = "clones"           // CloneVM
+	CapPortForward     Capability = "port_forward"     // ForwardPort
 )
 
 // Capabilities returns every capability of the contract, sorted by name.
 func Capabilities() []Capability {
-	return []Capability{CapClones, CapDiskSnapshots, CapExec, CapInput, CapMemorySnapshots, CapPause, CapScreenshot}
+	return []Capability{CapClones, CapDiskSnapshots, CapExec, CapInput, CapMemorySnapshots, CapPause, CapPortForward, CapScreenshot}
 }
 
 // ClaimedBy reports whether caps claims c.
@@ -45,6 +46,8 @@ func (c Capability) ClaimedBy(caps *pb.CapabilitiesResponse) bool {
 		return caps.GetMemorySnapshots()
 	case CapClones:
 		return caps.GetClones()
+	case CapPortForward:
+		return caps.GetPortForward()
 	}
 	return false
 }
@@ -75,6 +78,8 @@ func (c Capability) cannot() string {
 		return "cannot save or restore a VM's memory"
 	case CapClones:
 		return "cannot clone VMs"
+	case CapPortForward:
+		return "cannot forward guest ports"
 	}
 	return fmt.Sprintf("does not know capability %q", string(c))
 }

@@ -224,3 +224,11 @@ func (c *grpcClient) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.V
 	r, err := c.c.CloneVM(ctx, req)
 	return r.GetStatus(), base.FromStatus(err)
 }
+
+func (c *grpcClient) ForwardPort(ctx context.Context, id string, guestPort int) (string, error) {
+	if err := CheckGuestPort(guestPort); err != nil {
+		return "", err
+	}
+	r, err := c.c.ForwardPort(ctx, &pb.ForwardPortRequest{Id: id, GuestPort: uint32(guestPort)})
+	return r.GetAddress(), base.FromStatus(err)
+}

@@ -93,6 +93,11 @@ type Driver interface {
 	// CloneVM creates a new VM from a snapshot or a VM that does not run
 	// (capability "clones").
 	CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error)
+
+	// ForwardPort makes the guest's TCP port reachable from the node agent
+	// and returns the host address ("ip:port") to connect to (capability
+	// "port_forward").
+	ForwardPort(ctx context.Context, id string, guestPort int) (string, error)
 }
 
 // Unsupported answers every optional RPC with ErrUnsupported. Embed it in a
@@ -150,6 +155,20 @@ func (Unsupported) RestoreVM(context.Context, string, string) (*pb.VMStatus, err
 // CloneVM reports that the driver cannot clone.
 func (Unsupported) CloneVM(context.Context, *pb.CloneVMRequest) (*pb.VMStatus, error) {
 	return nil, CapClones.Unsupported("")
+}
+
+// ForwardPort reports that the driver cannot forward guest ports.
+func (Unsupported) ForwardPort(context.Context, string, int) (string, error) {
+	return "", CapPortForward.Unsupported("")
+}
+
+// CheckGuestPort is nil for a TCP port (1-65535) and otherwise an
+// ErrInvalid error that says what a port is.
+func CheckGuestPort(port int) error {
+	if port < 1 || port > 65535 {
+		return Errorf(ErrInvalid, "guest port %d is not a TCP port: give 1 to 65535", port)
+	}
+	return nil
 }
 
 // snapshotTag is what a snapshot tag looks like.

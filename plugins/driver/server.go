@@ -179,3 +179,11 @@ func (s *grpcServer) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.C
 	st, err := s.impl.CloneVM(ctx, req)
 	return &pb.CloneVMResponse{Status: st}, base.ToStatus(err)
 }
+
+func (s *grpcServer) ForwardPort(ctx context.Context, req *pb.ForwardPortRequest) (*pb.ForwardPortResponse, error) {
+	if err := CheckGuestPort(int(req.GetGuestPort())); err != nil {
+		return nil, base.ToStatus(err)
+	}
+	addr, err := s.impl.ForwardPort(ctx, req.GetId(), int(req.GetGuestPort()))
+	return &pb.ForwardPortResponse{Address: addr}, base.ToStatus(err)
+}

@@ -32,6 +32,10 @@ type Harness struct {
 	// ReadyTimeout bounds how long a VM may take until its guest agent
 	// answers (default 2 minutes).
 	ReadyTimeout time.Duration
+	// ForwardPort is a guest TCP port the driver can forward in VMs made
+	// from Spec (capability port_forward): for a simulator, one its Config
+	// maps to a host server. 22 when 0.
+	ForwardPort int
 }
 
 // LaunchCommand returns a Harness.Launch that runs the given command as the

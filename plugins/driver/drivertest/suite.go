@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"image/png"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +84,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	if s.caps.Clones {
 		t.Run("Clones", s.testClones)
+	}
+	if s.caps.PortForward {
+		t.Run("PortForward", s.testPortForward)
 	}
 	t.Run("RecoverRefusesBadHandles", s.testBadHandles)
 	t.Run("DestroyWorksWhenProcessIsGone", s.testDestroyAfterCrash)
@@ -251,6 +256,8 @@ func (s *suite) testUnclaimed(t *testing.T) {
 	check("RestoreVM", anySnapshots, err)
 	_, err = p.CloneVM(ctx, &pb.CloneVMRequest{SourceId: "no-such-vm", Id: vmID("clone")})
 	check("CloneVM", s.caps.Clones, err)
+	_, err = p.ForwardPort(ctx, "no-such-vm", 22)
+	check("ForwardPort", s.caps.PortForward, err)
 }
 
 // events collects a plugin's event stream in the background.
@@ -877,5 +884,51 @@ func (s *suite) testClones(t *testing.T) {
 	s.wantState(t, p, cloneID, pb.VMState_VM_STATE_RUNNING)
 	if s.caps.Exec {
 		s.checkExec(t, p, cloneID)
+	}
+}
+
+// testPortForward checks ForwardPort: an IP literal and port that accepts
+// connections while the VM runs, the same address for the same port, the
+// errors for a bad port and an unknown VM, and FAILED_PRECONDITION once the
+// VM is stopped.
+func (s *suite) testPortForward(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	port := s.h.ForwardPort
+	if port == 0 {
+		port = 22
+	}
+	spec := s.startReady(t, p, "fwd")
+	addr, err := p.ForwardPort(ctx, spec.Id, port)
+	if err != nil {
+		t.Fatalf("ForwardPort(%d): %v", port, err)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || ap.Port() == 0 {
+		t.Fatalf("ForwardPort answered %q, want an ip:port with an IP literal (%v)", addr, err)
+	}
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connect to the forward %s: %v", addr, err)
+	}
+	c.Close()
+	again, err := p.ForwardPort(ctx, spec.Id, port)
+	if err != nil || again != addr {
+		t.Errorf("ForwardPort again = %q, %v; want the same %q", again, err, addr)
+	}
+	if _, err := p.ForwardPort(ctx, spec.Id, 0); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("ForwardPort(0) = %v, want ErrInvalid", err)
+	}
+	if _, err := p.ForwardPort(ctx, spec.Id, 65536); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("ForwardPort(65536) = %v, want ErrInvalid", err)
+	}
+	if _, err := p.ForwardPort(ctx, vmID("nosuch"), port); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("ForwardPort of an unknown VM = %v, want ErrNotFound", err)
+	}
+	if _, err := p.StopVM(ctx, spec.Id, 0); err != nil {
+		t.Fatalf("StopVM: %v", err)
+	}
+	if _, err := p.ForwardPort(ctx, spec.Id, port); !errors.Is(err, driver.ErrState) {
+		t.Errorf("ForwardPort of a stopped VM = %v, want ErrState", err)
 	}
 }

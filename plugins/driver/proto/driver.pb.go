@@ -555,7 +555,10 @@ type CapabilitiesResponse struct {
 	// capability with no RPC in version 1 and stays reserved.)
 	MemorySnapshots bool `protobuf:"varint,9,opt,name=memory_snapshots,json=memorySnapshots,proto3" json:"memory_snapshots,omitempty"`
 	// Version 3. CloneVM.
-	Clones        bool `protobuf:"varint,10,opt,name=clones,proto3" json:"clones,omitempty"`
+	Clones bool `protobuf:"varint,10,opt,name=clones,proto3" json:"clones,omitempty"`
+	// ForwardPort (added to version 3 later; older plugins lack the field,
+	// which reads as false).
+	PortForward   bool `protobuf:"varint,11,opt,name=port_forward,json=portForward,proto3" json:"port_forward,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -649,6 +652,13 @@ func (x *CapabilitiesResponse) GetMemorySnapshots() bool {
 func (x *CapabilitiesResponse) GetClones() bool {
 	if x != nil {
 		return x.Clones
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetPortForward() bool {
+	if x != nil {
+		return x.PortForward
 	}
 	return false
 }
@@ -3788,12 +3798,111 @@ func (x *CloneVMResponse) GetStatus() *VMStatus {
 	return nil
 }
 
+type ForwardPortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The guest's TCP port, 1-65535.
+	GuestPort     uint32 `protobuf:"varint,2,opt,name=guest_port,json=guestPort,proto3" json:"guest_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardPortRequest) Reset() {
+	*x = ForwardPortRequest{}
+	mi := &file_driver_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardPortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardPortRequest) ProtoMessage() {}
+
+func (x *ForwardPortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardPortRequest.ProtoReflect.Descriptor instead.
+func (*ForwardPortRequest) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ForwardPortRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ForwardPortRequest) GetGuestPort() uint32 {
+	if x != nil {
+		return x.GuestPort
+	}
+	return 0
+}
+
+type ForwardPortResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the node agent connects to reach the guest port: "ip:port", an IP
+	// literal (never a name to resolve).
+	Address       string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardPortResponse) Reset() {
+	*x = ForwardPortResponse{}
+	mi := &file_driver_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardPortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardPortResponse) ProtoMessage() {}
+
+func (x *ForwardPortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardPortResponse.ProtoReflect.Descriptor instead.
+func (*ForwardPortResponse) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ForwardPortResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 var File_driver_proto protoreflect.FileDescriptor
 
 const file_driver_proto_rawDesc = "" +
 	"\n" +
 	"\fdriver.proto\x12\x10fluxvm.driver.v2\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xb8\x02\n" +
+	"\x13CapabilitiesRequest\"\xdb\x02\n" +
 	"\x14CapabilitiesResponse\x12\x14\n" +
 	"\x05pause\x18\x01 \x01(\bR\x05pause\x12\x1e\n" +
 	"\n" +
@@ -3806,7 +3915,8 @@ const file_driver_proto_rawDesc = "" +
 	"\x0edisk_snapshots\x18\b \x01(\bR\rdiskSnapshots\x12)\n" +
 	"\x10memory_snapshots\x18\t \x01(\bR\x0fmemorySnapshots\x12\x16\n" +
 	"\x06clones\x18\n" +
-	" \x01(\bR\x06clonesJ\x04\b\x05\x10\x06\"\x14\n" +
+	" \x01(\bR\x06clones\x12!\n" +
+	"\fport_forward\x18\v \x01(\bR\vportForwardJ\x04\b\x05\x10\x06\"\x14\n" +
 	"\x12FingerprintRequest\"\xba\x02\n" +
 	"\x13FingerprintResponse\x120\n" +
 	"\x06health\x18\x01 \x01(\x0e2\x18.fluxvm.driver.v2.HealthR\x06health\x12 \n" +
@@ -4007,7 +4117,13 @@ const file_driver_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
 	"\x0fCloneVMResponse\x122\n" +
-	"\x06status\x18\x01 \x01(\v2\x1a.fluxvm.driver.v2.VMStatusR\x06status*a\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.fluxvm.driver.v2.VMStatusR\x06status\"C\n" +
+	"\x12ForwardPortRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"guest_port\x18\x02 \x01(\rR\tguestPort\"/\n" +
+	"\x13ForwardPortResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress*a\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n" +
@@ -4053,7 +4169,7 @@ const file_driver_proto_rawDesc = "" +
 	"\x18MOUSE_BUTTON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11MOUSE_BUTTON_LEFT\x10\x01\x12\x16\n" +
 	"\x12MOUSE_BUTTON_RIGHT\x10\x02\x12\x17\n" +
-	"\x13MOUSE_BUTTON_MIDDLE\x10\x032\xaa\x0f\n" +
+	"\x13MOUSE_BUTTON_MIDDLE\x10\x032\x86\x10\n" +
 	"\x06Driver\x12]\n" +
 	"\fCapabilities\x12%.fluxvm.driver.v2.CapabilitiesRequest\x1a&.fluxvm.driver.v2.CapabilitiesResponse\x12\\\n" +
 	"\vFingerprint\x12$.fluxvm.driver.v2.FingerprintRequest\x1a%.fluxvm.driver.v2.FingerprintResponse0\x01\x12Q\n" +
@@ -4080,7 +4196,8 @@ const file_driver_proto_rawDesc = "" +
 	"\rListSnapshots\x12&.fluxvm.driver.v2.ListSnapshotsRequest\x1a'.fluxvm.driver.v2.ListSnapshotsResponse\x12c\n" +
 	"\x0eDeleteSnapshot\x12'.fluxvm.driver.v2.DeleteSnapshotRequest\x1a(.fluxvm.driver.v2.DeleteSnapshotResponse\x12T\n" +
 	"\tRestoreVM\x12\".fluxvm.driver.v2.RestoreVMRequest\x1a#.fluxvm.driver.v2.RestoreVMResponse\x12N\n" +
-	"\aCloneVM\x12 .fluxvm.driver.v2.CloneVMRequest\x1a!.fluxvm.driver.v2.CloneVMResponseB8Z6github.com/fluxvm/fluxvm/plugins/driver/proto;driverpbb\x06proto3"
+	"\aCloneVM\x12 .fluxvm.driver.v2.CloneVMRequest\x1a!.fluxvm.driver.v2.CloneVMResponse\x12Z\n" +
+	"\vForwardPort\x12$.fluxvm.driver.v2.ForwardPortRequest\x1a%.fluxvm.driver.v2.ForwardPortResponseB8Z6github.com/fluxvm/fluxvm/plugins/driver/proto;driverpbb\x06proto3"
 
 var (
 	file_driver_proto_rawDescOnce sync.Once
@@ -4095,7 +4212,7 @@ func file_driver_proto_rawDescGZIP() []byte {
 }
 
 var file_driver_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_driver_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_driver_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_driver_proto_goTypes = []any{
 	(Health)(0),                    // 0: fluxvm.driver.v2.Health
 	(GuestOS)(0),                   // 1: fluxvm.driver.v2.GuestOS
@@ -4163,24 +4280,26 @@ var file_driver_proto_goTypes = []any{
 	(*RestoreVMResponse)(nil),      // 63: fluxvm.driver.v2.RestoreVMResponse
 	(*CloneVMRequest)(nil),         // 64: fluxvm.driver.v2.CloneVMRequest
 	(*CloneVMResponse)(nil),        // 65: fluxvm.driver.v2.CloneVMResponse
-	nil,                            // 66: fluxvm.driver.v2.FingerprintResponse.AttributesEntry
-	nil,                            // 67: fluxvm.driver.v2.VMSpec.LabelsEntry
-	nil,                            // 68: fluxvm.driver.v2.VMStatus.AttributesEntry
-	nil,                            // 69: fluxvm.driver.v2.WaitReadyResponse.GuestEntry
-	nil,                            // 70: fluxvm.driver.v2.CloneVMRequest.LabelsEntry
+	(*ForwardPortRequest)(nil),     // 66: fluxvm.driver.v2.ForwardPortRequest
+	(*ForwardPortResponse)(nil),    // 67: fluxvm.driver.v2.ForwardPortResponse
+	nil,                            // 68: fluxvm.driver.v2.FingerprintResponse.AttributesEntry
+	nil,                            // 69: fluxvm.driver.v2.VMSpec.LabelsEntry
+	nil,                            // 70: fluxvm.driver.v2.VMStatus.AttributesEntry
+	nil,                            // 71: fluxvm.driver.v2.WaitReadyResponse.GuestEntry
+	nil,                            // 72: fluxvm.driver.v2.CloneVMRequest.LabelsEntry
 }
 var file_driver_proto_depIdxs = []int32{
 	1,  // 0: fluxvm.driver.v2.CapabilitiesResponse.guest_os:type_name -> fluxvm.driver.v2.GuestOS
 	0,  // 1: fluxvm.driver.v2.FingerprintResponse.health:type_name -> fluxvm.driver.v2.Health
-	66, // 2: fluxvm.driver.v2.FingerprintResponse.attributes:type_name -> fluxvm.driver.v2.FingerprintResponse.AttributesEntry
+	68, // 2: fluxvm.driver.v2.FingerprintResponse.attributes:type_name -> fluxvm.driver.v2.FingerprintResponse.AttributesEntry
 	11, // 3: fluxvm.driver.v2.FingerprintResponse.resources:type_name -> fluxvm.driver.v2.Resources
 	1,  // 4: fluxvm.driver.v2.VMSpec.guest_os:type_name -> fluxvm.driver.v2.GuestOS
 	13, // 5: fluxvm.driver.v2.VMSpec.network:type_name -> fluxvm.driver.v2.Network
-	67, // 6: fluxvm.driver.v2.VMSpec.labels:type_name -> fluxvm.driver.v2.VMSpec.LabelsEntry
+	69, // 6: fluxvm.driver.v2.VMSpec.labels:type_name -> fluxvm.driver.v2.VMSpec.LabelsEntry
 	2,  // 7: fluxvm.driver.v2.Network.mode:type_name -> fluxvm.driver.v2.NetworkMode
 	3,  // 8: fluxvm.driver.v2.VMStatus.state:type_name -> fluxvm.driver.v2.VMState
 	15, // 9: fluxvm.driver.v2.VMStatus.exit:type_name -> fluxvm.driver.v2.ExitResult
-	68, // 10: fluxvm.driver.v2.VMStatus.attributes:type_name -> fluxvm.driver.v2.VMStatus.AttributesEntry
+	70, // 10: fluxvm.driver.v2.VMStatus.attributes:type_name -> fluxvm.driver.v2.VMStatus.AttributesEntry
 	12, // 11: fluxvm.driver.v2.VMStatus.spec:type_name -> fluxvm.driver.v2.VMSpec
 	4,  // 12: fluxvm.driver.v2.ExitResult.reason:type_name -> fluxvm.driver.v2.ExitReason
 	12, // 13: fluxvm.driver.v2.CreateVMRequest.spec:type_name -> fluxvm.driver.v2.VMSpec
@@ -4190,7 +4309,7 @@ var file_driver_proto_depIdxs = []int32{
 	16, // 17: fluxvm.driver.v2.RecoverVMRequest.handle:type_name -> fluxvm.driver.v2.Handle
 	14, // 18: fluxvm.driver.v2.RecoverVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
 	15, // 19: fluxvm.driver.v2.WaitVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
-	69, // 20: fluxvm.driver.v2.WaitReadyResponse.guest:type_name -> fluxvm.driver.v2.WaitReadyResponse.GuestEntry
+	71, // 20: fluxvm.driver.v2.WaitReadyResponse.guest:type_name -> fluxvm.driver.v2.WaitReadyResponse.GuestEntry
 	15, // 21: fluxvm.driver.v2.StopVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
 	14, // 22: fluxvm.driver.v2.InspectVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
 	14, // 23: fluxvm.driver.v2.ListVMsResponse.vms:type_name -> fluxvm.driver.v2.VMStatus
@@ -4208,7 +4327,7 @@ var file_driver_proto_depIdxs = []int32{
 	55, // 35: fluxvm.driver.v2.ListSnapshotsResponse.snapshots:type_name -> fluxvm.driver.v2.Snapshot
 	14, // 36: fluxvm.driver.v2.RestoreVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
 	13, // 37: fluxvm.driver.v2.CloneVMRequest.network:type_name -> fluxvm.driver.v2.Network
-	70, // 38: fluxvm.driver.v2.CloneVMRequest.labels:type_name -> fluxvm.driver.v2.CloneVMRequest.LabelsEntry
+	72, // 38: fluxvm.driver.v2.CloneVMRequest.labels:type_name -> fluxvm.driver.v2.CloneVMRequest.LabelsEntry
 	14, // 39: fluxvm.driver.v2.CloneVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
 	7,  // 40: fluxvm.driver.v2.Driver.Capabilities:input_type -> fluxvm.driver.v2.CapabilitiesRequest
 	9,  // 41: fluxvm.driver.v2.Driver.Fingerprint:input_type -> fluxvm.driver.v2.FingerprintRequest
@@ -4233,31 +4352,33 @@ var file_driver_proto_depIdxs = []int32{
 	60, // 60: fluxvm.driver.v2.Driver.DeleteSnapshot:input_type -> fluxvm.driver.v2.DeleteSnapshotRequest
 	62, // 61: fluxvm.driver.v2.Driver.RestoreVM:input_type -> fluxvm.driver.v2.RestoreVMRequest
 	64, // 62: fluxvm.driver.v2.Driver.CloneVM:input_type -> fluxvm.driver.v2.CloneVMRequest
-	8,  // 63: fluxvm.driver.v2.Driver.Capabilities:output_type -> fluxvm.driver.v2.CapabilitiesResponse
-	10, // 64: fluxvm.driver.v2.Driver.Fingerprint:output_type -> fluxvm.driver.v2.FingerprintResponse
-	18, // 65: fluxvm.driver.v2.Driver.CreateVM:output_type -> fluxvm.driver.v2.CreateVMResponse
-	20, // 66: fluxvm.driver.v2.Driver.StartVM:output_type -> fluxvm.driver.v2.StartVMResponse
-	22, // 67: fluxvm.driver.v2.Driver.RecoverVM:output_type -> fluxvm.driver.v2.RecoverVMResponse
-	24, // 68: fluxvm.driver.v2.Driver.WaitVM:output_type -> fluxvm.driver.v2.WaitVMResponse
-	26, // 69: fluxvm.driver.v2.Driver.WaitReady:output_type -> fluxvm.driver.v2.WaitReadyResponse
-	28, // 70: fluxvm.driver.v2.Driver.StopVM:output_type -> fluxvm.driver.v2.StopVMResponse
-	30, // 71: fluxvm.driver.v2.Driver.DestroyVM:output_type -> fluxvm.driver.v2.DestroyVMResponse
-	32, // 72: fluxvm.driver.v2.Driver.InspectVM:output_type -> fluxvm.driver.v2.InspectVMResponse
-	34, // 73: fluxvm.driver.v2.Driver.ListVMs:output_type -> fluxvm.driver.v2.ListVMsResponse
-	36, // 74: fluxvm.driver.v2.Driver.Events:output_type -> fluxvm.driver.v2.Event
-	38, // 75: fluxvm.driver.v2.Driver.ConsoleLog:output_type -> fluxvm.driver.v2.ConsoleLogResponse
-	40, // 76: fluxvm.driver.v2.Driver.PauseVM:output_type -> fluxvm.driver.v2.PauseVMResponse
-	42, // 77: fluxvm.driver.v2.Driver.ResumeVM:output_type -> fluxvm.driver.v2.ResumeVMResponse
-	44, // 78: fluxvm.driver.v2.Driver.Screenshot:output_type -> fluxvm.driver.v2.ScreenshotResponse
-	51, // 79: fluxvm.driver.v2.Driver.SendInput:output_type -> fluxvm.driver.v2.SendInputResponse
-	54, // 80: fluxvm.driver.v2.Driver.Exec:output_type -> fluxvm.driver.v2.ExecResponse
-	57, // 81: fluxvm.driver.v2.Driver.SnapshotVM:output_type -> fluxvm.driver.v2.SnapshotVMResponse
-	59, // 82: fluxvm.driver.v2.Driver.ListSnapshots:output_type -> fluxvm.driver.v2.ListSnapshotsResponse
-	61, // 83: fluxvm.driver.v2.Driver.DeleteSnapshot:output_type -> fluxvm.driver.v2.DeleteSnapshotResponse
-	63, // 84: fluxvm.driver.v2.Driver.RestoreVM:output_type -> fluxvm.driver.v2.RestoreVMResponse
-	65, // 85: fluxvm.driver.v2.Driver.CloneVM:output_type -> fluxvm.driver.v2.CloneVMResponse
-	63, // [63:86] is the sub-list for method output_type
-	40, // [40:63] is the sub-list for method input_type
+	66, // 63: fluxvm.driver.v2.Driver.ForwardPort:input_type -> fluxvm.driver.v2.ForwardPortRequest
+	8,  // 64: fluxvm.driver.v2.Driver.Capabilities:output_type -> fluxvm.driver.v2.CapabilitiesResponse
+	10, // 65: fluxvm.driver.v2.Driver.Fingerprint:output_type -> fluxvm.driver.v2.FingerprintResponse
+	18, // 66: fluxvm.driver.v2.Driver.CreateVM:output_type -> fluxvm.driver.v2.CreateVMResponse
+	20, // 67: fluxvm.driver.v2.Driver.StartVM:output_type -> fluxvm.driver.v2.StartVMResponse
+	22, // 68: fluxvm.driver.v2.Driver.RecoverVM:output_type -> fluxvm.driver.v2.RecoverVMResponse
+	24, // 69: fluxvm.driver.v2.Driver.WaitVM:output_type -> fluxvm.driver.v2.WaitVMResponse
+	26, // 70: fluxvm.driver.v2.Driver.WaitReady:output_type -> fluxvm.driver.v2.WaitReadyResponse
+	28, // 71: fluxvm.driver.v2.Driver.StopVM:output_type -> fluxvm.driver.v2.StopVMResponse
+	30, // 72: fluxvm.driver.v2.Driver.DestroyVM:output_type -> fluxvm.driver.v2.DestroyVMResponse
+	32, // 73: fluxvm.driver.v2.Driver.InspectVM:output_type -> fluxvm.driver.v2.InspectVMResponse
+	34, // 74: fluxvm.driver.v2.Driver.ListVMs:output_type -> fluxvm.driver.v2.ListVMsResponse
+	36, // 75: fluxvm.driver.v2.Driver.Events:output_type -> fluxvm.driver.v2.Event
+	38, // 76: fluxvm.driver.v2.Driver.ConsoleLog:output_type -> fluxvm.driver.v2.ConsoleLogResponse
+	40, // 77: fluxvm.driver.v2.Driver.PauseVM:output_type -> fluxvm.driver.v2.PauseVMResponse
+	42, // 78: fluxvm.driver.v2.Driver.ResumeVM:output_type -> fluxvm.driver.v2.ResumeVMResponse
+	44, // 79: fluxvm.driver.v2.Driver.Screenshot:output_type -> fluxvm.driver.v2.ScreenshotResponse
+	51, // 80: fluxvm.driver.v2.Driver.SendInput:output_type -> fluxvm.driver.v2.SendInputResponse
+	54, // 81: fluxvm.driver.v2.Driver.Exec:output_type -> fluxvm.driver.v2.ExecResponse
+	57, // 82: fluxvm.driver.v2.Driver.SnapshotVM:output_type -> fluxvm.driver.v2.SnapshotVMResponse
+	59, // 83: fluxvm.driver.v2.Driver.ListSnapshots:output_type -> fluxvm.driver.v2.ListSnapshotsResponse
+	61, // 84: fluxvm.driver.v2.Driver.DeleteSnapshot:output_type -> fluxvm.driver.v2.DeleteSnapshotResponse
+	63, // 85: fluxvm.driver.v2.Driver.RestoreVM:output_type -> fluxvm.driver.v2.RestoreVMResponse
+	65, // 86: fluxvm.driver.v2.Driver.CloneVM:output_type -> fluxvm.driver.v2.CloneVMResponse
+	67, // 87: fluxvm.driver.v2.Driver.ForwardPort:output_type -> fluxvm.driver.v2.ForwardPortResponse
+	64, // [64:88] is the sub-list for method output_type
+	40, // [40:64] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -4290,7 +4411,7 @@ func file_driver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_driver_proto_rawDesc), len(file_driver_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

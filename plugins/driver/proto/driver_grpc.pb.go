@@ -98,6 +98,7 @@ const (
 	Driver_DeleteSnapshot_FullMethodName = "/fluxvm.driver.v2.Driver/DeleteSnapshot"
 	Driver_RestoreVM_FullMethodName      = "/fluxvm.driver.v2.Driver/RestoreVM"
 	Driver_CloneVM_FullMethodName        = "/fluxvm.driver.v2.Driver/CloneVM"
+	Driver_ForwardPort_FullMethodName    = "/fluxvm.driver.v2.Driver/ForwardPort"
 )
 
 // DriverClient is the client API for Driver service.
@@ -231,6 +232,22 @@ type DriverClient interface {
 	// Fails with NOT_FOUND for an unknown source or tag, ALREADY_EXISTS for a
 	// used id, INVALID_ARGUMENT for a bad id.
 	CloneVM(ctx context.Context, in *CloneVMRequest, opts ...grpc.CallOption) (*CloneVMResponse, error)
+	// ForwardPort makes a TCP port of the guest reachable from the node agent
+	// and returns the host address ("ip:port") the agent connects to for it.
+	// The driver chooses the address; the agent connects to nothing else, so a
+	// driver answers with an address that leads to this VM's guest port only:
+	// a listener on the host's loopback that the hypervisor forwards into the
+	// guest (QEMU user networking: hostfwd), or the guest's own address on a
+	// network only this host routes to. Calling it again for the same VM and
+	// port returns the same address while the VM runs; the forward goes away
+	// when the VM stops or is destroyed. The address may refuse connections
+	// while nothing in the guest listens on the port.
+	// Fails with INVALID_ARGUMENT for a port outside 1-65535, NOT_FOUND for an
+	// unknown VM, FAILED_PRECONDITION when the VM is not running or its network
+	// cannot be forwarded to (the message says why), UNIMPLEMENTED when the
+	// driver does not claim port_forward (a plugin older than this RPC answers
+	// UNIMPLEMENTED too).
+	ForwardPort(ctx context.Context, in *ForwardPortRequest, opts ...grpc.CallOption) (*ForwardPortResponse, error)
 }
 
 type driverClient struct {
@@ -498,6 +515,16 @@ func (c *driverClient) CloneVM(ctx context.Context, in *CloneVMRequest, opts ...
 	return out, nil
 }
 
+func (c *driverClient) ForwardPort(ctx context.Context, in *ForwardPortRequest, opts ...grpc.CallOption) (*ForwardPortResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardPortResponse)
+	err := c.cc.Invoke(ctx, Driver_ForwardPort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DriverServer is the server API for Driver service.
 // All implementations must embed UnimplementedDriverServer
 // for forward compatibility.
@@ -629,6 +656,22 @@ type DriverServer interface {
 	// Fails with NOT_FOUND for an unknown source or tag, ALREADY_EXISTS for a
 	// used id, INVALID_ARGUMENT for a bad id.
 	CloneVM(context.Context, *CloneVMRequest) (*CloneVMResponse, error)
+	// ForwardPort makes a TCP port of the guest reachable from the node agent
+	// and returns the host address ("ip:port") the agent connects to for it.
+	// The driver chooses the address; the agent connects to nothing else, so a
+	// driver answers with an address that leads to this VM's guest port only:
+	// a listener on the host's loopback that the hypervisor forwards into the
+	// guest (QEMU user networking: hostfwd), or the guest's own address on a
+	// network only this host routes to. Calling it again for the same VM and
+	// port returns the same address while the VM runs; the forward goes away
+	// when the VM stops or is destroyed. The address may refuse connections
+	// while nothing in the guest listens on the port.
+	// Fails with INVALID_ARGUMENT for a port outside 1-65535, NOT_FOUND for an
+	// unknown VM, FAILED_PRECONDITION when the VM is not running or its network
+	// cannot be forwarded to (the message says why), UNIMPLEMENTED when the
+	// driver does not claim port_forward (a plugin older than this RPC answers
+	// UNIMPLEMENTED too).
+	ForwardPort(context.Context, *ForwardPortRequest) (*ForwardPortResponse, error)
 	mustEmbedUnimplementedDriverServer()
 }
 
@@ -707,6 +750,9 @@ func (UnimplementedDriverServer) RestoreVM(context.Context, *RestoreVMRequest) (
 }
 func (UnimplementedDriverServer) CloneVM(context.Context, *CloneVMRequest) (*CloneVMResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloneVM not implemented")
+}
+func (UnimplementedDriverServer) ForwardPort(context.Context, *ForwardPortRequest) (*ForwardPortResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardPort not implemented")
 }
 func (UnimplementedDriverServer) mustEmbedUnimplementedDriverServer() {}
 func (UnimplementedDriverServer) testEmbeddedByValue()                {}
@@ -1122,6 +1168,24 @@ func _Driver_CloneVM_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Driver_ForwardPort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardPortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DriverServer).ForwardPort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Driver_ForwardPort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DriverServer).ForwardPort(ctx, req.(*ForwardPortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Driver_ServiceDesc is the grpc.ServiceDesc for Driver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1208,6 +1272,10 @@ var Driver_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CloneVM",
 			Handler:    _Driver_CloneVM_Handler,
+		},
+		{
+			MethodName: "ForwardPort",
+			Handler:    _Driver_ForwardPort_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -45,8 +45,8 @@ func (r *recorder) Capabilities(ctx context.Context) (*pb.CapabilitiesResponse, 
 	claims := func(c driver.Capability) bool { return slices.Contains(r.claims, string(c)) }
 	caps.Pause, caps.Screenshot, caps.Input, caps.Exec =
 		claims(driver.CapPause), claims(driver.CapScreenshot), claims(driver.CapInput), claims(driver.CapExec)
-	caps.DiskSnapshots, caps.MemorySnapshots, caps.Clones =
-		claims(driver.CapDiskSnapshots), claims(driver.CapMemorySnapshots), claims(driver.CapClones)
+	caps.DiskSnapshots, caps.MemorySnapshots, caps.Clones, caps.PortForward =
+		claims(driver.CapDiskSnapshots), claims(driver.CapMemorySnapshots), claims(driver.CapClones), claims(driver.CapPortForward)
 	return caps, nil
 }
 
@@ -108,4 +108,9 @@ func (r *recorder) RestoreVM(ctx context.Context, id, tag string) (*pb.VMStatus,
 func (r *recorder) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error) {
 	r.record("CloneVM")
 	return r.Driver.CloneVM(ctx, req)
+}
+
+func (r *recorder) ForwardPort(ctx context.Context, id string, guestPort int) (string, error) {
+	r.record("ForwardPort")
+	return r.Driver.ForwardPort(ctx, id, guestPort)
 }
