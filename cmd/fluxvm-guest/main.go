@@ -1,5 +1,7 @@
 // Command fluxvm-guest is the FluxVM guest agent. In the FluxVM initramfs it is /init
 // (PID 1); with -port it serves one port as an ordinary process, for testing.
+// `fluxvm-guest ssh-keys USER` (the node agent runs it in the guest, as /init) makes
+// the keys on its standard input USER's authorized SSH keys, adding USER when missing.
 package main
 
 import (
@@ -23,6 +25,12 @@ func main() {
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "fluxvm-guest: "+format+"\n", args...) }
 	var err error
 	switch {
+	case os.Getpid() != 1 && flag.Arg(0) == "ssh-keys":
+		if flag.NArg() != 2 {
+			err = fmt.Errorf("usage: fluxvm-guest ssh-keys USER <authorized_keys")
+			break
+		}
+		err = agent.InstallAuthorizedKeys("/", flag.Arg(1), os.Stdin)
 	case *port != "":
 		err = agent.RunPort(ctx, *port, logf)
 	case os.Getpid() == 1:
