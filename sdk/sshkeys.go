@@ -32,13 +32,14 @@ var sshKeyTypes = map[string]bool{
 // the login they are for: at most MaxSSHAuthorizedKeys keys of at most
 // MaxSSHKeyBytes each, every one a single authorized_keys line that starts
 // with a key type (options such as from="..." are not accepted), and a
-// login of lowercase letters, digits, '_' and '-'. A refusal is an
+// login of lowercase letters, digits, '_' and '-' (checked only when there
+// are keys to install). A refusal is an
 // *APIError of status 400 with a hint, as the APIs answer it.
 func CheckSSHAuthorizedKeys(keys []string, user string) error {
 	bad := func(hint, format string, args ...any) error {
 		return &APIError{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Hint: hint}
 	}
-	if user != "" && !sshUserRE.MatchString(user) {
+	if len(keys) > 0 && user != "" && !sshUserRE.MatchString(user) {
 		return bad("a login is 1-32 lowercase letters, digits, '_' or '-', starting with a letter or '_'",
 			"ssh user %q is not a valid login", truncateEcho(user))
 	}
