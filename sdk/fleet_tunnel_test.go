@@ -4,187 +4,40 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/fluxvm/fluxvm/sdk"
-	"github.com/fluxvm/fluxvm/wsconn"
+	"github.com/fluxvm/fluxvm/sdk/tunneltest"
 )
 
-// tunnelCentral is a test server for the SDK's tunnel calls, not a stand-in
-// for something that could run here instead: it answers the three tunnel
-// routes as central documents them (docs/tunnels.md, the OpenAPI spec), with
-// a real WebSocket upgrade (gorilla/websocket) and a real TCP connection to
-// a "guest port" on loopback, so the client is tested against the wire
-// protocol it will meet. Its rules: VM n1/vm1 is the caller's (any other is
-// 404), vm-stopped is 409, ports 22 and 8000-8999 are allowed (others 403),
-// and at most max tunnels are open at once (429).
-type tunnelCentral struct {
-	t     *testing.T
-	token string
-	guest string // host:port the tunnels of port 22 and 8000-8999 reach
-	max   int
-
-	mu     sync.Mutex
-	open   map[string]*openTunnel
-	ports  []int // the port of every tunnel asked for, in order
-	nextID int
-}
-
-type openTunnel struct {
-	info sdk.Tunnel
-	ws   *wsconn.Conn
-}
-
-func newTunnelCentral(t *testing.T, guest string, max int) (*tunnelCentral, *sdk.FleetClient) {
-	tc := &tunnelCentral{t: t, token: "fvt_tunnel", guest: guest, max: max, open: map[string]*openTunnel{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /fleet/vms/{node}/{id}/tunnel", tc.tunnel)
-	mux.HandleFunc("GET /fleet/tunnels", tc.list)
-	mux.HandleFunc("DELETE /fleet/tunnels/{id}", tc.close)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+tc.token {
-			refuse(w, http.StatusUnauthorized, "invalid token", "set FLUXVM_AGENT_TOKEN")
-			return
+// newTunnelCentral serves central's tunnel routes (package tunneltest: a
+// real WebSocket upgrade and a real TCP connection to guest) with these
+// rules: VM n1/vm1 is the caller's (any other is 404), vm-stopped is 409,
+// ports 22 and 8000-8999 are allowed (others 403), and at most max tunnels
+// are open at once (429).
+func newTunnelCentral(t *testing.T, guest string, max int) (*tunneltest.Server, *sdk.FleetClient) {
+	const token = "fvt_tunnel"
+	srv := tunneltest.Start(t, tunneltest.Options{Token: token, Max: max, Route: func(node, id string, port int) tunneltest.Target {
+		switch {
+		case node != "n1" || (id != "vm1" && id != "vm-stopped"):
+			return tunneltest.Target{Refusal: &sdk.APIError{Status: 404, Message: "no such vm", Hint: "fluxctl fleet vms lists yours"}}
+		case id == "vm-stopped":
+			return tunneltest.Target{Refusal: &sdk.APIError{Status: 409, Message: "vm is stopped", Hint: "start it first"}}
+		case port != 22 && (port < 8000 || port > 8999):
+			return tunneltest.Target{Refusal: &sdk.APIError{Status: 403, Message: fmt.Sprintf("port %d is not open to tunnels", port), Hint: "the policy allows 22, 8000-8999"}}
 		}
-		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		tc.mu.Lock()
-		defer tc.mu.Unlock()
-		for _, o := range tc.open {
-			o.ws.Close()
-		}
-	})
-	fc, err := sdk.NewFleetClient(srv.URL, sdk.WithToken(tc.token))
+		return tunneltest.Target{Addr: guest, VMName: "web-1"}
+	}})
+	fc, err := sdk.NewFleetClient(srv.URL, sdk.WithToken(token))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tc, fc
-}
-
-func refuse(w http.ResponseWriter, status int, msg, hint string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "hint": hint})
-}
-
-func (tc *tunnelCentral) tunnel(w http.ResponseWriter, r *http.Request) {
-	port := 22
-	if p := r.URL.Query().Get("port"); p != "" {
-		var err error
-		if port, err = strconv.Atoi(p); err != nil {
-			refuse(w, http.StatusBadRequest, "port is not a number", "give ?port=1-65535")
-			return
-		}
-	}
-	tc.mu.Lock()
-	tc.ports = append(tc.ports, port)
-	n := len(tc.open)
-	tc.mu.Unlock()
-	switch {
-	case r.PathValue("node") != "n1" || (r.PathValue("id") != "vm1" && r.PathValue("id") != "vm-stopped"):
-		refuse(w, http.StatusNotFound, "no such vm", "fluxctl fleet vms lists yours")
-		return
-	case r.PathValue("id") == "vm-stopped":
-		refuse(w, http.StatusConflict, "vm is stopped", "start it first")
-		return
-	case port != 22 && (port < 8000 || port > 8999):
-		refuse(w, http.StatusForbidden, fmt.Sprintf("port %d is not open to tunnels", port), "the policy allows 22, 8000-8999")
-		return
-	case n >= tc.max:
-		refuse(w, http.StatusTooManyRequests, fmt.Sprintf("%d tunnels open, the most allowed", n), "close one (fluxctl fleet tunnels)")
-		return
-	}
-	guest, err := net.Dial("tcp", tc.guest)
-	if err != nil {
-		refuse(w, http.StatusBadGateway, "guest port does not answer", "")
-		return
-	}
-	up := websocket.Upgrader{}
-	ws, err := up.Upgrade(w, r, nil)
-	if err != nil {
-		guest.Close()
-		return
-	}
-	c := wsconn.New(ws)
-	tc.mu.Lock()
-	tc.nextID++
-	id := fmt.Sprintf("tun_%04d", tc.nextID)
-	o := &openTunnel{info: sdk.Tunnel{ID: id, Node: "n1", VM: r.PathValue("id"), VMName: "web-1", Kind: sdk.TunnelPort, Port: port,
-		OpenedAt: time.Now(), LastActive: time.Now()}, ws: c}
-	tc.open[id] = o
-	tc.mu.Unlock()
-	defer func() {
-		tc.mu.Lock()
-		delete(tc.open, id)
-		tc.mu.Unlock()
-	}()
-	count := func(n int64, to bool) {
-		tc.mu.Lock()
-		defer tc.mu.Unlock()
-		if to {
-			o.info.BytesToVM += n
-		} else {
-			o.info.BytesFromVM += n
-		}
-	}
-	done := make(chan struct{}, 2)
-	go func() {
-		n, _ := io.Copy(guest, c)
-		count(n, true)
-		guest.Close()
-		done <- struct{}{}
-	}()
-	go func() {
-		n, _ := io.Copy(c, guest)
-		count(n, false)
-		c.Close()
-		done <- struct{}{}
-	}()
-	<-done
-	<-done
-}
-
-func (tc *tunnelCentral) list(w http.ResponseWriter, r *http.Request) {
-	tc.mu.Lock()
-	out := sdk.TunnelList{Tunnels: []sdk.Tunnel{}}
-	for _, o := range tc.open {
-		out.Tunnels = append(out.Tunnels, o.info)
-	}
-	tc.mu.Unlock()
-	out.Limits.MaxPerTenant = tc.max
-	_ = json.NewEncoder(w).Encode(out)
-}
-
-func (tc *tunnelCentral) close(w http.ResponseWriter, r *http.Request) {
-	tc.mu.Lock()
-	o := tc.open[r.PathValue("id")]
-	tc.mu.Unlock()
-	if o == nil {
-		refuse(w, http.StatusNotFound, "no open tunnel "+r.PathValue("id"), "fluxctl fleet tunnels lists the open ones")
-		return
-	}
-	o.ws.Close()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (tc *tunnelCentral) openCount() int {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	return len(tc.open)
+	return srv, fc
 }
 
 // echoGuest is a TCP echo server on loopback: the guest port the tunnels reach.
@@ -243,10 +96,8 @@ func TestDialTunnelCarriesBytesBothWaysAndDefaultsToPort22(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2.Close()
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	if fmt.Sprint(tc.ports) != "[22 8080]" {
-		t.Errorf("central was asked for ports %v; want [22 8080] (0 means 22)", tc.ports)
+	if got := fmt.Sprint(tc.Asked()); got != "[22 8080]" {
+		t.Errorf("central was asked for ports %s; want [22 8080] (0 means 22)", got)
 	}
 }
 
@@ -301,8 +152,8 @@ func TestDialTunnelRefusesBadArgumentsBeforeCallingCentral(t *testing.T) {
 			t.Errorf("DialTunnel(%q, %q, %d) opened a tunnel", a.node, a.vm, a.port)
 		}
 	}
-	if len(tc.ports) != 0 {
-		t.Errorf("central was called for bad arguments: %v", tc.ports)
+	if asked := tc.Asked(); len(asked) != 0 {
+		t.Errorf("central was called for bad arguments: %v", asked)
 	}
 }
 
@@ -361,10 +212,10 @@ func TestPortForwardRelaysEachConnectionAndOneRefusalDoesNotStopTheOthers(t *tes
 	// When a local connection ends, its tunnel ends and frees its slot.
 	b.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for tc.openCount() != 1 && time.Now().Before(deadline) {
+	for tc.Open() != 1 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := tc.openCount(); n != 1 {
+	if n := tc.Open(); n != 1 {
 		t.Fatalf("%d tunnels open after one of two local connections closed; want 1", n)
 	}
 	d := dial()
