@@ -320,6 +320,10 @@ func launchRefused(err error, hints map[int]string) error {
 	if errors.As(err, &api) && api.Status == 409 && strings.Contains(api.Message, "already exists") {
 		return &cliError{msg: api.Message, hint: "pick another name, or leave NAME out and fluxctl picks a free one (fluxctl fleet vms lists yours)"}
 	}
+	if api != nil && api.Status == 400 && strings.Contains(api.Message, "ssh_authorized_keys") {
+		// Central's hint says what a key looks like; --ssh-key is where they came from.
+		return &cliError{msg: api.Message, hint: api.Hint + " (--ssh-key FILE reads every line of FILE)"}
+	}
 	return withHints(err, hints)
 }
 
@@ -519,7 +523,7 @@ func (f *fleet) readSSHKeys(files []string) ([]string, error) {
 		}
 		if strings.Contains(string(data), "PRIVATE KEY") {
 			return nil, &cliError{msg: src + " is a private key; nothing was sent",
-				hint: "give --ssh-key the public half, the .pub file next to it (ssh-keygen -y -f " + src + " prints it)"}
+				hint: "give --ssh-key the public half, " + src + ".pub (ssh-keygen -y -f " + src + " prints it)"}
 		}
 		for _, l := range strings.Split(string(data), "\n") {
 			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
