@@ -416,6 +416,7 @@ func (m *Manager) watchReady(id string, d driver.Driver) {
 		// Before the VM reads as ready, so that a client that waited for it
 		// finds its key in place.
 		if err := m.installSSHKeys(ctx, id, d); err != nil && ctx.Err() == nil {
+			m.log.Warn("install ssh keys", "vm", id, "error", err)
 			m.event(id, "ssh-keys-failed", err.Error())
 		}
 		m.mu.Lock()
