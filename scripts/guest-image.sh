@@ -54,6 +54,7 @@ need dpkg-deb dpkg
 need xz xz-utils
 need zstd zstd
 need sha256sum coreutils
+need ldd libc-bin
 [ -x /bin/busybox ] || die "/bin/busybox is missing; install it: apt-get install busybox-static"
 if command -v file >/dev/null 2>&1 && ! file -L /bin/busybox | grep -q 'statically linked'; then
 	die "/bin/busybox is not statically linked; install busybox-static (not busybox)"
