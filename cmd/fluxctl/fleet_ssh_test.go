@@ -53,7 +53,7 @@ func (s *syncBuffer) String() string {
 // the real central). The tunnel's far end is the guest's port 22, which a
 // wrapper around qemu-system-x86_64 forwards from a loopback port on QEMU's
 // user network. Then scp with a --print-config block copies a file both
-// ways, port-forward serves the guest's port 22 locally, and fleet tunnels
+// ways (50 MiB, equal sha256), port-forward serves the guest's port 22 locally, and fleet tunnels
 // lists and closes the tunnel it holds.
 func TestFleetSSHAndSCPReachARealGuestThroughTunnels(t *testing.T) {
 	for _, tool := range []string{"qemu-system-x86_64", "ssh", "scp", "ssh-keygen"} {
@@ -151,6 +151,38 @@ exec qemu-system-x86_64 "${args[@]}"
 		kh, _ := os.ReadFile(knownHosts)
 		t.Errorf("known_hosts has no key for fluxvm-%s (%v, %s):\n%s", vm.ID, err, out, kh)
 	}
+	// While a session is open, the ProxyCommand runs, and no process on
+	// the machine has the token on its command line.
+	sessionDone := make(chan result, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return c.env[k] }, executable: fluxctl}
+		code := a.run(t.Context(), append(append([]string{"fleet", "ssh", "web-1", "--"}, sshOpts...), "sleep", "4"))
+		sessionDone <- result{out.String(), errb.String(), code}
+	}()
+	sawProxy := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !sawProxy; time.Sleep(100 * time.Millisecond) {
+		cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range cmdlines {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			line := strings.ReplaceAll(string(b), "\x00", " ")
+			if strings.Contains(line, token) {
+				t.Fatalf("%s holds the token: %q", p, line)
+			}
+			if strings.Contains(line, "tunnel-stdio "+vm.Node+"/"+vm.ID+" 22") {
+				sawProxy = true
+			}
+		}
+	}
+	if !sawProxy {
+		t.Error("no tunnel-stdio process was seen while the session ran")
+	}
+	if r := <-sessionDone; r.code != 0 {
+		t.Errorf("fleet ssh web-1 -- sleep 4: exit %d: %s", r.code, r.stderr)
+	}
 	// ssh's exit code is the remote command's.
 	if r := run(append(append([]string{"fleet", "ssh", "web-1", "--"}, sshOpts...), "exit", "7")...); r.code != 7 {
 		t.Errorf("fleet ssh web-1 -- exit 7: exit %d, stderr %s", r.code, r.stderr)
@@ -172,7 +204,7 @@ exec qemu-system-x86_64 "${args[@]}"
 	if err := os.WriteFile(cfg, []byte(r.stdout+"  IdentityFile "+key+"\n  IdentitiesOnly yes\n  BatchMode yes\n  UserKnownHostsFile "+knownHosts+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	data := make([]byte, 8<<20)
+	data := make([]byte, 50<<20)
 	_, _ = rand.Read(data)
 	up, down := filepath.Join(dir, "up.bin"), filepath.Join(dir, "down.bin")
 	if err := os.WriteFile(up, data, 0o600); err != nil {
@@ -187,7 +219,7 @@ exec qemu-system-x86_64 "${args[@]}"
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("scp -F config %s %s: %v\n%s", from, to, err, out)
 		}
-		t.Logf("scp %s %s: 8 MiB in %.2fs", from, to, time.Since(start).Seconds())
+		t.Logf("scp %s %s: 50 MiB in %.2fs", from, to, time.Since(start).Seconds())
 	}
 	scp(up, "web-1:up.bin")
 	scp("web-1:up.bin", down)
