@@ -34,11 +34,13 @@ PORT_MODULES="virtio_ring virtio virtio_mmio virtio_console virtio_pci_legacy_de
 LATE_MODULES="virtio_blk failover net_failover virtio_net"
 DISPLAY_MODULES="virtio_gpu bochs virtio_input"
 MODULES="$PORT_MODULES $LATE_MODULES $DISPLAY_MODULES"
-# The SSH server: Debian's packages, unpacked into the cache; the libraries sshd loads
-# come from this host (a Debian 12 like the guest's packages) except those in
-# SSH_LIB_PKGS, which a host without the server may lack.
-SSH_PKGS="openssh-server openssh-sftp-server"
-SSH_LIB_PKGS="libwrap0"
+# The SSH server (and rsync, for rsync -e ssh): Debian's packages, unpacked into the
+# cache; the libraries they load come from this host (a Debian 12 like the guest's
+# packages) except those in SSH_LIB_PKGS, which a host without them may lack. The cache
+# directory is named after openssh-server's version and these lists.
+SSH_PKGS="openssh-server openssh-sftp-server rsync"
+SSH_LIB_PKGS="libwrap0 libpopt0 libxxhash0"
+SSH_LIST_HASH=$(echo "$SSH_PKGS $SSH_LIB_PKGS" | sha256sum | cut -c1-12)
 
 say() { echo "guest-image: $*"; }
 die() { echo "guest-image: error: $*" >&2; exit 1; }
@@ -88,7 +90,8 @@ image_matches() { # everything but the kernel package matches the manifest
 		[ "$(manifest_field "$M" script_sha256)" = "$SCRIPT_HASH" ] &&
 		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ] &&
 		[ "$(manifest_field "$M" go_version)" = "$GOVER" ] &&
-		[ -n "$(manifest_field "$M" openssh_version)" ] && [ -f "$CACHE/ssh/$(manifest_field "$M" openssh_version)/done" ]
+		[ -n "$(manifest_field "$M" openssh_version)" ] &&
+		[ -f "$CACHE/ssh/$(manifest_field "$M" openssh_version)_$SSH_LIST_HASH/done" ]
 }
 # apt-cache takes about a second here (no binary package cache), so skip it while the
 # apt lists are older than the manifest: the kernel it resolves cannot have changed.
@@ -231,7 +234,7 @@ KREL=$(cat "$KCACHE/release")
 
 # --- OpenSSH server: the packages unpacked, cached per version -------------------------
 
-SCACHE="$CACHE/ssh/$SSH_VER"
+SCACHE="$CACHE/ssh/${SSH_VER}_$SSH_LIST_HASH"
 if [ ! -f "$SCACHE/done" ]; then
 	[ "$(id -u)" = 0 ] || die "downloading the OpenSSH packages needs root (apt); run as root"
 	say "downloading $SSH_PKGS $SSH_LIB_PKGS"
@@ -247,8 +250,8 @@ if [ ! -f "$SCACHE/done" ]; then
 		dpkg-deb -x "$d" "$SC/pkg"
 		cp "$d" "$CACHE/debs/"
 	done
-	[ -x "$SC/pkg/usr/sbin/sshd" ] && [ -x "$SC/pkg/usr/lib/openssh/sftp-server" ] ||
-		die "the OpenSSH packages have no /usr/sbin/sshd or /usr/lib/openssh/sftp-server"
+	[ -x "$SC/pkg/usr/sbin/sshd" ] && [ -x "$SC/pkg/usr/lib/openssh/sftp-server" ] && [ -x "$SC/pkg/usr/bin/rsync" ] ||
+		die "the packages $SSH_PKGS have no /usr/sbin/sshd, /usr/lib/openssh/sftp-server or /usr/bin/rsync"
 	touch "$SC/done"
 	mkdir -p "$CACHE/ssh"
 	rm -rf "$SCACHE"
@@ -303,13 +306,14 @@ while IFS= read -r f; do
 	mkdir -p "$into/lib/modules/$KREL/$(dirname "$rel")"
 	cp -a "$f" "$into/lib/modules/$KREL/$rel"
 done < <(find "$KCACHE/modules" -type f)
-# sshd, sftp-server and what they load (ldd: the packages' own libraries first, then
+# sshd, sftp-server, rsync and what they load (ldd: the packages' own libraries first, then
 # this host's), at the paths the loader looks in. PAM is off in sshd_config, so no PAM
 # modules; sshd still links libpam.
 install -D -m 0755 "$SCACHE/pkg/usr/sbin/sshd" "$R/usr/sbin/sshd"
 install -D -m 0755 "$SCACHE/pkg/usr/lib/openssh/sftp-server" "$R/usr/lib/openssh/sftp-server"
+install -D -m 0755 "$SCACHE/pkg/usr/bin/rsync" "$R/usr/bin/rsync"
 SSH_LIBPATH=$(find "$SCACHE/pkg" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)
-for bin in "$R/usr/sbin/sshd" "$R/usr/lib/openssh/sftp-server"; do
+for bin in "$R/usr/sbin/sshd" "$R/usr/lib/openssh/sftp-server" "$R/usr/bin/rsync"; do
 	missing=$(LD_LIBRARY_PATH=$SSH_LIBPATH ldd "$bin" | awk '/not found/ {print $1}')
 	[ -z "$missing" ] || die "$(basename "$bin") needs $missing, which neither this host nor $SSH_LIB_PKGS has; install the package that holds it"
 	LD_LIBRARY_PATH=$SSH_LIBPATH ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'

@@ -53,12 +53,12 @@ func (s *syncBuffer) String() string {
 // the real central). The tunnel's far end is the guest's port 22, which a
 // wrapper around qemu-system-x86_64 forwards from a loopback port on QEMU's
 // user network. Then scp with a --print-config block copies a file both
-// ways (50 MiB, equal sha256), port-forward serves the guest's port 22 locally, and fleet tunnels
+// ways (50 MiB, equal sha256) and rsync -e ssh a tree there and back, port-forward serves the guest's port 22 locally, and fleet tunnels
 // lists and closes the tunnel it holds.
 func TestFleetSSHAndSCPReachARealGuestThroughTunnels(t *testing.T) {
-	for _, tool := range []string{"qemu-system-x86_64", "ssh", "scp", "ssh-keygen"} {
+	for _, tool := range []string{"qemu-system-x86_64", "ssh", "scp", "ssh-keygen", "rsync"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: apt-get install qemu-system-x86 qemu-utils openssh-client", tool)
+			t.Fatalf("%s not found: apt-get install qemu-system-x86 qemu-utils openssh-client rsync (make deps)", tool)
 		}
 	}
 	m, err := image.Load(image.DefaultDir())
@@ -229,6 +229,30 @@ exec qemu-system-x86_64 "${args[@]}"
 	}
 	if sha256.Sum256(got) != sha256.Sum256(data) {
 		t.Fatal("the file copied to the guest and back differs from the one sent")
+	}
+	// rsync -e ssh with the same block: a tree there and back again.
+	tree := filepath.Join(dir, "tree")
+	if err := os.MkdirAll(filepath.Join(tree, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"a.txt": "alpha\n", "sub/b.txt": strings.Repeat("beta\n", 10000)} {
+		if err := os.WriteFile(filepath.Join(tree, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rsync := func(from, to string) {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), "rsync", "-a", "-e", "ssh -F "+cfg, from, to)
+		cmd.Env = append(os.Environ(), envFleetToken+"="+token)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("rsync -a -e 'ssh -F config' %s %s: %v\n%s", from, to, err, out)
+		}
+	}
+	rsync(tree+"/", "web-1:tree/")
+	back := filepath.Join(dir, "back")
+	rsync("web-1:tree/", back+"/")
+	if out, err := exec.Command("diff", "-r", tree, back).CombinedOutput(); err != nil {
+		t.Fatalf("the tree rsync'ed there and back differs: %v\n%s", err, out)
 	}
 
 	// port-forward: a local port that reaches the guest's sshd, one tunnel
