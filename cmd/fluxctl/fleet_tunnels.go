@@ -152,7 +152,10 @@ exported).`,
 			}
 			argv := []string{"-o", "ProxyCommand=" + tg.proxy, "-o", "HostKeyAlias=" + hostKeyAlias(tg.id), tg.user + "@" + tg.host}
 			argv = append(argv, args[1:]...)
-			cmd := exec.CommandContext(c.Context(), ssh, argv...)
+			// Not bound to fluxctl's context: an interrupt reaches ssh from the
+			// terminal, and ssh decides what it means (a remote command may
+			// catch it); fluxctl waits for ssh and takes its exit code.
+			cmd := exec.Command(ssh, argv...)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = f.a.stdin, f.a.stdout, f.a.stderr
 			cmd.Env = f.childEnv()
 			// ssh's exit code is the remote command's (255: ssh's own failure,
