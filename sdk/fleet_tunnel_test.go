@@ -253,8 +253,9 @@ func TestListTunnelsShowsOpenOnesAndCloseTunnelEndsOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Tunnels) != 1 || list.Tunnels[0].Port != 8080 || list.Tunnels[0].VMName != "web-1" || list.Limits.MaxPerTenant != 5 {
-		t.Fatalf("ListTunnels = %+v; want the one tunnel to port 8080 and the limit 5", list)
+	if len(list.Tunnels) != 1 || list.Tunnels[0].Port != 8080 || list.Tunnels[0].VMName != "web-1" || list.Limits.MaxPerTenant != 5 ||
+		list.Tunnels[0].BytesToVM != 5 || list.Tunnels[0].BytesFromVM != 5 {
+		t.Fatalf("ListTunnels = %+v; want the one tunnel to port 8080, 5 bytes each way, and the limit 5", list)
 	}
 	if err := fc.CloseTunnel(t.Context(), list.Tunnels[0].ID); err != nil {
 		t.Fatal(err)

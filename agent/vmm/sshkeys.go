@@ -18,8 +18,9 @@ import (
 // It goes through the driver's ordinary Exec, so no driver needs to know.
 var guestSSHKeysCommand = []string{"/init", "ssh-keys"}
 
-// sshKeysTimeout bounds the install; it is one small file write in the guest.
-const sshKeysTimeout = 30 * time.Second
+// sshKeysTimeout bounds the install: a small file write in the guest, then
+// waiting (the guest gives up after a minute) for its SSH server to listen.
+const sshKeysTimeout = 90 * time.Second
 
 // checkSSHKeys is the create request's ssh_authorized_keys rule (the same
 // one central applies), as the node's refusal.

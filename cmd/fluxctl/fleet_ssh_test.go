@@ -289,7 +289,7 @@ exec qemu-system-x86_64 "${args[@]}"
 	list := c.run(t, "fleet", "tunnels").ok(t, "tunnels").stdout
 	lines := strings.Split(strings.TrimSpace(list), "\n")
 	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID VM PORT TO VM FROM VM IDLE" ||
-		!regexp.MustCompile(`^tun_\w+\s+web-1\s+22\s+\S+ B\s+\S+ B\s+\d+s$`).MatchString(lines[1]) {
+		!regexp.MustCompile(`^tun_\w+\s+web-1\s+22\s+0 B\s+[1-9]\d* B\s+\d+s$`).MatchString(lines[1]) {
 		t.Fatalf("fleet tunnels printed:\n%s", list)
 	}
 	id := strings.Fields(lines[1])[0]

@@ -1,7 +1,8 @@
 // Command fluxvm-guest is the FluxVM guest agent. In the FluxVM initramfs it is /init
 // (PID 1); with -port it serves one port as an ordinary process, for testing.
 // `fluxvm-guest ssh-keys USER` (the node agent runs it in the guest, as /init) makes
-// the keys on its standard input USER's authorized SSH keys, adding USER when missing.
+// the keys on its standard input USER's authorized SSH keys, adding USER when missing,
+// and returns once the SSH server accepts connections.
 package main
 
 import (
@@ -30,7 +31,9 @@ func main() {
 			err = fmt.Errorf("usage: fluxvm-guest ssh-keys USER <authorized_keys")
 			break
 		}
-		err = agent.InstallAuthorizedKeys("/", flag.Arg(1), os.Stdin)
+		if err = agent.InstallAuthorizedKeys("/", flag.Arg(1), os.Stdin); err == nil {
+			err = agent.WaitSSHD()
+		}
 	case *port != "":
 		err = agent.RunPort(ctx, *port, logf)
 	case os.Getpid() == 1:

@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // SSH server set-up in the guest. The image carries Debian's OpenSSH server; the agent
@@ -90,6 +92,31 @@ func WriteHostKey(path string) error {
 		return fmt.Errorf("ssh host key: %w", err)
 	}
 	return nil
+}
+
+// sshdWait bounds how long WaitSSHD waits for the SSH server to listen.
+const sshdWait = 60 * time.Second
+
+// WaitSSHD waits until the image's SSH server accepts connections on port 22 (at most
+// a minute), so that a VM whose keys were just installed takes ssh once the node calls
+// it ready: the agent starts sshd in the background, and under TCG it may need a few
+// seconds after the agent answered. An image without sshd returns at once.
+func WaitSSHD() error {
+	if _, err := os.Stat(SSHDPath); err != nil {
+		return nil
+	}
+	deadline := time.Now().Add(sshdWait)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:22", time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the SSH server does not accept connections on port 22 after %s (see /var/log/sshd.log): %w", sshdWait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func sshString(b, s []byte) []byte {

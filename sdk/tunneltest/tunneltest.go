@@ -169,27 +169,15 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
 		delete(s.open, id)
 		s.mu.Unlock()
 	}()
-	count := func(n int64, toVM bool) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if toVM {
-			o.info.BytesToVM += n
-		} else {
-			o.info.BytesFromVM += n
-		}
-		o.info.LastActive = time.Now()
-	}
 	done := make(chan struct{}, 2)
 	go func() {
-		n, _ := io.Copy(guest, c)
-		count(n, true)
+		_, _ = io.Copy(&counter{s: s, n: &o.info.BytesToVM, t: &o.info, w: guest}, c)
 		guest.Close()
 		done <- struct{}{}
 	}()
 	go func() {
-		n, _ := io.Copy(c, guest)
-		count(n, false)
-		c.Close()
+		_, _ = io.Copy(&counter{s: s, n: &o.info.BytesFromVM, t: &o.info, w: c}, guest)
+		_ = c.CloseWith(websocket.CloseNormalClosure, "the VM closed the connection")
 		done <- struct{}{}
 	}()
 	<-done
@@ -216,6 +204,24 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 		refuse(w, &sdk.APIError{Status: http.StatusNotFound, Message: "no open tunnel " + r.PathValue("id"), Hint: "GET /fleet/tunnels lists the open ones"})
 		return
 	}
-	o.ws.Close()
+	_ = o.ws.CloseWith(websocket.CloseNormalClosure, "closed by the tenant")
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// counter counts the bytes written through it into *n, as they go, and
+// marks the tunnel active.
+type counter struct {
+	s *Server
+	n *int64
+	t *sdk.Tunnel
+	w io.Writer
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.s.mu.Lock()
+	*c.n += int64(n)
+	c.t.LastActive = time.Now()
+	c.s.mu.Unlock()
+	return n, err
 }
