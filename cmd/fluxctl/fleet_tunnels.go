@@ -134,6 +134,14 @@ exported).`,
 		},
 		ValidArgsFunction: f.completeVMs(),
 		RunE: func(c *cobra.Command, args []string) error {
+			ssh := ""
+			if !printConfig {
+				var err error
+				if ssh, err = exec.LookPath("ssh"); err != nil {
+					return &cliError{msg: "ssh (the OpenSSH client) is not installed or not on PATH",
+						hint: "install it (Debian, Ubuntu: apt-get install openssh-client), or use fluxctl fleet ssh --print-config with another client"}
+				}
+			}
 			tg, err := f.sshTargetOf(c.Context(), c, args[0])
 			if err != nil {
 				return err
@@ -144,11 +152,6 @@ exported).`,
 					fmt.Fprintf(f.a.stderr, "# ssh runs the ProxyCommand with your environment: export %s (and keep it out of the file)\n", envFleetToken)
 				}
 				return nil
-			}
-			ssh, err := exec.LookPath("ssh")
-			if err != nil {
-				return &cliError{msg: "ssh (the OpenSSH client) is not installed or not on PATH",
-					hint: "install it (Debian, Ubuntu: apt-get install openssh-client), or use fluxctl fleet ssh --print-config with another client"}
 			}
 			argv := []string{"-o", "ProxyCommand=" + tg.proxy, "-o", "HostKeyAlias=" + hostKeyAlias(tg.id), tg.user + "@" + tg.host}
 			argv = append(argv, args[1:]...)

@@ -46,3 +46,11 @@ func TestFleetTunnelCommandLineMistakesSayWhatToDo(t *testing.T) {
 		c.run(t, tc.args...).refused(t, tc.args[1]+" "+tc.args[len(tc.args)-1], tc.msg, tc.hint)
 	}
 }
+
+// TestFleetSSHWithoutAnSSHClientSaysWhatToInstall: without ssh on PATH,
+// fleet ssh says so before it asks central anything.
+func TestFleetSSHWithoutAnSSHClientSaysWhatToInstall(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	c := cli{env: map[string]string{envCentral: "http://127.0.0.1:1", envFleetToken: "fvt_x"}}
+	c.run(t, "fleet", "ssh", "web-1").refused(t, "no ssh", "ssh (the OpenSSH client) is not installed", "apt-get install openssh-client")
+}
