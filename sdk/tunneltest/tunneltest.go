@@ -208,8 +208,9 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// counter counts the bytes written through it into *n, as they go, and
-// marks the tunnel active.
+// counter counts the bytes written through it into *n and marks the
+// tunnel active. It counts before writing, so that once the far side has
+// answered what was written, the count already holds it.
 type counter struct {
 	s *Server
 	n *int64
@@ -218,10 +219,17 @@ type counter struct {
 }
 
 func (c *counter) Write(p []byte) (int, error) {
+	c.add(len(p))
 	n, err := c.w.Write(p)
+	if n < len(p) {
+		c.add(n - len(p))
+	}
+	return n, err
+}
+
+func (c *counter) add(n int) {
 	c.s.mu.Lock()
 	*c.n += int64(n)
 	c.t.LastActive = time.Now()
 	c.s.mu.Unlock()
-	return n, err
 }
