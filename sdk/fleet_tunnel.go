@@ -10,11 +10,30 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+
+	"github.com/gorilla/websocket"
 )
 
 // DefaultTunnelPort is the guest port a tunnel reaches when none is given:
 // the guest's SSH server.
 const DefaultTunnelPort = 22
+
+// TunnelEndedCode is the WebSocket close code central sends when it ended a
+// tunnel itself (idle timeout, maximum lifetime, closed by the tenant or the
+// operator, access revoked, central shutting down); the close message's
+// text is the reason. A tunnel whose far end closed ends normally (1000),
+// which reads as io.EOF.
+const TunnelEndedCode = 4000
+
+// TunnelEndedReason returns the reason central gave for ending a tunnel,
+// when err (from reading a tunnel, or from Relay) is that ending.
+func TunnelEndedReason(err error) (string, bool) {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && ce.Code == TunnelEndedCode {
+		return ce.Text, true
+	}
+	return "", false
+}
 
 // DialTunnel opens a tunnel through central to TCP port of VM vmID on node
 // (GET /fleet/vms/{node}/{id}/tunnel?port=N, a WebSocket whose binary

@@ -261,8 +261,9 @@ func TestListTunnelsShowsOpenOnesAndCloseTunnelEndsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil {
-		t.Error("the tunnel still reads after CloseTunnel")
+	_, err = c.Read(make([]byte, 1))
+	if reason, ok := sdk.TunnelEndedReason(err); !ok || reason != "closed by the tenant" {
+		t.Errorf("reading after CloseTunnel: %v; want central's ending with the reason \"closed by the tenant\"", err)
 	}
 	err = fc.CloseTunnel(t.Context(), list.Tunnels[0].ID)
 	if !sdk.IsNotFound(err) {

@@ -295,6 +295,13 @@ exec qemu-system-x86_64 "${args[@]}"
 	id := strings.Fields(lines[1])[0]
 	c.run(t, "fleet", "tunnels", "-o", "wide").ok(t, "tunnels -o wide").has(t, "tunnels -o wide", "AGE", "NODE", vm.ID, "primary token")
 	c.run(t, "fleet", "tunnels", "close", id).ok(t, "tunnels close").has(t, "tunnels close", "✓ Closed tunnel "+id)
+	// port-forward says why the connection ended.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(pfErr.String(), "central ended the tunnel: closed by the tenant") && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(pfErr.String(), "error: central ended the tunnel: closed by the tenant\nhint: someone closed it") {
+		t.Errorf("port-forward did not say why its connection ended:\n%s", pfErr.String())
+	}
 	if _, err := conn.Read(make([]byte, 64<<10)); err == nil {
 		// The banner's line may have been followed by nothing else: read to the end.
 		_, err = bufio.NewReader(conn).ReadString('\n')

@@ -264,12 +264,31 @@ func relayStdio(ctx context.Context, conn net.Conn, in io.Reader, out io.Writer)
 	select {
 	case err := <-done:
 		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("tunnel: %w", err)
+			return tunnelEnded(err)
 		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// tunnelEnded says why a tunnel broke: central's reason when central ended
+// it, with what to do about it.
+func tunnelEnded(err error) error {
+	reason, ok := sdk.TunnelEndedReason(err)
+	if !ok {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	hint := "connect again; " + hintTunnels
+	switch {
+	case strings.Contains(reason, "idle"):
+		hint = "connect again; to keep an idle ssh session open, set ServerAliveInterval 60 (ssh -o, or the config block)"
+	case strings.Contains(reason, "lifetime"):
+		hint = "connect again: a tunnel lives at most the policy's max_lifetime_minutes, however busy"
+	case strings.Contains(reason, "closed by"):
+		hint = "someone closed it with fluxctl fleet tunnels close (or the console); connect again if you may"
+	}
+	return &cliError{msg: "central ended the tunnel: " + reason, hint: hint}
 }
 
 func (f *fleet) portForwardCmd() *cobra.Command {
@@ -314,8 +333,13 @@ tunnels are all in use) is closed and the reason printed; the others go on.`,
 			err = fc.PortForwardNotify(c.Context(), vm.Node, vm.ID, remote, ln, func(err error) {
 				msg, hint := err.Error(), ""
 				var cli *cliError
-				if errors.As(f.explain(tunnelRefusal(err, vm.Name)), &cli) {
-					hint = cli.hint
+				if _, ended := sdk.TunnelEndedReason(err); ended {
+					err = tunnelEnded(err)
+				} else {
+					err = f.explain(tunnelRefusal(err, vm.Name))
+				}
+				if errors.As(err, &cli) {
+					msg, hint = cli.msg, cli.hint
 				}
 				fmt.Fprintf(f.a.stderr, "error: %s\n", msg)
 				if hint != "" {

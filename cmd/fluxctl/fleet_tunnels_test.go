@@ -1,8 +1,13 @@
 package main
 
 import (
+	"io"
 	"net"
 	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/fluxvm/fluxvm/sdk/tunneltest"
 )
 
 // TestFleetTunnelCommandLineMistakesSayWhatToDo: arguments fleet ssh,
@@ -53,4 +58,65 @@ func TestFleetSSHWithoutAnSSHClientSaysWhatToInstall(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	c := cli{env: map[string]string{envCentral: "http://127.0.0.1:1", envFleetToken: "fvt_x"}}
 	c.run(t, "fleet", "ssh", "web-1").refused(t, "no ssh", "ssh (the OpenSSH client) is not installed", "apt-get install openssh-client")
+}
+
+// TestTunnelStdioRelaysAndSaysWhyCentralEndedIt: tunnel-stdio carries
+// stdin to the guest port and the answer to stdout; when central ends the
+// tunnel (here: closed with tunnels close), it exits 1 with central's reason
+// and what to do.
+func TestTunnelStdioRelaysAndSaysWhyCentralEndedIt(t *testing.T) {
+	guest, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	go func() {
+		for {
+			c, err := guest.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	const token = "fvt_stdio"
+	srv := tunneltest.Start(t, tunneltest.Options{Token: token, Route: func(node, id string, port int) tunneltest.Target {
+		return tunneltest.Target{Addr: guest.Addr().String(), VMName: "web-1"}
+	}})
+	c := cli{env: map[string]string{envCentral: srv.URL, envFleetToken: token}}
+
+	inR, inW := io.Pipe()
+	out := &syncBuffer{}
+	errb := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		a := &app{stdin: inR, stdout: out, stderr: errb, getenv: func(k string) string { return c.env[k] }}
+		done <- a.run(t.Context(), []string{"fleet", "tunnel-stdio", "node-1/vm-1", "22"})
+	}()
+	if _, err := inW.Write([]byte("hello through the tunnel\n")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); out.String() == "" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out.String() != "hello through the tunnel\n" {
+		t.Fatalf("stdout = %q; want the echo", out.String())
+	}
+	list := c.run(t, "fleet", "tunnels", "-o", "json").ok(t, "tunnels -o json").stdout
+	tl := decode[sdk.TunnelList](t, "tunnels", list)
+	if len(tl.Tunnels) != 1 || tl.Tunnels[0].BytesToVM != 25 || tl.Tunnels[0].BytesFromVM != 25 {
+		t.Fatalf("tunnels -o json = %s; want one tunnel with 25 bytes each way", list)
+	}
+	c.run(t, "fleet", "tunnels", "close", tl.Tunnels[0].ID).ok(t, "tunnels close")
+	select {
+	case code := <-done:
+		r := result{out.String(), errb.String(), code}
+		r.refused(t, "tunnel-stdio closed by central", "central ended the tunnel: closed by the tenant", "fluxctl fleet tunnels close")
+	case <-time.After(10 * time.Second):
+		t.Fatal("tunnel-stdio still runs after central ended its tunnel")
+	}
+	inW.Close()
 }

@@ -204,7 +204,7 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 		refuse(w, &sdk.APIError{Status: http.StatusNotFound, Message: "no open tunnel " + r.PathValue("id"), Hint: "GET /fleet/tunnels lists the open ones"})
 		return
 	}
-	_ = o.ws.CloseWith(websocket.CloseNormalClosure, "closed by the tenant")
+	_ = o.ws.CloseWith(sdk.TunnelEndedCode, "closed by the tenant")
 	w.WriteHeader(http.StatusNoContent)
 }
 
