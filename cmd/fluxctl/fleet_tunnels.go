@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -47,13 +48,21 @@ func (f *fleet) sshTargetOf(ctx context.Context, c *cobra.Command, ref string) (
 	user, vmRef := "", ref
 	if u, rest, ok := strings.Cut(ref, "@"); ok {
 		user, vmRef = u, rest
-		if user == "" || vmRef == "" || strings.ContainsAny(user, " \t'\"") {
+		if user == "" || vmRef == "" || !safeWordRE.MatchString(user) {
 			return nil, usageError(c, fmt.Sprintf("%q is not USER@VM", ref))
 		}
 	}
 	fc, vm, err := f.findVM(ctx, vmRef)
 	if err != nil {
 		return nil, err
+	}
+	// What central says goes into a command line the shell runs and into a
+	// config file: only names of the form central itself allows.
+	for _, w := range []string{vm.Name, vm.Node, vm.ID} {
+		if !safeWordRE.MatchString(w) {
+			return nil, &cliError{msg: fmt.Sprintf("central named the VM with %q, which fluxctl will not put in an ssh command line", w),
+				hint: "VM names, node names and IDs are letters, digits, '.', '_' and '-'; is --central the right server?"}
+		}
 	}
 	if user == "" {
 		user = sdk.DefaultSSHUser
@@ -81,6 +90,10 @@ func (f *fleet) sshTargetOf(ctx context.Context, c *cobra.Command, ref string) (
 	return &sshTarget{user: user, host: vm.Name, node: vm.Node, id: vm.ID, proxy: proxy}, nil
 }
 
+// safeWordRE is a login, VM name, node name or VM ID fluxctl puts in a
+// ProxyCommand or a config block as it is.
+var safeWordRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+
 // shellQuote quotes s for sh when it needs it.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
@@ -102,7 +115,7 @@ func (f *fleet) sshCmd() *cobra.Command {
 		Short: "Log in to a VM with your own ssh, through central",
 		Long: `Run the system's OpenSSH client (ssh) to a VM, through a tunnel that central
 relays: nothing but central has to be reachable. The login is USER, else the
-catalog image's ssh_user (fluxctl fleet images -o wide), else admin; the VM
+catalog image's ssh_user (fluxctl fleet images), else admin; the VM
 must have your public key (fluxctl fleet launch --ssh-key FILE).
 
 fluxctl runs ssh with -o ProxyCommand="fluxctl fleet --central URL

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -30,6 +33,7 @@ func TestFleetTunnelCommandLineMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"fleet", "ssh", "--", "uname"}, "takes a VM", "usage: fluxctl fleet ssh"},
 		{[]string{"fleet", "ssh", "@web-1"}, `"@web-1" is not USER@VM`, "usage: fluxctl fleet ssh"},
 		{[]string{"fleet", "ssh", "admin@"}, `"admin@" is not USER@VM`, "usage: fluxctl fleet ssh"},
+		{[]string{"fleet", "ssh", "a;rm -rf ~@web-1"}, `is not USER@VM`, "usage: fluxctl fleet ssh"},
 		{[]string{"fleet", "ssh", "--print-config", "web-1", "--", "-v"}, "--print-config prints a config block", "usage: fluxctl fleet ssh"},
 		{[]string{"fleet", "tunnel-stdio", "node-1/abc"}, "takes NODE/ID and PORT, got 1", "usage: fluxctl fleet tunnel-stdio NODE/ID PORT"},
 		{[]string{"fleet", "tunnel-stdio", "web-1", "22"}, `"web-1" is not NODE/ID`, "usage: fluxctl fleet tunnel-stdio"},
@@ -119,4 +123,21 @@ func TestTunnelStdioRelaysAndSaysWhyCentralEndedIt(t *testing.T) {
 		t.Fatal("tunnel-stdio still runs after central ended its tunnel")
 	}
 	inW.Close()
+}
+
+// TestFleetSSHRefusesNamesUnfitForACommandLine: fleet ssh puts the VM's
+// name, node and ID into a ProxyCommand that a shell runs and into a config
+// block; a server that answers with others (not central, or a broken one)
+// is refused rather than obeyed.
+func TestFleetSSHRefusesNamesUnfitForACommandLine(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fleet/vms" {
+			http.NotFound(w, r)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(sdk.FleetVMList{VMs: []sdk.FleetVM{{Node: "n1;touch /tmp/pwned", VM: sdk.VM{ID: "vm-1", Name: "web-1"}}}})
+	}))
+	defer srv.Close()
+	c := cli{env: map[string]string{envCentral: srv.URL, envFleetToken: "fvt_x"}}
+	c.run(t, "fleet", "ssh", "--print-config", "web-1").refused(t, "a node name with a shell command", `central named the VM with "n1;touch /tmp/pwned"`, "is --central the right server?")
 }
