@@ -15,6 +15,8 @@ declare -A need=(
   [xz]=xz-utils
   [as]=binutils
   [curl]=curl
+  [ssh]=openssh-client
+  [rsync]=rsync
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -2,7 +2,9 @@
 # Builds the minimal Linux guest image bundle FluxVM boots: an uncompressed vmlinux
 # (PVH entry, fast under TCG), a small uncompressed initramfs whose /init is the
 # fluxvm-guest agent, the same initramfs with the display drivers added for VMs with a
-# display, an empty qcow2 data disk and fluxvm-image.json.
+# display, an empty qcow2 data disk and fluxvm-image.json. The initramfs carries
+# Debian's OpenSSH server (sshd and sftp-server, with the shared libraries they load),
+# which the agent starts once the guest's drivers are in.
 #
 # Idempotent: when the manifest matches the kernel package and the agent sources it
 # exits at once; when only the agent changed it rebuilds only the initramfs. Every
@@ -32,6 +34,13 @@ PORT_MODULES="virtio_ring virtio virtio_mmio virtio_console virtio_pci_legacy_de
 LATE_MODULES="virtio_blk failover net_failover virtio_net"
 DISPLAY_MODULES="virtio_gpu bochs virtio_input"
 MODULES="$PORT_MODULES $LATE_MODULES $DISPLAY_MODULES"
+# The SSH server (and rsync, for rsync -e ssh): Debian's packages, unpacked into the
+# cache; the libraries they load come from this host (a Debian 12 like the guest's
+# packages) except those in SSH_LIB_PKGS, which a host without them may lack. The cache
+# directory is named after openssh-server's version and these lists.
+SSH_PKGS="openssh-server openssh-sftp-server rsync"
+SSH_LIB_PKGS="libwrap0 libpopt0 libxxhash0"
+SSH_LIST_HASH=$(echo "$SSH_PKGS $SSH_LIB_PKGS" | sha256sum | cut -c1-12)
 
 say() { echo "guest-image: $*"; }
 die() { echo "guest-image: error: $*" >&2; exit 1; }
@@ -47,6 +56,7 @@ need dpkg-deb dpkg
 need xz xz-utils
 need zstd zstd
 need sha256sum coreutils
+need ldd libc-bin
 [ -x /bin/busybox ] || die "/bin/busybox is missing; install it: apt-get install busybox-static"
 if command -v file >/dev/null 2>&1 && ! file -L /bin/busybox | grep -q 'statically linked'; then
 	die "/bin/busybox is not statically linked; install busybox-static (not busybox)"
@@ -79,7 +89,9 @@ image_matches() { # everything but the kernel package matches the manifest
 		[ "$(manifest_field "$M" agent_source_sha256)" = "$AGENT_HASH" ] &&
 		[ "$(manifest_field "$M" script_sha256)" = "$SCRIPT_HASH" ] &&
 		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ] &&
-		[ "$(manifest_field "$M" go_version)" = "$GOVER" ]
+		[ "$(manifest_field "$M" go_version)" = "$GOVER" ] &&
+		[ -n "$(manifest_field "$M" openssh_version)" ] &&
+		[ -f "$CACHE/ssh/$(manifest_field "$M" openssh_version)_$SSH_LIST_HASH/done" ]
 }
 # apt-cache takes about a second here (no binary package cache), so skip it while the
 # apt lists are older than the manifest: the kernel it resolves cannot have changed.
@@ -93,8 +105,13 @@ KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-im
 KVER_PKG=$(apt-cache show --no-all-versions "$KPKG" 2>/dev/null | awk '/^Version:/ {print $2; exit}')
 [ -n "$KVER_PKG" ] || die "apt-cache show $KPKG gave no version; run apt-get update"
 
+SSH_VER=$(apt-cache show --no-all-versions openssh-server 2>/dev/null | awk '/^Version:/ {print $2; exit}')
+[ -n "$SSH_VER" ] || die "apt-cache show openssh-server gave no version; run apt-get update"
+SSH_VER=${SSH_VER#*:} # the epoch (1:) does not belong in a file name
+
 if image_matches && [ "$(manifest_field "$M" kernel_package)" = "$KPKG" ] &&
-	[ "$(manifest_field "$M" kernel_package_version)" = "$KVER_PKG" ]; then
+	[ "$(manifest_field "$M" kernel_package_version)" = "$KVER_PKG" ] &&
+	[ "$(manifest_field "$M" openssh_version)" = "$SSH_VER" ]; then
 	touch "$M"
 	echo "guest image up to date: $OUT"
 	exit 0
@@ -215,6 +232,32 @@ if [ ! -f "$KCACHE/done" ] || [ "$(cat "$KCACHE/modules.wanted" 2>/dev/null)" !=
 fi
 KREL=$(cat "$KCACHE/release")
 
+# --- OpenSSH server: the packages unpacked, cached per version -------------------------
+
+SCACHE="$CACHE/ssh/${SSH_VER}_$SSH_LIST_HASH"
+if [ ! -f "$SCACHE/done" ]; then
+	[ "$(id -u)" = 0 ] || die "downloading the OpenSSH packages needs root (apt); run as root"
+	say "downloading $SSH_PKGS $SSH_LIB_PKGS"
+	mkdir -p "$WORK/sshdebs"
+	if ! (cd "$WORK/sshdebs" && apt-get download -q $SSH_PKGS $SSH_LIB_PKGS >/dev/null 2>&1); then
+		say "download failed; running apt-get update"
+		apt-get update -q >/dev/null || die "apt-get update failed"
+		(cd "$WORK/sshdebs" && apt-get download -q $SSH_PKGS $SSH_LIB_PKGS >/dev/null) || die "apt-get download $SSH_PKGS $SSH_LIB_PKGS failed"
+	fi
+	SC="$WORK/sshcache"
+	mkdir -p "$SC"
+	for d in "$WORK"/sshdebs/*.deb; do
+		dpkg-deb -x "$d" "$SC/pkg"
+		cp "$d" "$CACHE/debs/"
+	done
+	[ -x "$SC/pkg/usr/sbin/sshd" ] && [ -x "$SC/pkg/usr/lib/openssh/sftp-server" ] && [ -x "$SC/pkg/usr/bin/rsync" ] ||
+		die "the packages $SSH_PKGS have no /usr/sbin/sshd, /usr/lib/openssh/sftp-server or /usr/bin/rsync"
+	touch "$SC/done"
+	mkdir -p "$CACHE/ssh"
+	rm -rf "$SCACHE"
+	mv "$SC" "$SCACHE"
+fi
+
 # --- initramfs ------------------------------------------------------------------------
 
 say "building fluxvm-guest"
@@ -263,8 +306,46 @@ while IFS= read -r f; do
 	mkdir -p "$into/lib/modules/$KREL/$(dirname "$rel")"
 	cp -a "$f" "$into/lib/modules/$KREL/$rel"
 done < <(find "$KCACHE/modules" -type f)
+# sshd, sftp-server, rsync and what they load (ldd: the packages' own libraries first, then
+# this host's), at the paths the loader looks in. PAM is off in sshd_config, so no PAM
+# modules; sshd still links libpam.
+install -D -m 0755 "$SCACHE/pkg/usr/sbin/sshd" "$R/usr/sbin/sshd"
+install -D -m 0755 "$SCACHE/pkg/usr/lib/openssh/sftp-server" "$R/usr/lib/openssh/sftp-server"
+install -D -m 0755 "$SCACHE/pkg/usr/bin/rsync" "$R/usr/bin/rsync"
+SSH_LIBPATH=$(find "$SCACHE/pkg" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)
+for bin in "$R/usr/sbin/sshd" "$R/usr/lib/openssh/sftp-server" "$R/usr/bin/rsync"; do
+	missing=$(LD_LIBRARY_PATH=$SSH_LIBPATH ldd "$bin" | awk '/not found/ {print $1}')
+	[ -z "$missing" ] || die "$(basename "$bin") needs $missing, which neither this host nor $SSH_LIB_PKGS has; install the package that holds it"
+	LD_LIBRARY_PATH=$SSH_LIBPATH ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'
+done | sort -u | while IFS= read -r lib; do
+	dest=$R/lib/x86_64-linux-gnu/$(basename "$lib")
+	case "$lib" in /lib64/*) dest=$R$lib ;; esac
+	[ -e "$dest" ] || install -D -m 0644 "$(readlink -f "$lib")" "$dest"
+done
+chmod 0755 "$R"/lib64/ld-linux-x86-64.so.2
+mkdir -p "$R/etc/ssh" "$R/run/sshd" "$R/var/empty" "$R/home" "$R/var/log"
+chmod 0755 "$R/run/sshd"
+# Host keys are made by the agent at boot (one ed25519 key per VM); users' keys reach
+# ~/.ssh/authorized_keys through the agent (fluxvm-guest ssh-keys USER).
+cat >"$R/etc/ssh/sshd_config" <<'SSHD'
+# FluxVM guest: keys only, written by the guest agent.
+HostKey /etc/ssh/ssh_host_ed25519_key
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+PrintMotd no
+PrintLastLog no
+UseDNS no
+X11Forwarding no
+AllowTcpForwarding yes
+Subsystem sftp /usr/lib/openssh/sftp-server
+SSHD
 echo "root:x:0:0:root:/root:/bin/sh" >"$R/etc/passwd"
-echo "root:x:0:" >"$R/etc/group"
+echo "sshd:x:100:65534::/run/sshd:/bin/false" >>"$R/etc/passwd"
+echo "nobody:x:65534:65534:nobody:/nonexistent:/bin/false" >>"$R/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$R/etc/group"
+printf '/bin/sh\n' >"$R/etc/shells"
 echo "fluxvm" >"$R/etc/hostname"
 printf 'NAME="FluxVM minimal"\nPRETTY_NAME="FluxVM minimal (Debian %s kernel)"\nID=fluxvm-minimal\n' "$KREL" >"$R/etc/os-release"
 chmod 1777 "$R/tmp"
@@ -304,13 +385,15 @@ cat >"$NEW/fluxvm-image.json" <<EOF
   "kernel_version": "$KREL",
   "modules": [$(cat "$R/etc/fluxvm/modules" "$R/etc/fluxvm/modules.late" | json_list)],
   "display_modules": [$(json_list <"$D/etc/fluxvm/modules.display")],
+  "ssh_server": "/usr/sbin/sshd",
   "built_from": {
     "kernel_package": "$KPKG",
     "kernel_package_version": "$KVER_PKG",
     "busybox_version": "$BUSYBOX_VER",
     "agent_source_sha256": "$AGENT_HASH",
     "script_sha256": "$SCRIPT_HASH",
-    "go_version": "$GOVER"
+    "go_version": "$GOVER",
+    "openssh_version": "$SSH_VER"
   }
 }
 EOF

@@ -96,6 +96,10 @@ type FleetCreateVMRequest struct {
 	Reschedulable bool `json:"reschedulable,omitempty"`
 	// Pool takes the VM from the named warm pool (its image and size).
 	Pool string `json:"pool,omitempty"`
+	// SSHAuthorizedKeys are OpenSSH public keys the guest agent installs
+	// in ~/.ssh/authorized_keys of the catalog image's ssh_user; see
+	// CheckSSHAuthorizedKeys for the limits.
+	SSHAuthorizedKeys []string `json:"ssh_authorized_keys,omitempty"`
 }
 
 // Placement says why central put a VM where it did.

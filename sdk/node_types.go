@@ -67,6 +67,13 @@ type CreateVMRequest struct {
 	Driver string `json:"driver,omitempty"`
 	// DriverConfig holds driver-specific fields, passed through as is.
 	DriverConfig json.RawMessage `json:"driver_config,omitempty"`
+	// SSHAuthorizedKeys are OpenSSH public keys (authorized_keys lines) the
+	// guest agent installs for SSHUser once the guest is ready; see
+	// CheckSSHAuthorizedKeys for the limits.
+	SSHAuthorizedKeys []string `json:"ssh_authorized_keys,omitempty"`
+	// SSHUser is the login the keys are for (central sends the catalog
+	// image's ssh_user); empty means DefaultSSHUser.
+	SSHUser string `json:"ssh_user,omitempty"`
 }
 
 // NodeHealth is GET /v1/health.

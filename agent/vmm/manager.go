@@ -251,6 +251,9 @@ func (m *Manager) validate(req *sdk.CreateVMRequest) error {
 	if len(req.DriverConfig) > 0 && !json.Valid(req.DriverConfig) {
 		return fail(driver.ErrInvalid, "driver_config is a JSON object of driver-specific fields", "driver_config is not valid JSON")
 	}
+	if err := checkSSHKeys(req); err != nil {
+		return err
+	}
 	return m.checkImage(req.Image)
 }
 
@@ -409,6 +412,12 @@ func (m *Manager) watchReady(id string, d driver.Driver) {
 				m.event(id, "not-ready", err.Error())
 			}
 			return
+		}
+		// Before the VM reads as ready, so that a client that waited for it
+		// finds its key in place.
+		if err := m.installSSHKeys(ctx, id, d); err != nil && ctx.Err() == nil {
+			m.log.Warn("install ssh keys", "vm", id, "error", err)
+			m.event(id, "ssh-keys-failed", err.Error())
 		}
 		m.mu.Lock()
 		m.ready[id] = true

@@ -263,14 +263,15 @@ func (s *Server) poolDefaults(w http.ResponseWriter, r *http.Request, req *sdk.F
 // claimFromPool serves a launch from a warm pool when one can (see
 // pools.Service.Claim). A launch asking what a running VM cannot be given
 // afterwards (a TTL, labels, a display, a network, a node, node_selector,
-// nested, or to be reschedulable) is booted as before; with "pool" it is
-// refused instead. It returns whether it answered.
+// nested, to be reschedulable, or SSH keys, which are installed as the
+// guest first becomes ready) is booted as before; with "pool" it is refused
+// instead. It returns whether it answered.
 func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest, spec sdk.CreateVMRequest, image string, pol sdk.Policy) bool {
 	plain := !req.Reschedulable && req.ImagePath == "" && req.TTLSeconds == 0 && len(req.Labels) == 0 && !req.Display && req.Network == "" &&
-		req.Node == "" && len(req.NodeSelector) == 0 && !req.Nested
+		req.Node == "" && len(req.NodeSelector) == 0 && !req.Nested && len(req.SSHAuthorizedKeys) == 0
 	if req.Pool != "" && !plain {
 		jsonapi.WriteError(w, http.StatusBadRequest, "a launch from a pool takes a VM that is already running",
-			"leave out ttl_seconds, labels, display, network, node, node_selector, nested and reschedulable, or leave out pool to boot a new VM")
+			"leave out ttl_seconds, labels, display, network, node, node_selector, nested, reschedulable and ssh_authorized_keys, or leave out pool to boot a new VM")
 		return true
 	}
 	if !plain {

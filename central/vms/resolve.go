@@ -105,6 +105,7 @@ func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCrea
 				"leave guest_os out: the catalog image sets it")
 		}
 		spec.GuestOS, spec.Image, image = im.GuestOS, im.Image, im.Name
+		spec.SSHUser = im.SSHUser
 		if spec.VCPUs == 0 {
 			spec.VCPUs = im.VCPUs
 		}
@@ -139,6 +140,19 @@ func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCrea
 			}
 		}
 	}
+	// The keys go to the node as they came; the node checks them too (same rule).
+	if err := sdk.CheckSSHAuthorizedKeys(req.SSHAuthorizedKeys, spec.SSHUser); err != nil {
+		var ae *sdk.APIError
+		if errors.As(err, &ae) {
+			return bad(ae.Message, ae.Hint)
+		}
+		return bad(err.Error(), "")
+	}
+	if len(req.SSHAuthorizedKeys) > 0 && spec.GuestOS != store.GuestLinux {
+		return bad("ssh_authorized_keys are installed by the Linux guest agent; a macOS guest has none",
+			"leave ssh_authorized_keys out, or launch a Linux image")
+	}
+	spec.SSHAuthorizedKeys = req.SSHAuthorizedKeys
 	if tenant != "" {
 		for k := range req.Labels {
 			if strings.HasPrefix(k, ReservedLabelPrefix) && k != EphemeralLabel {

@@ -76,6 +76,7 @@ NODE/NAME.`,
 		f.poolsCmd(), f.macOSPoolCmd(), f.rebalancePlanCmd(),
 		f.pricesCmd(), f.billCmd(), f.budgetCmd(), f.usageCmd(),
 		f.notificationsCmd(), f.webhooksCmd(),
+		f.sshCmd(), f.portForwardCmd(), f.tunnelsCmd(), f.tunnelStdioCmd(),
 	)
 	f.cmd = c
 	explainAll(f, c)

@@ -320,6 +320,10 @@ func launchRefused(err error, hints map[int]string) error {
 	if errors.As(err, &api) && api.Status == 409 && strings.Contains(api.Message, "already exists") {
 		return &cliError{msg: api.Message, hint: "pick another name, or leave NAME out and fluxctl picks a free one (fluxctl fleet vms lists yours)"}
 	}
+	if api != nil && api.Status == 400 && strings.Contains(api.Message, "ssh_authorized_keys") {
+		// Central's hint says what a key looks like; --ssh-key is where they came from.
+		return &cliError{msg: api.Message, hint: api.Hint + " (--ssh-key FILE reads every line of FILE)"}
+	}
 	return withHints(err, hints)
 }
 
@@ -352,6 +356,7 @@ func (f *fleet) launchCmd() *cobra.Command {
 		waitTimeout time.Duration
 		dryRun      bool
 		spec        string
+		sshKeys     []string
 	)
 	c := &cobra.Command{
 		Use:     "launch [NAME] (--image IMAGE | --pool POOL | --spec FILE)",
@@ -378,6 +383,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 		Example: `  fluxctl fleet launch --image debian-minimal
   fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait
   fluxctl fleet launch --pool ci
+  fluxctl fleet launch web-1 --image debian-minimal --ssh-key ~/.ssh/id_ed25519.pub --wait
   fluxctl fleet create --spec macos-ci.yaml --ttl 2h`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
@@ -397,6 +403,9 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 			req.MemoryMiB = int64(math.Round(memoryGiB * 1024))
 			var err error
 			if req.Labels, err = parseLabels(c, labels); err != nil {
+				return err
+			}
+			if req.SSHAuthorizedKeys, err = f.readSSHKeys(sshKeys); err != nil {
 				return err
 			}
 			if spec != "" {
@@ -495,10 +504,34 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 	fl.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
 	fl.BoolVar(&dryRun, "dry-run", false, "show where the VM would land and what an hour of it costs; launch nothing")
 	fl.StringVar(&spec, "spec", "", "take the create request from this JSON or YAML file, - for stdin; flags given override it")
+	fl.StringArrayVar(&sshKeys, "ssh-key", nil, "a public key file (e.g. ~/.ssh/id_ed25519.pub) for the image's login, to log in with fluxctl fleet ssh (repeatable)")
 	_ = c.MarkFlagFilename("spec", "json", "yaml", "yml")
 	_ = c.RegisterFlagCompletionFunc("image", f.completeImages())
 	_ = c.RegisterFlagCompletionFunc("node", f.completeNodes())
 	return c
+}
+
+// readSSHKeys reads the public keys of launch --ssh-key: every line of
+// each file but blank ones and comments. A private key is refused before it
+// goes anywhere.
+func (f *fleet) readSSHKeys(files []string) ([]string, error) {
+	var keys []string
+	for _, name := range files {
+		data, src, err := f.a.readInput(name)
+		if err != nil {
+			return nil, &cliError{msg: fmt.Sprintf("read the SSH key %s: %v", src, err), hint: "give --ssh-key a public key file, such as ~/.ssh/id_ed25519.pub"}
+		}
+		if strings.Contains(string(data), "PRIVATE KEY") {
+			return nil, &cliError{msg: src + " is a private key; nothing was sent",
+				hint: "give --ssh-key the public half, " + src + ".pub (ssh-keygen -y -f " + src + " prints it)"}
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				keys = append(keys, l)
+			}
+		}
+	}
+	return keys, nil
 }
 
 // readSpec reads the create request of fleet create --spec: JSON or YAML,
@@ -535,6 +568,7 @@ func withFlags(c *cobra.Command, spec, flags sdk.FleetCreateVMRequest) sdk.Fleet
 		{"ttl", func() { out.TTLSeconds = flags.TTLSeconds }},
 		{"node", func() { out.Node = flags.Node }},
 		{"display", func() { out.Display = flags.Display }},
+		{"ssh-key", func() { out.SSHAuthorizedKeys = flags.SSHAuthorizedKeys }},
 		{"label", func() {
 			out.Labels = maps.Clone(spec.Labels)
 			if out.Labels == nil {

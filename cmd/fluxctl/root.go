@@ -26,10 +26,22 @@ type app struct {
 	stdout, stderr                 io.Writer
 	stdinTTY, stdoutTTY, stderrTTY bool
 	getenv                         func(string) string
+	// executable is the path of this fluxctl binary, for commands that have
+	// another program run it again (fleet ssh's ProxyCommand); empty means
+	// os.Executable's answer.
+	executable string
 
 	// Global flags, as parsed.
 	node, token, output string
 	root                *cobra.Command
+}
+
+// self is the path of this fluxctl binary.
+func (a *app) self() (string, error) {
+	if a.executable != "" {
+		return a.executable, nil
+	}
+	return os.Executable()
 }
 
 // run executes args and returns the process's exit code.

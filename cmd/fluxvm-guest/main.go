@@ -1,5 +1,8 @@
 // Command fluxvm-guest is the FluxVM guest agent. In the FluxVM initramfs it is /init
 // (PID 1); with -port it serves one port as an ordinary process, for testing.
+// `fluxvm-guest ssh-keys USER` (the node agent runs it in the guest, as /init) makes
+// the keys on its standard input USER's authorized SSH keys, adding USER when missing,
+// and returns once the SSH server accepts connections.
 package main
 
 import (
@@ -23,6 +26,14 @@ func main() {
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "fluxvm-guest: "+format+"\n", args...) }
 	var err error
 	switch {
+	case os.Getpid() != 1 && flag.Arg(0) == "ssh-keys":
+		if flag.NArg() != 2 {
+			err = fmt.Errorf("usage: fluxvm-guest ssh-keys USER <authorized_keys")
+			break
+		}
+		if err = agent.InstallAuthorizedKeys("/", flag.Arg(1), os.Stdin); err == nil {
+			err = agent.WaitSSHD()
+		}
 	case *port != "":
 		err = agent.RunPort(ctx, *port, logf)
 	case os.Getpid() == 1:

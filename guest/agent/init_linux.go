@@ -37,7 +37,7 @@ const (
 // let kernel errors reach the console, load the modules the agent port needs, reap
 // orphans, then serve the host on the agent port for ever. Right after the first ready
 // message it loads the other modules and brings up lo (Setup); requests that need them
-// wait. In a VM with a display it then loads the display drivers and writes a banner on
+// wait; then it starts the image's SSH server. In a VM with a display it then loads the display drivers and writes a banner on
 // the screen. It only returns on a fatal error.
 func RunInit(ctx context.Context) error {
 	mountAll()
@@ -72,6 +72,7 @@ func RunInit(ctx context.Context) error {
 		logf("%v", err)
 	}
 	var srv *Server
+	reaper := NewReaper()
 	setup := NewSetup(func() error {
 		var errs []error
 		if err := linkUp("lo"); err != nil {
@@ -84,6 +85,8 @@ func RunInit(ctx context.Context) error {
 		if err != nil {
 			logf("%v", err)
 		}
+		// sshd binds to every address: it need not wait for the network's set-up.
+		go runSSHD(reaper, logf)
 		if display {
 			// After what commands need, and without holding them up: the screen
 			// is for people, who can wait the moment it takes.
@@ -92,7 +95,6 @@ func RunInit(ctx context.Context) error {
 		return err
 	})
 
-	reaper := NewReaper()
 	go reaper.Run(ctx)
 	srv = NewServer(Options{
 		Logf:          logf,

@@ -55,6 +55,9 @@ type Manifest struct {
 	// DisplayModules are the modules DisplayInitrd adds, which the guest agent loads
 	// when the kernel command line says the VM has a display, in order.
 	DisplayModules []string `json:"display_modules,omitempty"`
+	// SSHServer is the path of the OpenSSH server inside the guest, which the guest
+	// agent starts on port 22; empty for an image without one.
+	SSHServer string `json:"ssh_server,omitempty"`
 	// BuiltFrom records the inputs (package versions, agent source hash).
 	BuiltFrom map[string]string `json:"built_from,omitempty"`
 

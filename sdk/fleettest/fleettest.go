@@ -52,14 +52,18 @@ type Fleet struct {
 type Option func(*options)
 
 type options struct {
-	qemuImage        string
-	vcpus, memoryMiB int64
+	qemuImage, qemuBinary string
+	vcpus, memoryMiB      int64
 }
 
 // WithQEMU runs the node with the qemu driver (TCG, microvm) instead of
 // sim, so VMs boot a real guest and exec works. imageDir is a guest image
 // directory (make guest-image builds one); it becomes Fleet.Image.
 func WithQEMU(imageDir string) Option { return func(o *options) { o.qemuImage = imageDir } }
+
+// WithQEMUBinary has the qemu driver run binary instead of
+// qemu-system-x86_64 (with WithQEMU): a test's wrapper around it.
+func WithQEMUBinary(binary string) Option { return func(o *options) { o.qemuBinary = binary } }
 
 // WithNodeSize sets what the sim node offers (default 8 vCPUs, 16 GiB).
 func WithNodeSize(vcpus, memoryMiB int64) Option {
@@ -143,10 +147,14 @@ func Launch(opts ...Option) (*Fleet, error) {
 }`, o.vcpus, o.memoryMiB)
 	if o.qemuImage != "" {
 		f.Image, images = o.qemuImage, filepath.Dir(o.qemuImage)
+		binary := ""
+		if o.qemuBinary != "" {
+			binary = fmt.Sprintf("\n    qemu_binary = %q", o.qemuBinary)
+		}
 		plugin = `plugin "qemu" {
   config {
     machine = "microvm"
-    accel   = "tcg"
+    accel   = "tcg"` + binary + `
   }
 }`
 	}
