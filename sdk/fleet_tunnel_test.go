@@ -5,39 +5,75 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/fluxvm/fluxvm/sdk"
-	"github.com/fluxvm/fluxvm/sdk/tunneltest"
+	"github.com/fluxvm/fluxvm/sdk/fleettest"
 )
 
-// newTunnelCentral serves central's tunnel routes (package tunneltest: a
-// real WebSocket upgrade and a real TCP connection to guest) with these
-// rules: VM n1/vm1 is the caller's (any other is 404), vm-stopped is 409,
-// ports 22 and 8000-8999 are allowed (others 403), and at most max tunnels
-// are open at once (429).
-func newTunnelCentral(t *testing.T, guest string, max int) (*tunneltest.Server, *sdk.FleetClient) {
-	const token = "fvt_tunnel"
-	srv := tunneltest.Start(t, tunneltest.Options{Token: token, Max: max, Route: func(node, id string, port int) tunneltest.Target {
-		switch {
-		case node != "n1" || (id != "vm1" && id != "vm-stopped"):
-			return tunneltest.Target{Refusal: &sdk.APIError{Status: 404, Message: "no such vm", Hint: "fluxctl fleet vms lists yours"}}
-		case id == "vm-stopped":
-			return tunneltest.Target{Refusal: &sdk.APIError{Status: 409, Message: "vm is stopped", Hint: "start it first"}}
-		case port != 22 && (port < 8000 || port > 8999):
-			return tunneltest.Target{Refusal: &sdk.APIError{Status: 403, Message: fmt.Sprintf("port %d is not open to tunnels", port), Hint: "the policy allows 22, 8000-8999"}}
-		}
-		return tunneltest.Target{Addr: guest, VMName: "web-1"}
-	}})
-	fc, err := sdk.NewFleetClient(srv.URL, sdk.WithToken(token))
+// tunnelFleet is a real central with one sim node whose API is on a unix
+// socket (so every tunnel goes through the node's channel) and whose
+// guest ports 22 and 8080 are served by guest, a server on this host. The
+// policy lets tunnels reach ports 22 and 8000-8999 and max of them be open
+// per tenant. Tenant acme has VM web-1 (running) and VM idle-1 (stopped).
+type tunnelFleet struct {
+	f          *fleettest.Fleet
+	op, fc     *sdk.FleetClient
+	node       string
+	vm, parked string // web-1's and idle-1's IDs
+}
+
+func newTunnelFleet(t *testing.T, guest string, max int) *tunnelFleet {
+	t.Helper()
+	f := fleettest.Start(t, fleettest.WithNodeOnUnixSocket(), fleettest.WithSimPortForwards(map[string]string{"22": guest, "8080": guest}))
+	ctx := t.Context()
+	op, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv, fc
+	pol, err := op.GetPolicy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Tunnels.Enabled, pol.Tunnels.Ports, pol.Tunnels.MaxPerTenant = true, []string{"22", "8000-8999"}, max
+	if _, err := op.PutPolicy(ctx, *pol); err != nil {
+		t.Fatalf("put the tunnels policy: %v", err)
+	}
+	f.CatalogImage(t, "tiny")
+	_, token := f.Tenant(t, "acme", nil)
+	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := &tunnelFleet{f: f, op: op, fc: fc, node: f.Node}
+	for _, name := range []string{"web-1", "idle-1"} {
+		vm, err := fc.CreateVM(ctx, sdk.FleetCreateVMRequest{Name: name, Image: "tiny"})
+		if err != nil {
+			t.Fatalf("launch %s: %v", name, err)
+		}
+		if name == "web-1" {
+			tf.vm = vm.VM.ID
+		} else {
+			tf.parked = vm.VM.ID
+			if _, err := fc.StopVM(ctx, vm.Node, vm.VM.ID, 0); err != nil {
+				t.Fatalf("stop %s: %v", name, err)
+			}
+		}
+	}
+	return tf
+}
+
+// openTunnels is how many tunnels central lists open for the tenant.
+func (tf *tunnelFleet) openTunnels(t *testing.T) int {
+	t.Helper()
+	l, err := tf.fc.ListTunnels(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(l.Tunnels)
 }
 
 // echoGuest is a TCP echo server on loopback: the guest port the tunnels reach.
@@ -80,9 +116,12 @@ func roundTrip(t *testing.T, c io.ReadWriter, data []byte) {
 	}
 }
 
+// TestDialTunnelCarriesBytesBothWaysAndDefaultsToPort22: through a real
+// central, the node's channel and the sim's port_forwards to an echo
+// server, 3 MiB come back whole; port 0 is port 22, as central lists it.
 func TestDialTunnelCarriesBytesBothWaysAndDefaultsToPort22(t *testing.T) {
-	tc, fc := newTunnelCentral(t, echoGuest(t), 5)
-	c, err := fc.DialTunnel(t.Context(), "n1", "vm1", 0)
+	tf := newTunnelFleet(t, echoGuest(t), 5)
+	c, err := tf.fc.DialTunnel(t.Context(), tf.node, tf.vm, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,24 +130,46 @@ func TestDialTunnelCarriesBytesBothWaysAndDefaultsToPort22(t *testing.T) {
 	_, _ = rand.Read(data)
 	roundTrip(t, c, data)
 	roundTrip(t, c, []byte("small"))
-	c2, err := fc.DialTunnel(t.Context(), "n1", "vm1", 8080)
+	c2, err := tf.fc.DialTunnel(t.Context(), tf.node, tf.vm, 8080)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2.Close()
-	if got := fmt.Sprint(tc.Asked()); got != "[22 8080]" {
-		t.Errorf("central was asked for ports %s; want [22 8080] (0 means 22)", got)
+	defer c2.Close()
+	roundTrip(t, c2, []byte("to 8080"))
+	list, err := tf.fc.ListTunnels(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[int]int{}
+	for _, tn := range list.Tunnels {
+		ports[tn.Port]++
+	}
+	if len(list.Tunnels) != 2 || ports[22] != 1 || ports[8080] != 1 {
+		t.Errorf("central lists %+v; want one tunnel to port 22 (0 means 22) and one to 8080", list.Tunnels)
 	}
 }
 
+// TestDialTunnelRefusalsAreAPIErrorsTheIsHelpersReport: the real central's
+// refusals (its policy, its tenancy, the node's 409 for a stopped VM) reach
+// the caller as *APIError values with central's message and hint.
 func TestDialTunnelRefusalsAreAPIErrorsTheIsHelpersReport(t *testing.T) {
-	_, fc := newTunnelCentral(t, echoGuest(t), 1)
-	held, err := fc.DialTunnel(t.Context(), "n1", "vm1", 22)
+	tf := newTunnelFleet(t, echoGuest(t), 1)
+	fc := tf.fc
+	// The node's 409, while the one tunnel the policy allows is free (the
+	// slot is counted before the VM is asked for).
+	_, err := fc.DialTunnel(t.Context(), tf.node, tf.parked, 22)
+	var ae *sdk.APIError
+	if !errors.As(err, &ae) || ae.Status != 409 || !sdk.IsConflict(err) || ae.Message == "" {
+		t.Fatalf("a tunnel to a stopped VM: %#v; want an *APIError of status 409", err)
+	}
+	held, err := fc.DialTunnel(t.Context(), tf.node, tf.vm, 22)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
 	bad, _ := sdk.NewFleetClient(fc.URL(), sdk.WithToken("fvt_wrong"))
+	_, other := tf.f.Tenant(t, "bravo", nil)
+	bravo, _ := sdk.NewFleetClient(fc.URL(), sdk.WithToken(other))
 	for _, tc := range []struct {
 		name     string
 		fc       *sdk.FleetClient
@@ -117,12 +178,12 @@ func TestDialTunnelRefusalsAreAPIErrorsTheIsHelpersReport(t *testing.T) {
 		is       func(error) bool
 		status   int
 	}{
-		{"another tenant's or no VM", fc, "n1", "vm9", 22, sdk.IsNotFound, 404},
-		{"unknown node", fc, "n2", "vm1", 22, sdk.IsNotFound, 404},
-		{"port outside the policy", fc, "n1", "vm1", 25, sdk.IsForbidden, 403},
-		{"every tunnel in use", fc, "n1", "vm1", 22, sdk.IsQuota, 429},
-		{"stopped VM", fc, "n1", "vm-stopped", 22, sdk.IsConflict, 409},
-		{"wrong token", bad, "n1", "vm1", 22, sdk.IsUnauthorized, 401},
+		{"no such VM", fc, tf.node, "vm9", 22, sdk.IsNotFound, 404},
+		{"another tenant's VM", bravo, tf.node, tf.vm, 22, sdk.IsNotFound, 404},
+		{"unknown node", fc, "n2", tf.vm, 22, sdk.IsNotFound, 404},
+		{"port outside the policy", fc, tf.node, tf.vm, 25, sdk.IsForbidden, 403},
+		{"every tunnel in use", fc, tf.node, tf.vm, 22, sdk.IsQuota, 429},
+		{"wrong token", bad, tf.node, tf.vm, 22, sdk.IsUnauthorized, 401},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := tc.fc.DialTunnel(t.Context(), tc.node, tc.vm, tc.port)
@@ -141,19 +202,27 @@ func TestDialTunnelRefusalsAreAPIErrorsTheIsHelpersReport(t *testing.T) {
 	}
 }
 
+// TestDialTunnelRefusesBadArgumentsBeforeCallingCentral: central's address
+// here answers nothing, so an error that is not a *ConnectError was
+// decided before dialling.
 func TestDialTunnelRefusesBadArgumentsBeforeCallingCentral(t *testing.T) {
-	tc, fc := newTunnelCentral(t, echoGuest(t), 5)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	fc, _ := sdk.NewFleetClient("http://"+addr, sdk.WithToken("x"))
 	for _, a := range []struct {
 		node, vm string
 		port     int
 	}{{"n1", "vm1", -1}, {"n1", "vm1", 65536}, {"", "vm1", 22}, {"n1", "", 22}} {
-		if c, err := fc.DialTunnel(t.Context(), a.node, a.vm, a.port); err == nil {
+		c, err := fc.DialTunnel(t.Context(), a.node, a.vm, a.port)
+		var ce *sdk.ConnectError
+		switch {
+		case err == nil:
 			c.Close()
 			t.Errorf("DialTunnel(%q, %q, %d) opened a tunnel", a.node, a.vm, a.port)
+		case errors.As(err, &ce):
+			t.Errorf("DialTunnel(%q, %q, %d) dialled central: %v", a.node, a.vm, a.port, err)
 		}
-	}
-	if asked := tc.Asked(); len(asked) != 0 {
-		t.Errorf("central was called for bad arguments: %v", asked)
 	}
 }
 
@@ -169,8 +238,13 @@ func TestDialTunnelToAnUnreachableCentralIsAConnectError(t *testing.T) {
 	}
 }
 
+// TestPortForwardRelaysEachConnectionAndOneRefusalDoesNotStopTheOthers: with
+// the policy's max_per_tenant at 2, a third local connection is refused
+// (429, reported) and closed while the other two carry on; a local
+// connection that ends frees its tunnel in central.
 func TestPortForwardRelaysEachConnectionAndOneRefusalDoesNotStopTheOthers(t *testing.T) {
-	tc, fc := newTunnelCentral(t, echoGuest(t), 2)
+	tf := newTunnelFleet(t, echoGuest(t), 2)
+	fc := tf.fc
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +254,7 @@ func TestPortForwardRelaysEachConnectionAndOneRefusalDoesNotStopTheOthers(t *tes
 	errs := make(chan error, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- fc.PortForwardNotify(ctx, "n1", "vm1", 8080, ln, func(err error) { errs <- err })
+		done <- fc.PortForwardNotify(ctx, tf.node, tf.vm, 8080, ln, func(err error) { errs <- err })
 	}()
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -212,10 +286,10 @@ func TestPortForwardRelaysEachConnectionAndOneRefusalDoesNotStopTheOthers(t *tes
 	// When a local connection ends, its tunnel ends and frees its slot.
 	b.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for tc.Open() != 1 && time.Now().Before(deadline) {
+	for tf.openTunnels(t) != 1 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := tc.Open(); n != 1 {
+	if n := tf.openTunnels(t); n != 1 {
 		t.Fatalf("%d tunnels open after one of two local connections closed; want 1", n)
 	}
 	d := dial()
@@ -241,21 +315,32 @@ func TestPortForwardRelaysEachConnectionAndOneRefusalDoesNotStopTheOthers(t *tes
 	}
 }
 
+// TestListTunnelsShowsOpenOnesAndCloseTunnelEndsOne: central lists the
+// tunnel with its traffic and the policy's limit; closing it ends the
+// client's read with central's reason (close code 4000).
 func TestListTunnelsShowsOpenOnesAndCloseTunnelEndsOne(t *testing.T) {
-	_, fc := newTunnelCentral(t, echoGuest(t), 5)
-	c, err := fc.DialTunnel(t.Context(), "n1", "vm1", 8080)
+	tf := newTunnelFleet(t, echoGuest(t), 5)
+	fc := tf.fc
+	c, err := fc.DialTunnel(t.Context(), tf.node, tf.vm, 8080)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	roundTrip(t, c, []byte("hello"))
-	list, err := fc.ListTunnels(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	// Central counts the bytes as it relays them: the echo may reach the
+	// client a moment before the count is read.
+	var list *sdk.TunnelList
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if list, err = fc.ListTunnels(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Tunnels) != 1 || list.Tunnels[0].BytesFromVM == 5 || time.Now().After(deadline) {
+			break
+		}
 	}
-	if len(list.Tunnels) != 1 || list.Tunnels[0].Port != 8080 || list.Tunnels[0].VMName != "web-1" || list.Limits.MaxPerTenant != 5 ||
-		list.Tunnels[0].BytesToVM != 5 || list.Tunnels[0].BytesFromVM != 5 {
-		t.Fatalf("ListTunnels = %+v; want the one tunnel to port 8080, 5 bytes each way, and the limit 5", list)
+	if len(list.Tunnels) != 1 || list.Tunnels[0].Port != 8080 || list.Tunnels[0].VMName != "web-1" || list.Tunnels[0].VM != tf.vm ||
+		list.Tunnels[0].Node != tf.node || list.Limits.MaxPerTenant != 5 || list.Tunnels[0].BytesToVM != 5 || list.Tunnels[0].BytesFromVM != 5 {
+		t.Fatalf("ListTunnels = %+v; want the one tunnel to web-1 port 8080, 5 bytes each way, and the limit 5", list)
 	}
 	if err := fc.CloseTunnel(t.Context(), list.Tunnels[0].ID); err != nil {
 		t.Fatal(err)

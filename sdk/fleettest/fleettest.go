@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,8 @@ type Fleet struct {
 	// OperatorToken is central's fleet token: the operator's credential.
 	// The node lists it among its admin tokens, so central can call it.
 	OperatorToken string
-	// Node is the node's name and NodeURL its API.
+	// Node is the node's name and NodeURL its API: http://127.0.0.1:PORT,
+	// or unix:///PATH/api.sock with WithNodeOnUnixSocket.
 	Node, NodeURL string
 	// Image is a disk path every node allows, for a catalog entry
 	// (PUT /fleet/images/{name} "image"): a file the sim driver only
@@ -46,6 +48,9 @@ type Fleet struct {
 	Dir string
 
 	central, node *process
+	// centralArgs start central again on the same state dir and port.
+	centralArgs []string
+	bin         string
 }
 
 // Option changes the fleet Start runs.
@@ -54,6 +59,8 @@ type Option func(*options)
 type options struct {
 	qemuImage, qemuBinary string
 	vcpus, memoryMiB      int64
+	unixSocket            bool
+	portForwards          map[string]string
 }
 
 // WithQEMU runs the node with the qemu driver (TCG, microvm) instead of
@@ -64,6 +71,20 @@ func WithQEMU(imageDir string) Option { return func(o *options) { o.qemuImage = 
 // WithQEMUBinary has the qemu driver run binary instead of
 // qemu-system-x86_64 (with WithQEMU): a test's wrapper around it.
 func WithQEMUBinary(binary string) Option { return func(o *options) { o.qemuBinary = binary } }
+
+// WithNodeOnUnixSocket has the node's API listen on a unix socket in Dir
+// only (listen = "unix:DIR/api.sock"), so its heartbeat advertises no URL
+// and central reaches it through nothing but the channel the node opens.
+// NodeURL is then unix:///DIR/api.sock, which the SDK's NodeClient dials.
+func WithNodeOnUnixSocket() Option { return func(o *options) { o.unixSocket = true } }
+
+// WithSimPortForwards gives the sim driver port_forwards: guest TCP port
+// ("22") to a host address ("127.0.0.1:2222") that a tunnel to that port of
+// any of its VMs reaches, standing in for the guest's server. It has no
+// effect with WithQEMU, whose guests serve their own ports.
+func WithSimPortForwards(forwards map[string]string) Option {
+	return func(o *options) { o.portForwards = forwards }
+}
 
 // WithNodeSize sets what the sim node offers (default 8 vCPUs, 16 GiB).
 func WithNodeSize(vcpus, memoryMiB int64) Option {
@@ -119,14 +140,10 @@ func Launch(opts ...Option) (*Fleet, error) {
 		return nil, err
 	}
 	f.URL = "http://" + caddr
-	f.central, err = startProcess(filepath.Join(dir, "central.log"), bin, "central", "-token", f.OperatorToken,
-		"-listen", caddr, "-state-dir", filepath.Join(dir, "central"), "-heartbeat-secs", "1")
-	if err != nil {
-		return nil, err
-	}
-	if err := f.central.waitFor("central's GET /healthz", 60*time.Second, func() bool {
-		return get(f.URL+"/healthz") == http.StatusOK
-	}); err != nil {
+	f.bin = bin
+	f.centralArgs = []string{"central", "-token", f.OperatorToken,
+		"-listen", caddr, "-state-dir", filepath.Join(dir, "central"), "-heartbeat-secs", "1"}
+	if err := f.startCentral(); err != nil {
 		return nil, err
 	}
 
@@ -138,13 +155,28 @@ func Launch(opts ...Option) (*Fleet, error) {
 	if err := os.WriteFile(f.Image, []byte("sim image"), 0o644); err != nil {
 		return nil, err
 	}
+	forwards := ""
+	if len(o.portForwards) > 0 {
+		ports := make([]string, 0, len(o.portForwards))
+		for p := range o.portForwards {
+			ports = append(ports, p)
+		}
+		sort.Strings(ports)
+		var b strings.Builder
+		b.WriteString("\n    port_forwards = {")
+		for _, p := range ports {
+			fmt.Fprintf(&b, "\n      %q = %q", p, o.portForwards[p])
+		}
+		b.WriteString("\n    }")
+		forwards = b.String()
+	}
 	plugin := fmt.Sprintf(`plugin "sim" {
   config {
     boot_delay_ms = 100
     vcpus         = %d
-    memory_mib    = %d
+    memory_mib    = %d%s
   }
-}`, o.vcpus, o.memoryMiB)
+}`, o.vcpus, o.memoryMiB, forwards)
 	if o.qemuImage != "" {
 		f.Image, images = o.qemuImage, filepath.Dir(o.qemuImage)
 		binary := ""
@@ -158,11 +190,16 @@ func Launch(opts ...Option) (*Fleet, error) {
   }
 }`
 	}
-	naddr, err := freeAddr()
-	if err != nil {
-		return nil, err
+	var naddr string
+	if o.unixSocket {
+		sock := filepath.Join(dir, "api.sock")
+		naddr, f.NodeURL = "unix:"+sock, "unix://"+sock
+	} else {
+		if naddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		f.NodeURL = "http://" + naddr
 	}
-	f.NodeURL = "http://" + naddr
 	cfg := fmt.Sprintf(`name = %q
 state_dir = %q
 listen = %q
@@ -189,6 +226,40 @@ central {
 	}
 	ok = true
 	return f, nil
+}
+
+// startCentral runs central with centralArgs and waits for its GET
+// /healthz.
+func (f *Fleet) startCentral() error {
+	var err error
+	f.central, err = startProcess(filepath.Join(f.Dir, "central.log"), f.bin, f.centralArgs...)
+	if err != nil {
+		return err
+	}
+	return f.central.waitFor("central's GET /healthz", 60*time.Second, func() bool {
+		return get(f.URL+"/healthz") == http.StatusOK
+	})
+}
+
+// KillCentral SIGKILLs central, as a crash or a host losing power would:
+// it closes nothing in order, so the node's channel and every open tunnel
+// just break.
+func (f *Fleet) KillCentral(t testing.TB) {
+	t.Helper()
+	if err := f.central.cmd.Process.Kill(); err != nil {
+		t.Fatalf("SIGKILL central: %v", err)
+	}
+	<-f.central.exited
+}
+
+// RestartCentral starts central again, after KillCentral, on the same state
+// dir and port, and returns once its GET /healthz answers. The node is not
+// told: it finds central again by redialling its channel.
+func (f *Fleet) RestartCentral(t testing.TB) {
+	t.Helper()
+	if err := f.startCentral(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // nodeUp reports whether central lists the node up with a guest OS (so a
@@ -270,8 +341,10 @@ type process struct {
 	exited chan struct{}
 }
 
+// startProcess runs bin; its output is appended to logPath (a restarted
+// central keeps the log of its first run).
 func startProcess(logPath, bin string, args ...string) (*process, error) {
-	lf, err := os.Create(logPath)
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}
