@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/gorilla/websocket"
 )
@@ -33,6 +34,26 @@ func TunnelEndedReason(err error) (string, bool) {
 		return ce.Text, true
 	}
 	return "", false
+}
+
+// TunnelDropped reports whether err (from reading or writing a tunnel, or
+// from Relay) is its connection to central breaking without a close
+// message: central stopped without closing it (killed, crashed, its host
+// gone) or the network between broke. Nothing says why; a central that
+// comes back has no tunnels from before, so the caller dials again. A
+// tunnel closed by this side (net.ErrClosed) is not dropped.
+func TunnelDropped(err error) bool {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code == websocket.CloseAbnormalClosure // 1006: no close message came
+	}
+	var connect *ConnectError
+	var ne net.Error
+	if err == nil || errors.Is(err, net.ErrClosed) || errors.As(err, &connect) || (errors.As(err, &ne) && ne.Timeout()) {
+		return false // never open, closed here, or a deadline of this side's
+	}
+	var oe *net.OpError
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.As(err, &oe)
 }
 
 // DialTunnel opens a tunnel through central to TCP port of VM vmID on node

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -393,5 +394,37 @@ func TestCheckSSHAuthorizedKeysBoundsKeysAndLogins(t *testing.T) {
 				t.Errorf("refusal %#v is not a 400 with a hint", err)
 			}
 		})
+	}
+}
+
+// TestATunnelWhoseCentralWasKilledReadsAsDropped: SIGKILLed, central sends
+// no close message; the open tunnel's read ends at once with an error that
+// TunnelDropped reports (and TunnelEndedReason does not), while a tunnel
+// this side closed is not dropped.
+func TestATunnelWhoseCentralWasKilledReadsAsDropped(t *testing.T) {
+	tf := newTunnelFleet(t, echoGuest(t), 5)
+	c, err := tf.fc.DialTunnel(t.Context(), tf.node, tf.vm, 22)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roundTrip(t, c, []byte("before"))
+	mine, err := tf.fc.DialTunnel(t.Context(), tf.node, tf.vm, 22)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.Close()
+	if _, err := mine.Read(make([]byte, 1)); err == nil || sdk.TunnelDropped(err) {
+		t.Errorf("reading a tunnel closed here: %v; want an error TunnelDropped does not report", err)
+	}
+	tf.f.KillCentral(t)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	if _, ended := sdk.TunnelEndedReason(err); !sdk.TunnelDropped(err) || ended {
+		t.Fatalf("reading a tunnel whose central was killed: %v; want TunnelDropped, without a reason", err)
+	}
+	t.Logf("the read's error: %v", err)
+	if sdk.TunnelDropped(nil) || sdk.TunnelDropped(io.EOF) || sdk.TunnelDropped(os.ErrDeadlineExceeded) {
+		t.Error("TunnelDropped reports nil, io.EOF (the guest's orderly end) or this side's deadline")
 	}
 }

@@ -286,10 +286,15 @@ func relayStdio(ctx context.Context, conn net.Conn, in io.Reader, out io.Writer)
 }
 
 // tunnelEnded says why a tunnel broke: central's reason when central ended
-// it, with what to do about it.
+// it, that central went away when its connection broke without one, with
+// what to do about it.
 func tunnelEnded(err error) error {
 	reason, ok := sdk.TunnelEndedReason(err)
 	if !ok {
+		if sdk.TunnelDropped(err) {
+			return &cliError{msg: "the tunnel ended: central closed the connection without saying why (it stopped or restarted, or the network to it broke)",
+				hint: "connect again once central answers (fluxctl fleet status); a restarted central keeps no tunnels from before"}
+		}
 		return fmt.Errorf("tunnel: %w", err)
 	}
 	hint := "connect again; " + hintTunnels
@@ -346,7 +351,7 @@ tunnels are all in use) is closed and the reason printed; the others go on.`,
 			err = fc.PortForwardNotify(c.Context(), vm.Node, vm.ID, remote, ln, func(err error) {
 				msg, hint := err.Error(), ""
 				var cli *cliError
-				if _, ended := sdk.TunnelEndedReason(err); ended {
+				if _, ended := sdk.TunnelEndedReason(err); ended || sdk.TunnelDropped(err) {
 					err = tunnelEnded(err)
 				} else {
 					err = f.explain(tunnelRefusal(err, vm.Name))

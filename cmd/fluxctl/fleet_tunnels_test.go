@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fluxvm/fluxvm/sdk"
-	"github.com/fluxvm/fluxvm/sdk/tunneltest"
+	"github.com/fluxvm/fluxvm/sdk/fleettest"
 )
 
 // TestFleetTunnelCommandLineMistakesSayWhatToDo: arguments fleet ssh,
@@ -64,19 +67,18 @@ func TestFleetSSHWithoutAnSSHClientSaysWhatToInstall(t *testing.T) {
 	c.run(t, "fleet", "ssh", "web-1").refused(t, "no ssh", "ssh (the OpenSSH client) is not installed", "apt-get install openssh-client")
 }
 
-// TestTunnelStdioRelaysAndSaysWhyCentralEndedIt: tunnel-stdio carries
-// stdin to the guest port and the answer to stdout; when central ends the
-// tunnel (here: closed with tunnels close), it exits 1 with central's reason
-// and what to do.
-func TestTunnelStdioRelaysAndSaysWhyCentralEndedIt(t *testing.T) {
-	guest, err := net.Listen("tcp", "127.0.0.1:0")
+// echoServer is a TCP echo server on this host: the guest port a sim
+// node's port_forwards reaches.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer guest.Close()
+	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
-			c, err := guest.Accept()
+			c, err := l.Accept()
 			if err != nil {
 				return
 			}
@@ -86,43 +88,165 @@ func TestTunnelStdioRelaysAndSaysWhyCentralEndedIt(t *testing.T) {
 			}()
 		}
 	}()
-	const token = "fvt_stdio"
-	srv := tunneltest.Start(t, tunneltest.Options{Token: token, Route: func(node, id string, port int) tunneltest.Target {
-		return tunneltest.Target{Addr: guest.Addr().String(), VMName: "web-1"}
-	}})
-	c := cli{env: map[string]string{envCentral: srv.URL, envFleetToken: token}}
+	return l.Addr().String()
+}
 
-	inR, inW := io.Pipe()
-	out := &syncBuffer{}
-	errb := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		a := &app{stdin: inR, stdout: out, stderr: errb, getenv: func(k string) string { return c.env[k] }}
-		done <- a.run(t.Context(), []string{"fleet", "tunnel-stdio", "node-1/vm-1", "22"})
-	}()
-	if _, err := inW.Write([]byte("hello through the tunnel\n")); err != nil {
+// tunnelVM starts a real central and a sim node on a unix socket (central
+// reaches it through its channel only) whose guest port 22 is an echo
+// server, and launches web-1 for tenant acme: its VM and token.
+func tunnelVM(t *testing.T) (*fleettest.Fleet, *sdk.FleetVM, string) {
+	t.Helper()
+	f := fleettest.Start(t, fleettest.WithNodeOnUnixSocket(), fleettest.WithSimPortForwards(map[string]string{"22": echoServer(t)}))
+	f.CatalogImage(t, "tiny")
+	_, token := f.Tenant(t, "acme", nil)
+	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(token))
+	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); out.String() == "" && time.Now().Before(deadline); {
+	if _, err := fc.CreateVM(t.Context(), sdk.FleetCreateVMRequest{Name: "web-1", Image: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := fc.FindVM(t.Context(), "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, vm, token
+}
+
+// stdioSession is a running fluxctl fleet tunnel-stdio.
+type stdioSession struct {
+	in       *io.PipeWriter
+	out, err *syncBuffer
+	done     chan int
+}
+
+func startTunnelStdio(t *testing.T, c cli, target string) *stdioSession {
+	t.Helper()
+	inR, inW := io.Pipe()
+	s := &stdioSession{in: inW, out: &syncBuffer{}, err: &syncBuffer{}, done: make(chan int, 1)}
+	go func() {
+		a := &app{stdin: inR, stdout: s.out, stderr: s.err, getenv: func(k string) string { return c.env[k] }}
+		s.done <- a.run(t.Context(), []string{"fleet", "tunnel-stdio", target, "22"})
+	}()
+	t.Cleanup(func() { inW.Close() })
+	return s
+}
+
+// echo writes line and waits for stdout to hold want.
+func (s *stdioSession) echo(t *testing.T, line, want string) {
+	t.Helper()
+	if _, err := s.in.Write([]byte(line)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.out.String() != want && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if out.String() != "hello through the tunnel\n" {
-		t.Fatalf("stdout = %q; want the echo", out.String())
+	if s.out.String() != want {
+		t.Fatalf("stdout = %q; want %q (stderr %q)", s.out.String(), want, s.err.String())
 	}
-	list := c.run(t, "fleet", "tunnels", "-o", "json").ok(t, "tunnels -o json").stdout
-	tl := decode[sdk.TunnelList](t, "tunnels", list)
-	if len(tl.Tunnels) != 1 || tl.Tunnels[0].BytesToVM != 25 || tl.Tunnels[0].BytesFromVM != 25 {
-		t.Fatalf("tunnels -o json = %s; want one tunnel with 25 bytes each way", list)
+}
+
+// ended waits for tunnel-stdio to exit.
+func (s *stdioSession) ended(t *testing.T, within time.Duration) result {
+	t.Helper()
+	select {
+	case code := <-s.done:
+		return result{s.out.String(), s.err.String(), code}
+	case <-time.After(within):
+		t.Fatalf("tunnel-stdio still runs %v later", within)
+	}
+	return result{}
+}
+
+// TestTunnelStdioRelaysAndSaysWhyCentralEndedIt: tunnel-stdio carries
+// stdin to the guest port (through a real central and the node's channel)
+// and the answer to stdout; when central ends the tunnel (here: closed with
+// tunnels close), it exits 1 with central's reason and what to do.
+func TestTunnelStdioRelaysAndSaysWhyCentralEndedIt(t *testing.T) {
+	f, vm, token := tunnelVM(t)
+	c := fleetCLI(f, token)
+	s := startTunnelStdio(t, c, vm.Node+"/"+vm.ID)
+	s.echo(t, "hello through the tunnel\n", "hello through the tunnel\n")
+	var tl sdk.TunnelList
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		list := c.run(t, "fleet", "tunnels", "-o", "json").ok(t, "tunnels -o json").stdout
+		tl = decode[sdk.TunnelList](t, "tunnels", list)
+		if len(tl.Tunnels) != 1 || tl.Tunnels[0].BytesFromVM == 25 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(tl.Tunnels) != 1 || tl.Tunnels[0].BytesToVM != 25 || tl.Tunnels[0].BytesFromVM != 25 || tl.Tunnels[0].VMName != "web-1" {
+		t.Fatalf("tunnels -o json = %+v; want one tunnel to web-1 with 25 bytes each way", tl)
 	}
 	c.run(t, "fleet", "tunnels", "close", tl.Tunnels[0].ID).ok(t, "tunnels close")
-	select {
-	case code := <-done:
-		r := result{out.String(), errb.String(), code}
-		r.refused(t, "tunnel-stdio closed by central", "central ended the tunnel: closed by the tenant", "fluxctl fleet tunnels close")
-	case <-time.After(10 * time.Second):
-		t.Fatal("tunnel-stdio still runs after central ended its tunnel")
+	s.ended(t, 10*time.Second).refused(t, "tunnel-stdio closed by central", "central ended the tunnel: closed by the tenant", "fluxctl fleet tunnels close")
+}
+
+// TestCentralKilledAndRestartedEndsTunnelsAndTheNodeComesBack is the
+// acceptance line "central SIGKILLed and restarted: the node reconnects
+// within 5 s, open tunnels end with a reason, new ones work": a
+// tunnel-stdio session is open through a real central to a node on a unix
+// socket; central is SIGKILLed, so no close message is sent, and
+// tunnel-stdio exits at once saying central closed the connection and to
+// connect again; central restarts on its state, the node's channel is back
+// within 5 s (a tunnel opens and carries bytes, which only the channel can
+// do) and a new session works.
+func TestCentralKilledAndRestartedEndsTunnelsAndTheNodeComesBack(t *testing.T) {
+	f, vm, token := tunnelVM(t)
+	c := fleetCLI(f, token)
+	target := vm.Node + "/" + vm.ID
+	s := startTunnelStdio(t, c, target)
+	s.echo(t, "before\n", "before\n")
+
+	f.KillCentral(t)
+	r := s.ended(t, 5*time.Second)
+	r.refused(t, "tunnel-stdio when central was killed", "central closed the connection", "connect again")
+	t.Logf("tunnel-stdio when central was killed:\n%s", r.stderr)
+	if !strings.Contains(r.stderr, "without saying why") {
+		t.Errorf("tunnel-stdio does not say central gave no reason:\n%s", r.stderr)
 	}
-	inW.Close()
+
+	restart := time.Now()
+	f.RestartCentral(t)
+	up := time.Now()
+	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back time.Duration
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		conn, err := fc.DialTunnel(ctx, vm.Node, vm.ID, 22)
+		cancel()
+		if err == nil {
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			_, werr := conn.Write([]byte("ping"))
+			got := make([]byte, 4)
+			_, rerr := io.ReadFull(conn, got)
+			conn.Close()
+			if werr == nil && rerr == nil && string(got) == "ping" {
+				back = time.Since(up)
+				break
+			}
+			err = errors.Join(werr, rerr)
+		}
+		if time.Since(up) > 5*time.Second {
+			t.Fatalf("no tunnel through the node's channel within 5 s of central's restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the node's channel carried a tunnel %v after central answered again (%v after it was started again)",
+		back.Round(time.Millisecond), time.Since(restart).Round(time.Millisecond))
+	n, err := fc.ListVMs(t.Context())
+	if err != nil || len(n.VMs) != 1 || n.VMs[0].Unreachable || len(n.UnreachableNodes) != 0 {
+		t.Fatalf("after the restart GET /fleet/vms = %+v, %v; want web-1, reachable", n, err)
+	}
+	s2 := startTunnelStdio(t, c, target)
+	s2.echo(t, "after\n", "after\n")
+	s2.in.Close()
+	if r := s2.ended(t, 10*time.Second); r.code != 0 {
+		t.Errorf("tunnel-stdio after stdin ended: exit %d, stderr %s", r.code, r.stderr)
+	}
 }
 
 // TestFleetSSHRefusesNamesUnfitForACommandLine: fleet ssh puts the VM's
