@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,6 @@ import (
 	"github.com/fluxvm/fluxvm/guest/image"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/fluxvm/fluxvm/sdk/fleettest"
-	"github.com/fluxvm/fluxvm/sdk/tunneltest"
 )
 
 // syncBuffer is a bytes.Buffer that a running command writes while the
@@ -43,18 +43,20 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestFleetSSHAndSCPReachARealGuestThroughTunnels is fleet ssh end to end
-// but for central's relay, which is built elsewhere: a real central and a
-// QEMU node (TCG) launch a VM with --ssh-key; its guest agent installs the
-// key for the catalog image's ssh_user (debian); the real OpenSSH client,
-// run by fluxctl fleet ssh, reaches the guest's real sshd through
-// ProxyCommand = the fluxctl binary's tunnel-stdio, a WebSocket tunnel of
-// package tunneltest (central's tunnel routes; every other route goes to
-// the real central). The tunnel's far end is the guest's port 22, which a
-// wrapper around qemu-system-x86_64 forwards from a loopback port on QEMU's
-// user network. Then scp with a --print-config block copies a file both
-// ways (50 MiB, equal sha256) and rsync -e ssh a tree there and back, port-forward serves the guest's port 22 locally, and fleet tunnels
-// lists and closes the tunnel it holds.
+// TestFleetSSHAndSCPReachARealGuestThroughTunnels is issue 14's first
+// acceptance line end to end, with nothing stood in: a real central and a
+// QEMU node (TCG) whose API is a unix socket, so central reaches it only
+// through the channel the node opens. A VM launched with --ssh-key gets
+// the key installed by its guest agent for the catalog image's ssh_user
+// (debian); the real OpenSSH client, run by fluxctl fleet ssh, reaches the
+// guest's real sshd through ProxyCommand = the fluxctl binary's
+// tunnel-stdio: a WebSocket tunnel to central, relayed through the channel
+// to the node, which forwards to the guest's port 22 with QEMU's
+// hostfwd_add. It prints the guest's uname; no process has the token on
+// its command line meanwhile. Then scp with a --print-config block copies
+// a file both ways (50 MiB, equal sha256) and rsync -e ssh a tree there and
+// back; fleet port-forward reaches busybox httpd, started in the guest with
+// fleet run; fleet tunnels lists the tunnel it holds and closes it.
 func TestFleetSSHAndSCPReachARealGuestThroughTunnels(t *testing.T) {
 	for _, tool := range []string{"qemu-system-x86_64", "ssh", "scp", "ssh-keygen", "rsync"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -77,30 +79,14 @@ func TestFleetSSHAndSCPReachARealGuestThroughTunnels(t *testing.T) {
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tenant@test", "-f", key).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	guestSSH := l.Addr().String()
-	l.Close()
-	wrapper := filepath.Join(dir, "qemu-hostfwd")
-	script := `#!/bin/bash
-# The test's own QEMU: the user network forwards ` + guestSSH + ` to the guest's port 22.
-args=()
-for a in "$@"; do
-	[ "$a" = "user,id=n0" ] && a="user,id=n0,hostfwd=tcp:` + guestSSH + `-:22"
-	args+=("$a")
-done
-exec qemu-system-x86_64 "${args[@]}"
-`
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
 
-	f := fleettest.Start(t, fleettest.WithQEMU(m.Dir()), fleettest.WithQEMUBinary(wrapper))
+	f := fleettest.Start(t, fleettest.WithQEMU(m.Dir()), fleettest.WithNodeOnUnixSocket())
 	op, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n, err := op.GetNode(t.Context(), f.Node); err != nil || n.URL != "" {
+		t.Fatalf("node %s: %+v, %v; want it listed with no URL central could dial", f.Node, n, err)
 	}
 	if _, err := op.PutImage(t.Context(), sdk.Image{Name: "deb", GuestOS: "linux", Image: f.Image, VCPUs: 1, MemoryMiB: 256, SSHUser: "debian"}); err != nil {
 		t.Fatal(err)
@@ -119,16 +105,7 @@ exec qemu-system-x86_64 "${args[@]}"
 		t.Fatal(err)
 	}
 
-	tun := tunneltest.Start(t, tunneltest.Options{Token: token, Upstream: f.URL, Route: func(node, id string, p int) tunneltest.Target {
-		switch {
-		case node != vm.Node || id != vm.ID:
-			return tunneltest.Target{Refusal: &sdk.APIError{Status: 404, Message: "no vm " + id, Hint: "GET /fleet/vms lists yours"}}
-		case p != 22:
-			return tunneltest.Target{Refusal: &sdk.APIError{Status: 403, Message: fmt.Sprintf("port %d is not open to tunnels", p), Hint: "the policy's tunnels.ports"}}
-		}
-		return tunneltest.Target{Addr: guestSSH, VMName: vm.Name}
-	}})
-	c := cli{env: map[string]string{envCentral: tun.URL, envFleetToken: token}}
+	c := fleetCLI(f, token)
 	knownHosts := filepath.Join(dir, "known_hosts")
 	sshOpts := []string{"-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
 		"-o", "UserKnownHostsFile=" + knownHosts, "-o", "ConnectTimeout=30"}
@@ -196,7 +173,7 @@ exec qemu-system-x86_64 "${args[@]}"
 	// that names this binary and central but not the token.
 	r = run("fleet", "ssh", "--print-config", "web-1").ok(t, "ssh --print-config")
 	want := fmt.Sprintf("Host web-1\n  User debian\n  HostKeyAlias fluxvm-%s\n  ProxyCommand %s fleet --central %s tunnel-stdio %s/%s %%p\n",
-		vm.ID, fluxctl, tun.URL, vm.Node, vm.ID)
+		vm.ID, fluxctl, f.URL, vm.Node, vm.ID)
 	if r.stdout != want || strings.Contains(r.stdout, token) {
 		t.Fatalf("--print-config printed\n%s\nwant\n%s", r.stdout, want)
 	}
@@ -255,17 +232,21 @@ exec qemu-system-x86_64 "${args[@]}"
 		t.Fatalf("the tree rsync'ed there and back differs: %v\n%s", err, out)
 	}
 
-	// port-forward: a local port that reaches the guest's sshd, one tunnel
-	// per connection; fleet tunnels lists it and closes it.
+	// port-forward: busybox httpd in the guest, started through the exec
+	// route (fleet run), serves a page that a local port reaches, one
+	// tunnel per connection.
+	page := "served in " + vm.ID + "\n"
+	direct.run(t, "fleet", "run", "web-1", "--", "sh", "-c",
+		"mkdir -p /tmp/www && printf '%s' '"+page+"' > /tmp/www/index.html && busybox httpd -p 8080 -h /tmp/www").ok(t, "run busybox httpd")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	pfErr := &syncBuffer{}
 	pfDone := make(chan int, 1)
 	go func() {
 		a := &app{stdin: strings.NewReader(""), stdout: &syncBuffer{}, stderr: pfErr, getenv: func(k string) string { return c.env[k] }}
-		pfDone <- a.run(ctx, []string{"fleet", "port-forward", "web-1", "0:22"})
+		pfDone <- a.run(ctx, []string{"fleet", "port-forward", "web-1", "0:8080"})
 	}()
-	re := regexp.MustCompile(`Forwarding (127\.0\.0\.1:\d+) -> web-1 port 22`)
+	re := regexp.MustCompile(`Forwarding (127\.0\.0\.1:\d+) -> web-1 port 8080`)
 	var local string
 	for deadline := time.Now().Add(30 * time.Second); local == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if m := re.FindStringSubmatch(pfErr.String()); m != nil {
@@ -275,22 +256,41 @@ exec qemu-system-x86_64 "${args[@]}"
 	if local == "" {
 		t.Fatalf("port-forward did not say where it listens: %q", pfErr.String())
 	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get("http://" + local + "/index.html")
+	if err != nil {
+		t.Fatalf("GET through port-forward: %v\n%s", err, pfErr.String())
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != page {
+		t.Fatalf("GET through port-forward: %d %q; want 200 %q", resp.StatusCode, body, page)
+	}
+	t.Logf("through fleet port-forward: %s %q", resp.Status, body)
+	// A connection that holds its tunnel: half a request, which httpd
+	// waits on. fleet tunnels lists it (and only it: the GET's tunnel ended
+	// with its connection) and closes it.
 	conn, err := net.Dial("tcp", local)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	banner, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil || !strings.HasPrefix(banner, "SSH-2.0-OpenSSH_") {
-		t.Fatalf("the forwarded port answered %q, %v; want sshd's banner", banner, err)
+	half := "GET / HTTP/1.0\r\n"
+	if _, err := conn.Write([]byte(half)); err != nil {
+		t.Fatal(err)
 	}
 	c.stdoutTTY = true
-	list := c.run(t, "fleet", "tunnels").ok(t, "tunnels").stdout
-	lines := strings.Split(strings.TrimSpace(list), "\n")
-	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID VM PORT TO VM FROM VM IDLE" ||
-		!regexp.MustCompile(`^tun_\w+\s+web-1\s+22\s+0 B\s+[1-9]\d* B\s+\d+s$`).MatchString(lines[1]) {
-		t.Fatalf("fleet tunnels printed:\n%s", list)
+	row := regexp.MustCompile(`^tun_\w+\s+web-1\s+8080\s+` + strconv.Itoa(len(half)) + ` B\s+0 B\s+\d+s$`)
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		list := c.run(t, "fleet", "tunnels").ok(t, "tunnels").stdout
+		lines = strings.Split(strings.TrimSpace(list), "\n")
+		if len(lines) == 2 && row.MatchString(lines[1]) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID VM PORT TO VM FROM VM IDLE" || !row.MatchString(lines[1]) {
+		t.Fatalf("fleet tunnels printed:\n%s\nwant the one tunnel to port 8080 with %d B to the VM", strings.Join(lines, "\n"), len(half))
 	}
 	id := strings.Fields(lines[1])[0]
 	c.run(t, "fleet", "tunnels", "-o", "wide").ok(t, "tunnels -o wide").has(t, "tunnels -o wide", "AGE", "NODE", vm.ID, "primary token")
@@ -302,18 +302,15 @@ exec qemu-system-x86_64 "${args[@]}"
 	if !strings.Contains(pfErr.String(), "error: central ended the tunnel: closed by the tenant\nhint: someone closed it") {
 		t.Errorf("port-forward did not say why its connection ended:\n%s", pfErr.String())
 	}
-	if _, err := conn.Read(make([]byte, 64<<10)); err == nil {
-		// The banner's line may have been followed by nothing else: read to the end.
-		_, err = bufio.NewReader(conn).ReadString('\n')
-		if err == nil {
-			t.Error("the forwarded connection still reads after its tunnel was closed")
-		}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := conn.Read(make([]byte, 64<<10)); err == nil {
+		t.Errorf("the forwarded connection read %d bytes after its tunnel was closed; want it closed", n)
 	}
 	c.stdoutTTY = false
 	c.run(t, "fleet", "tunnels", "close", id).refused(t, "closing it again", "no open tunnel "+id, "fluxctl fleet tunnels lists")
 	// A port the policy refuses: tunnel-stdio says why, with fluxctl's hint.
-	c.run(t, "fleet", "tunnel-stdio", vm.Node+"/"+vm.ID, "8080").refused(t, "a port outside the policy", "port 8080 is not open to tunnels", "the fleet's policy decides which ports")
-	c.run(t, "fleet", "tunnel-stdio", vm.Node+"/nope", "22").refused(t, "another VM", "no vm nope", "fluxctl fleet vms lists your VMs")
+	c.run(t, "fleet", "tunnel-stdio", vm.Node+"/"+vm.ID, "25").refused(t, "a port outside the policy", "port 25 is not among the policy's tunnel ports 22, 1024-65535", "the fleet's policy decides which ports")
+	c.run(t, "fleet", "tunnel-stdio", vm.Node+"/nope", "22").refused(t, "no such VM", "no vm nope on node "+vm.Node, "fluxctl fleet vms lists your VMs")
 	cancel()
 	select {
 	case code := <-pfDone:

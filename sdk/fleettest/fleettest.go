@@ -57,20 +57,16 @@ type Fleet struct {
 type Option func(*options)
 
 type options struct {
-	qemuImage, qemuBinary string
-	vcpus, memoryMiB      int64
-	unixSocket            bool
-	portForwards          map[string]string
+	qemuImage        string
+	vcpus, memoryMiB int64
+	unixSocket       bool
+	portForwards     map[string]string
 }
 
 // WithQEMU runs the node with the qemu driver (TCG, microvm) instead of
 // sim, so VMs boot a real guest and exec works. imageDir is a guest image
 // directory (make guest-image builds one); it becomes Fleet.Image.
 func WithQEMU(imageDir string) Option { return func(o *options) { o.qemuImage = imageDir } }
-
-// WithQEMUBinary has the qemu driver run binary instead of
-// qemu-system-x86_64 (with WithQEMU): a test's wrapper around it.
-func WithQEMUBinary(binary string) Option { return func(o *options) { o.qemuBinary = binary } }
 
 // WithNodeOnUnixSocket has the node's API listen on a unix socket in Dir
 // only (listen = "unix:DIR/api.sock"), so its heartbeat advertises no URL
@@ -179,14 +175,10 @@ func Launch(opts ...Option) (*Fleet, error) {
 }`, o.vcpus, o.memoryMiB, forwards)
 	if o.qemuImage != "" {
 		f.Image, images = o.qemuImage, filepath.Dir(o.qemuImage)
-		binary := ""
-		if o.qemuBinary != "" {
-			binary = fmt.Sprintf("\n    qemu_binary = %q", o.qemuBinary)
-		}
 		plugin = `plugin "qemu" {
   config {
     machine = "microvm"
-    accel   = "tcg"` + binary + `
+    accel   = "tcg"
   }
 }`
 	}
