@@ -29,7 +29,7 @@ type tunnelFleet struct {
 
 func newTunnelFleet(t *testing.T, guest string, max int) *tunnelFleet {
 	t.Helper()
-	f := fleettest.Start(t, fleettest.WithNodeOnUnixSocket(), fleettest.WithSimPortForwards(map[string]string{"22": guest, "8080": guest}))
+	f := fleettest.Start(t, fleettest.WithSimPortForwards(map[string]string{"22": guest, "8080": guest}))
 	ctx := t.Context()
 	op, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
 	if err != nil {

@@ -80,7 +80,7 @@ func TestFleetSSHAndSCPReachARealGuestThroughTunnels(t *testing.T) {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
 	}
 
-	f := fleettest.Start(t, fleettest.WithQEMU(m.Dir()), fleettest.WithNodeOnUnixSocket())
+	f := fleettest.Start(t, fleettest.WithQEMU(m.Dir()))
 	op, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
 	if err != nil {
 		t.Fatal(err)

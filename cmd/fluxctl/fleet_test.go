@@ -35,7 +35,8 @@ func (r result) has(t *testing.T, what string, want ...string) result {
 }
 
 func TestFleetCommandsRunATenantsVMsAgainstARealCentral(t *testing.T) {
-	f := fleettest.Start(t)
+	// On TCP: fleet nodes -o wide shows the URL the node advertises.
+	f := fleettest.Start(t, fleettest.WithNodeOnTCP())
 	op := fleetCLI(f, f.OperatorToken)
 
 	// The operator sets up a tenant and a catalog image.
@@ -181,7 +182,8 @@ func TestFleetCommandsRunATenantsVMsAgainstARealCentral(t *testing.T) {
 }
 
 func TestFleetRefusalsSayWhatToDo(t *testing.T) {
-	f := fleettest.Start(t, fleettest.WithNodeSize(4, 8192))
+	// On TCP: one refusal is --central pointed at the node's URL.
+	f := fleettest.Start(t, fleettest.WithNodeSize(4, 8192), fleettest.WithNodeOnTCP())
 	f.CatalogImage(t, "debian-minimal")
 	_, token := f.Tenant(t, "small", map[string]int64{"max_vms": 1})
 	tenant := fleetCLI(f, token)

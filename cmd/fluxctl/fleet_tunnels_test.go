@@ -96,7 +96,7 @@ func echoServer(t *testing.T) string {
 // server, and launches web-1 for tenant acme: its VM and token.
 func tunnelVM(t *testing.T) (*fleettest.Fleet, *sdk.FleetVM, string) {
 	t.Helper()
-	f := fleettest.Start(t, fleettest.WithNodeOnUnixSocket(), fleettest.WithSimPortForwards(map[string]string{"22": echoServer(t)}))
+	f := fleettest.Start(t, fleettest.WithSimPortForwards(map[string]string{"22": echoServer(t)}))
 	f.CatalogImage(t, "tiny")
 	_, token := f.Tenant(t, "acme", nil)
 	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(token))

@@ -1,7 +1,10 @@
 // Package fleettest starts a real FluxVM fleet for tests of fleet API
 // clients: `fluxvm-agent central` on its embedded etcd and one
 // `fluxvm-agent node` heartbeating to it, with the simulated driver (or
-// QEMU), built from this module in a temporary directory. It needs the Go
+// QEMU), built from this module in a temporary directory. The node's API
+// listens on a unix socket only, so central reaches it through nothing but
+// the channel the node opens to it, as a node behind NAT is reached
+// (WithNodeOnTCP gives it a loopback TCP port instead). It needs the Go
 // toolchain and this module's source, so it serves tests in this
 // repository, not programs that merely import the SDK.
 package fleettest
@@ -37,8 +40,9 @@ type Fleet struct {
 	// OperatorToken is central's fleet token: the operator's credential.
 	// The node lists it among its admin tokens, so central can call it.
 	OperatorToken string
-	// Node is the node's name and NodeURL its API: http://127.0.0.1:PORT,
-	// or unix:///PATH/api.sock with WithNodeOnUnixSocket.
+	// Node is the node's name and NodeURL its API: unix:///DIR/api.sock,
+	// which the SDK's NodeClient dials, or http://127.0.0.1:PORT with
+	// WithNodeOnTCP.
 	Node, NodeURL string
 	// Image is a disk path every node allows, for a catalog entry
 	// (PUT /fleet/images/{name} "image"): a file the sim driver only
@@ -59,7 +63,7 @@ type Option func(*options)
 type options struct {
 	qemuImage        string
 	vcpus, memoryMiB int64
-	unixSocket       bool
+	tcpNode          bool
 	portForwards     map[string]string
 }
 
@@ -68,11 +72,11 @@ type options struct {
 // directory (make guest-image builds one); it becomes Fleet.Image.
 func WithQEMU(imageDir string) Option { return func(o *options) { o.qemuImage = imageDir } }
 
-// WithNodeOnUnixSocket has the node's API listen on a unix socket in Dir
-// only (listen = "unix:DIR/api.sock"), so its heartbeat advertises no URL
-// and central reaches it through nothing but the channel the node opens.
-// NodeURL is then unix:///DIR/api.sock, which the SDK's NodeClient dials.
-func WithNodeOnUnixSocket() Option { return func(o *options) { o.unixSocket = true } }
+// WithNodeOnTCP has the node's API listen on a loopback TCP port, which
+// its heartbeat advertises as its URL (central still calls it through its
+// channel while it holds one), instead of on a unix socket in Dir that
+// only the channel reaches: for tests of what shows or uses a node's URL.
+func WithNodeOnTCP() Option { return func(o *options) { o.tcpNode = true } }
 
 // WithSimPortForwards gives the sim driver port_forwards: guest TCP port
 // ("22") to a host address ("127.0.0.1:2222") that a tunnel to that port of
@@ -183,14 +187,14 @@ func Launch(opts ...Option) (*Fleet, error) {
 }`
 	}
 	var naddr string
-	if o.unixSocket {
-		sock := filepath.Join(dir, "api.sock")
-		naddr, f.NodeURL = "unix:"+sock, "unix://"+sock
-	} else {
+	if o.tcpNode {
 		if naddr, err = freeAddr(); err != nil {
 			return nil, err
 		}
 		f.NodeURL = "http://" + naddr
+	} else {
+		sock := filepath.Join(dir, "api.sock")
+		naddr, f.NodeURL = "unix:"+sock, "unix://"+sock
 	}
 	cfg := fmt.Sprintf(`name = %q
 state_dir = %q
