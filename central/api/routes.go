@@ -101,7 +101,7 @@ func Routes() []Route {
 		// Snapshots and clones (docs/snapshots.md).
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/snapshots", Access: Tenant, Role: Viewer, handler: h((*Server).listSnapshots)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/snapshots", Action: "snapshot vm", Access: Tenant, Role: Member, handler: h((*Server).takeSnapshot)},
-		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}/snapshots/{name}", Action: "delete snapshot of", Access: Tenant, Role: Member, handler: h((*Server).deleteSnapshot)},
+		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}/snapshots/{name}", Action: "delete snapshot", Access: Tenant, Role: Member, handler: h((*Server).deleteSnapshot)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/snapshots/{name}/restore", Action: "restore vm", Access: Tenant, Role: Member, handler: h((*Server).restoreSnapshot)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/clone", Action: "clone vm", Access: Tenant, Role: Member, handler: h((*Server).cloneVM)},
 		{Method: "GET", Path: "/fleet/tunnels", Access: Tenant, Role: Viewer, handler: h((*Server).listTunnels)},

@@ -65,7 +65,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.snapshotError(w, r, t, "delete the snapshot", err)
 		return
 	}
-	snapshotTarget(r, t.Name, "snapshot", name)
+	snapshotTarget(r, name, "of", t.Name)
 	w.WriteHeader(http.StatusNoContent)
 }
 

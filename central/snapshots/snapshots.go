@@ -479,5 +479,5 @@ func (s *Service) Clone(ctx context.Context, t *vms.Target, req sdk.FleetCloneRe
 		Title:  fmt.Sprintf("VM %s was cloned from VM %s on node %s", clone.Name, vm.Name, t.Node.Name),
 		Detail: "from " + from, Link: "/fleet/vms/" + t.Node.Name + "/" + clone.ID}, "vm.cloned/"+t.Node.Name+"/"+clone.ID, s.now().UTC())
 	return &sdk.FleetCreateVMResponse{Node: t.Node.Name, VM: *clone,
-		Placement: sdk.Placement{Reason: "a clone is made on its source's node"}}, nil
+		Placement: sdk.Placement{Reason: "a clone is made on its source's node", Considered: []sdk.PlacementVerdict{}}}, nil
 }
