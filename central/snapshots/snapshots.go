@@ -210,12 +210,13 @@ func (s *Service) Take(ctx context.Context, t *vms.Target, req sdk.FleetSnapshot
 	return &out, nil
 }
 
-// gib is a size in bytes in whole GiB, rounded up.
+// gib is a size in bytes in whole GiB, rounded up, at most
+// store.MaxSnapshotGiB.
 func gib(bytes int64) int64 {
 	if bytes <= 0 {
 		return 0
 	}
-	return (bytes + 1<<30 - 1) >> 30
+	return min(bytes>>30+min(bytes&(1<<30-1), 1), store.MaxSnapshotGiB)
 }
 
 // List lists the target VM's snapshots as its node has them and brings the
