@@ -6,6 +6,7 @@ package metering
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +38,8 @@ type Store interface {
 	ListLeases(ctx context.Context, keep func(*store.Lease) bool) ([]store.Lease, error)
 	// ListSnapshotRecords reads the snapshot records keep accepts.
 	ListSnapshotRecords(ctx context.Context, keep func(*store.Snapshot) bool) ([]store.Snapshot, error)
+	// GetEntry reads one ledger entry.
+	GetEntry(ctx context.Context, id string) (*store.LedgerEntry, error)
 }
 
 // Service meters the fleet and keeps the budgets. It is safe for concurrent
@@ -322,8 +325,21 @@ func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.
 	}
 	rows.Snapshots = make([]billing.Snapshot, 0, len(ss))
 	for _, sn := range ss {
+		end := sn.DeletedAt
+		if sn.Live() {
+			// A snapshot goes with its VM: one whose VM vanished without a
+			// delete through central (the reconciler ended its entry) is
+			// kept no longer than the VM.
+			e, err := s.st.GetEntry(ctx, store.EntryID(sn.Node, sn.VMID))
+			switch {
+			case err == nil && !e.Running():
+				end = e.EndedAt
+			case err != nil && !errors.Is(err, store.ErrNotFound):
+				return rows, nil, err
+			}
+		}
 		rows.Snapshots = append(rows.Snapshots, billing.Snapshot{ID: sn.ID, Tenant: sn.Tenant, Node: sn.Node, VM: sn.VM, Name: sn.Name,
-			SizeGiB: sn.SizeGiB, Start: sn.TakenAt, End: sn.DeletedAt})
+			SizeGiB: sn.SizeGiB, Start: sn.TakenAt, End: end})
 	}
 	names := map[string]string{}
 	ts, err := s.st.ListTenants(ctx)

@@ -38,7 +38,7 @@ func keepSnapshot(t *testing.T, st *store.Store, tenant, name string, sizeGiB in
 // kept in the month times the price, to the millionth: a deleted one for
 // the hours it was kept, one kept across the month's start for its hours
 // in the month, one still kept up to the injected clock (and more as the
-// clock moves); a pending one, the operator's and another month's count
+// clock moves), one whose VM vanished for as long as the VM ran; a pending one, the operator's and another month's count
 // for nothing.
 func TestSnapshotStorageIsGiBHoursTimesThePriceExactly(t *testing.T) {
 	ctx := context.Background()
@@ -56,6 +56,8 @@ func TestSnapshotStorageIsGiBHoursTimesThePriceExactly(t *testing.T) {
 	keepSnapshot(t, st, acme.ID, "pending", 7, day(19, 22, 0), time.Time{}, true)
 	keepSnapshot(t, st, acme.ID, "september", 9, october.AddDate(0, -1, 0), october.Add(-2*time.Hour), false)
 	keepSnapshot(t, st, "", "operators", 11, day(2, 0, 0), time.Time{}, false)
+	runVM(t, st, acme.ID, "shared-1", "vm-vanished", 1, 64, day(5, 0, 0), day(5, 4, 0))
+	keepSnapshot(t, st, acme.ID, "vanished", 1, day(5, 1, 0), time.Time{}, false) // 3, while its VM ran
 	clk := &clock{t: day(20, 0, 0)}
 	m := New(st, st, clk.now, hclog.NewNullLogger())
 
@@ -82,7 +84,7 @@ func TestSnapshotStorageIsGiBHoursTimesThePriceExactly(t *testing.T) {
 	for _, step := range []struct {
 		advance  time.Duration
 		gibHours int64
-	}{{0, 30 + 2 + 10}, {36 * time.Minute, 30 + 2 + 10 + 3}} {
+	}{{0, 30 + 2 + 10 + 3}, {36 * time.Minute, 30 + 2 + 10 + 3 + 3}} {
 		clk.add(step.advance)
 		l := line()
 		if l.QuantitySeconds != step.gibHours*3600 || l.Amount != billing.Micros(step.gibHours*price) {
