@@ -14,7 +14,9 @@ import (
 // TestFleetSnapshotRestoreInAQEMUGuest: through central and a real QEMU
 // guest, bytes written to the VM's disk, snapshotted, then overwritten are
 // back after fluxctl fleet restore; the restored VM runs again, and the
-// snapshot is listed with the size its node reported.
+// snapshot is listed with the size its node reported. A clone from the
+// snapshot, made while the source runs on, has the snapshot's bytes and a
+// MAC and machine id of its own, and the source keeps what it wrote.
 func TestFleetSnapshotRestoreInAQEMUGuest(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Fatal("qemu-system-x86_64 not found: apt-get install qemu-system-x86 qemu-utils (make deps)")
@@ -38,26 +40,54 @@ func TestFleetSnapshotRestoreInAQEMUGuest(t *testing.T) {
 
 	// The restored VM boots from the snapshot's disk: its agent answers
 	// once it is up.
-	deadline := time.Now().Add(3 * time.Minute)
-	var got string
-	for {
-		r := tenant.run(t, "fleet", "run", "disk-1", "--", "dd", "if=/dev/vda", "bs=8", "count=1")
-		if r.code == 0 {
-			got = r.stdout
-			break
+	guest := func(vm, script string) string {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			r := tenant.run(t, "fleet", "run", vm, "--", "sh", "-c", script)
+			if r.code == 0 {
+				return r.stdout
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("vm %s does not answer: exit %d\n%s", vm, r.code, r.stderr)
+			}
+			time.Sleep(2 * time.Second)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the restored VM does not answer: exit %d\n%s", r.code, r.stderr)
-		}
-		time.Sleep(2 * time.Second)
 	}
-	if got != "original" {
+	readDisk := func(vm string) string { return guest(vm, "dd if=/dev/vda bs=8 count=1 2>/dev/null") }
+	if got := readDisk("disk-1"); got != "original" {
 		t.Fatalf("after the restore the disk starts with %q, want %q", got, "original")
 	}
 	list := tenant.tty().run(t, "fleet", "snapshots", "disk-1").ok(t, "snapshots").stdout
 	if !strings.Contains(list, "before") || !strings.Contains(list, " GiB") {
 		t.Fatalf("fleet snapshots printed:\n%s", list)
 	}
+
+	// A clone from the snapshot, while its source runs on and writes: the
+	// snapshot's bytes, its own MAC and machine id.
+	write("SOURCE..")
+	tenant.tty().run(t, "fleet", "clone", "disk-1", "disk-2", "--snapshot", "before").ok(t, "clone").has(t, "clone", "Cloned vm disk-1 as disk-2")
+	if got := readDisk("disk-2"); got != "original" {
+		t.Fatalf("the clone's disk starts with %q, want the snapshot's %q", got, "original")
+	}
+	identity := func(vm string) (mac, machineID string) {
+		mac = strings.TrimSpace(guest(vm, "cat /sys/class/net/e*/address"))
+		for _, p := range strings.Fields(guest(vm, "cat /proc/cmdline")) {
+			if v, ok := strings.CutPrefix(p, "systemd.machine_id="); ok {
+				machineID = v
+			}
+		}
+		return mac, machineID
+	}
+	srcMAC, srcMachine := identity("disk-1")
+	cloneMAC, cloneMachine := identity("disk-2")
+	if srcMAC == "" || srcMAC == cloneMAC || len(srcMachine) != 32 || srcMachine == cloneMachine {
+		t.Fatalf("source has MAC %q and machine id %q, the clone %q and %q: want both set and different", srcMAC, srcMachine, cloneMAC, cloneMachine)
+	}
+	if got := readDisk("disk-1"); got != "SOURCE.." {
+		t.Fatalf("the source's disk starts with %q after the clone, want what it wrote last", got)
+	}
+	tenant.run(t, "fleet", "rm", "disk-2", "-y").ok(t, "rm the clone")
 	tenant.run(t, "fleet", "rm", "disk-1", "-y").ok(t, "rm -y")
 }
 
