@@ -60,8 +60,8 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name := mux.Vars(r)["name"]
-	if err := s.snapshots.Delete(r.Context(), t, name); err != nil {
+	name, err := s.snapshots.Delete(r.Context(), t, mux.Vars(r)["name"])
+	if err != nil {
 		s.snapshotError(w, r, t, "delete the snapshot", err)
 		return
 	}
@@ -78,8 +78,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
-	name := mux.Vars(r)["name"]
-	vm, err := s.snapshots.Restore(r.Context(), t, name)
+	vm, name, err := s.snapshots.Restore(r.Context(), t, mux.Vars(r)["name"])
 	if err != nil {
 		s.snapshotError(w, r, t, "restore the vm", err)
 		return

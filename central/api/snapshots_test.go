@@ -156,7 +156,7 @@ func TestSnapshotsThroughCentralKeepTheRules(t *testing.T) {
 	}
 	all := strings.Join(actions, "\n")
 	for _, want := range []string{"snapshot vm web as before", "snapshot vm web as warm", "delete snapshot warm of web",
-		"restore vm web to Before", "clone vm web as web-2"} {
+		"restore vm web to before", "clone vm web as web-2"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("activity lacks %q:\n%s", want, all)
 		}

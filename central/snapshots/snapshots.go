@@ -315,24 +315,26 @@ func (s *Service) find(ctx context.Context, nc *sdk.NodeClient, t *vms.Target, n
 		Hint: "fluxctl fleet snapshots VM lists its snapshots"}
 }
 
-// Delete deletes one of the target VM's snapshots and ends its record.
-func (s *Service) Delete(ctx context.Context, t *vms.Target, name string) error {
+// Delete deletes one of the target VM's snapshots and ends its record. It
+// returns the snapshot's name as the node has it (names match without
+// regard to case).
+func (s *Service) Delete(ctx context.Context, t *vms.Target, name string) (string, error) {
 	nc, err := s.client(t)
 	if err != nil {
-		return err
+		return "", err
 	}
 	vm, snap, err := s.find(ctx, nc, t, name)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ctx = context.WithoutCancel(ctx)
 	cctx, cancel := context.WithTimeout(ctx, NodeTimeout)
 	defer cancel()
 	if err := nc.DeleteSnapshot(cctx, vm.ID, snap.Tag); err != nil && !sdk.IsNotFound(err) {
-		return &NodeError{Node: t.Node, What: "delete the snapshot", Err: err}
+		return "", &NodeError{Node: t.Node, What: "delete the snapshot", Err: err}
 	}
 	s.end(ctx, t.Node.Name, vm.ID, func(r *store.Snapshot) bool { return r.Name == snap.Tag })
-	return nil
+	return snap.Tag, nil
 }
 
 // end marks the live records match accepts deleted now.
@@ -361,15 +363,16 @@ func (s *Service) VMDeleted(ctx context.Context, node, vmID string) {
 // Restore puts the target VM back to a snapshot: a disk snapshot into the
 // VM stopped (it is stopped first) and then started; a memory snapshot into
 // the VM running (it is started first), which then resumes where the
-// snapshot was taken.
-func (s *Service) Restore(ctx context.Context, t *vms.Target, name string) (*sdk.VM, error) {
+// snapshot was taken. It returns the VM and the snapshot's name as the node
+// has it.
+func (s *Service) Restore(ctx context.Context, t *vms.Target, name string) (*sdk.VM, string, error) {
 	nc, err := s.client(t)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	vm, snap, err := s.find(ctx, nc, t, name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ctx = context.WithoutCancel(ctx)
 	cctx, cancel := context.WithTimeout(ctx, NodeTimeout)
@@ -378,26 +381,26 @@ func (s *Service) Restore(ctx context.Context, t *vms.Target, name string) (*sdk
 	switch {
 	case snap.Memory && !runs:
 		if _, err := nc.StartVM(cctx, vm.ID); err != nil {
-			return nil, &NodeError{Node: t.Node, What: "start the vm to restore its memory", Err: err}
+			return nil, "", &NodeError{Node: t.Node, What: "start the vm to restore its memory", Err: err}
 		}
 	case !snap.Memory && runs:
 		if _, err := nc.StopVM(cctx, vm.ID, 0); err != nil {
-			return nil, &NodeError{Node: t.Node, What: "stop the vm to restore its disk", Err: err}
+			return nil, "", &NodeError{Node: t.Node, What: "stop the vm to restore its disk", Err: err}
 		}
 	}
 	out, err := nc.RestoreVM(cctx, vm.ID, snap.Tag)
 	if err != nil {
-		return nil, &NodeError{Node: t.Node, What: "restore the vm", Err: err}
+		return nil, "", &NodeError{Node: t.Node, What: "restore the vm", Err: err}
 	}
 	if !snap.Memory {
 		if out, err = nc.StartVM(cctx, vm.ID); err != nil {
-			return nil, &NodeError{Node: t.Node, What: "start the restored vm", Err: err}
+			return nil, "", &NodeError{Node: t.Node, What: "start the restored vm", Err: err}
 		}
 	}
 	notify.Send(ctx, s.Notify, s.log, notify.Event{Type: sdk.NotifyVMRestored, Tenant: owner(t, vm),
 		Title: fmt.Sprintf("VM %s on node %s was restored to snapshot %s", vm.Name, t.Node.Name, snap.Tag),
 		Link:  "/fleet/vms/" + t.Node.Name + "/" + vm.ID}, "", s.now().UTC())
-	return out, nil
+	return out, snap.Tag, nil
 }
 
 // Clone makes a new VM on the target's node from one of its snapshots or,
