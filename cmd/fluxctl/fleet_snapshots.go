@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -19,6 +20,40 @@ func vmAndSnapshot(c *cobra.Command, args []string) error {
 		return usageError(c, fmt.Sprintf("%s takes a VM and a snapshot name, got %d arguments", c.CommandPath(), len(args)))
 	}
 	return nil
+}
+
+// completeSnapshotsOf completes the snapshot names of the VM ref names.
+func (f *fleet) completeSnapshotsOf(ref string) cobra.CompletionFunc {
+	return f.complete(func(ctx context.Context, fc *sdk.FleetClient) ([]cobra.Completion, error) {
+		vm, err := fc.FindVM(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		list, err := fc.ListSnapshots(ctx, vm.Node, vm.ID)
+		if err != nil {
+			return nil, err
+		}
+		var out []cobra.Completion
+		for _, s := range list.Snapshots {
+			kind := "disk"
+			if s.Memory {
+				kind = "disk+memory"
+			}
+			out = append(out, cobra.CompletionWithDesc(s.Name, kind+", "+s.TakenAt.UTC().Format(time.DateTime)+" UTC"))
+		}
+		return out, nil
+	})
+}
+
+// completeVMThenSnapshot completes a VM, then one of its snapshots.
+func (f *fleet) completeVMThenSnapshot() cobra.CompletionFunc {
+	vms := f.completeVMs()
+	return func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) != 1 {
+			return vms(c, args, toComplete)
+		}
+		return f.completeSnapshotsOf(args[0])(c, nil, toComplete)
+	}
 }
 
 func (f *fleet) snapshotCmd() *cobra.Command {
@@ -132,7 +167,7 @@ Everything written since the snapshot is lost; the snapshot stays and can be
 restored again. On a terminal it asks first; otherwise it needs -y.`,
 		Example:           `  fluxctl fleet restore ios-build-1 before-upgrade`,
 		Args:              vmAndSnapshot,
-		ValidArgsFunction: f.completeVMs(),
+		ValidArgsFunction: f.completeVMThenSnapshot(),
 		RunE: func(c *cobra.Command, args []string) error {
 			fc, vm, err := f.findAndAsk(c.Context(), args[0], yes, func(vm *sdk.FleetVM) string {
 				return fmt.Sprintf("restore vm %s (%s on %s, %s) to snapshot %s? everything written since is lost", vm.Name, vm.ID, vm.Node, vm.State, args[1])
@@ -163,7 +198,7 @@ func (f *fleet) snapshotRmCmd() *cobra.Command {
 		Long:              `Delete one of a VM's snapshots; billing for it stops. On a terminal it asks first; otherwise it needs -y.`,
 		Example:           `  fluxctl fleet snapshot-rm ios-build-1 warm`,
 		Args:              vmAndSnapshot,
-		ValidArgsFunction: f.completeVMs(),
+		ValidArgsFunction: f.completeVMThenSnapshot(),
 		RunE: func(c *cobra.Command, args []string) error {
 			fc, vm, err := f.findAndAsk(c.Context(), args[0], yes, func(vm *sdk.FleetVM) string {
 				return fmt.Sprintf("delete snapshot %s of vm %s (%s on %s)?", args[1], vm.Name, vm.ID, vm.Node)
@@ -219,5 +254,11 @@ draining node takes no clone.`,
 		},
 	}
 	c.Flags().StringVar(&snapshot, "snapshot", "", "the source's snapshot to clone (default: its disk, which needs it stopped)")
+	_ = c.RegisterFlagCompletionFunc("snapshot", func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) == 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return f.completeSnapshotsOf(args[0])(c, nil, toComplete)
+	})
 	return c
 }

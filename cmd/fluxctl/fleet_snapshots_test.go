@@ -30,6 +30,20 @@ func TestFleetSnapshotsTakeListRestoreRemoveAndClone(t *testing.T) {
 	if !warm.Memory || warm.Name != "warm" || warm.SizeGiB != 2 {
 		t.Fatalf("snapshot --memory = %+v", warm)
 	}
+	// Completion: the VM's snapshots after the VM, and for clone --snapshot.
+	for _, c := range []struct {
+		args   []string
+		before bool
+	}{
+		{[]string{"fleet", "restore", "web-1", ""}, true},
+		{[]string{"fleet", "snapshot-rm", "web-1", "w"}, false},
+		{[]string{"fleet", "clone", "web-1", "--snapshot", ""}, true},
+	} {
+		comp := tenant.run(t, append([]string{"__complete"}, c.args...)...).ok(t, "complete").stdout
+		if !strings.Contains(comp, "warm\tdisk+memory, ") || strings.Contains(comp, "before\t") != c.before {
+			t.Errorf("completing %v gave:\n%s", c.args, comp)
+		}
+	}
 	tenant.run(t, "fleet", "snapshot", "web-1", "--name", "third").refused(t, "over the limit", "max_snapshots_per_vm", "fluxctl fleet snapshot-rm web-1 SNAPSHOT")
 
 	table := tenant.tty().run(t, "fleet", "snapshots", "web-1").ok(t, "snapshots").stdout
