@@ -438,8 +438,17 @@ func (s *Service) Clone(ctx context.Context, t *vms.Target, req sdk.FleetCloneRe
 		}
 	}
 	e := t.Entry
+	pol, err := s.st.GetPolicy(ctx)
+	if err != nil {
+		return nil, &store.OpError{Op: "read the policy", Err: err}
+	}
+	// The lease rules of a launch hold too, checked against the lessee the
+	// node record names in the reservation's transaction: a Mac leased
+	// since by another tenant takes no clone of this one's VM.
 	macOS := e.GuestOS == store.GuestMacOS
-	res, err := s.st.Reserve(ctx, store.ReserveRequest{Tenant: e.Tenant, Node: t.Node.Name, VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, MacOS: macOS})
+	res, err := s.st.Reserve(ctx, store.ReserveRequest{Tenant: e.Tenant, Node: t.Node.Name, VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, MacOS: macOS,
+		ExclusiveLeases: pol.ExclusiveLeasedHosts && e.Tenant != "",
+		RequireLease:    pol.RequireLeaseForMacOS && macOS && e.Tenant != ""})
 	var qe *store.QuotaError
 	var ce *store.CapacityError
 	switch {
