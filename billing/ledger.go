@@ -36,6 +36,23 @@ type Lease struct {
 	ReleasedAt time.Time
 }
 
+// Snapshot is a snapshot's row in central's records: SizeGiB kept from
+// Start (when it was taken) to End (when it was deleted; zero: kept).
+type Snapshot struct {
+	// ID, Node, VM and Name are the caller's to show; no charge depends on
+	// them. Tenant is "" for the operator's own VMs.
+	ID, Tenant, Node, VM, Name string
+	SizeGiB                    int64
+	Start, End                 time.Time
+}
+
+// Rows are the ledger rows statements are computed from.
+type Rows struct {
+	VMs       []VM
+	Leases    []Lease
+	Snapshots []Snapshot
+}
+
 // Instants become Unix seconds at the first step of every computation. Unix()
 // rounds down, which is t.Truncate(time.Second) whatever t's location, so every
 // span is a whole number of seconds and a window split anywhere splits usage
@@ -67,6 +84,12 @@ func overlap(a, b, c, d int64) int64 {
 // runs.
 func (v *VM) running(now int64) (start, end int64) {
 	return v.Start.Unix(), unixOr(v.End, now)
+}
+
+// kept is the time the snapshot was kept [start, end): to End, or to now
+// while it is kept.
+func (s *Snapshot) kept(now int64) (start, end int64) {
+	return s.Start.Unix(), unixOr(s.End, now)
 }
 
 // held is the time the tenant actually had the Mac: to ReleasedAt, or while

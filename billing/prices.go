@@ -35,9 +35,10 @@ type Prices struct {
 	VCPUPerHour      Micros `json:"vcpu_per_hour"`
 	MemoryGiBPerHour Micros `json:"memory_gib_per_hour"`
 	MacOSVMPerHour   Micros `json:"macos_vm_per_hour"`
-	// SnapshotGiBPerHour and VolumeGiBPerHour are accepted and stored so price
-	// lists need not change later, but nothing is charged for snapshots or
-	// volumes yet.
+	// SnapshotGiBPerHour charges each GiB of a snapshot's size for as long
+	// as it is kept, on leased Macs too (a "Snapshot storage" line).
+	// VolumeGiBPerHour is accepted and stored so price lists need not change
+	// later, but nothing is charged for volumes yet.
 	SnapshotGiBPerHour Micros `json:"snapshot_gib_per_hour"`
 	VolumeGiBPerHour   Micros `json:"volume_gib_per_hour"`
 	// ChargeVMsOnLeasedMacs charges VM time on a Mac its tenant leases too; by

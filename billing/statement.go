@@ -17,6 +17,8 @@ const (
 	KindVCPU    = "vcpu"
 	KindMemory  = "memory"
 	KindMacOSVM = "macos_vm"
+	// KindSnapshot is snapshot storage: GiB-hours of snapshots' sizes.
+	KindSnapshot = "snapshot"
 )
 
 // Line is one charge on a statement: a lease, or one kind of VM time at one
@@ -30,7 +32,8 @@ type Line struct {
 	// Quantity is in Unit (hours, vCPU-hours or GiB-hours) with six decimals,
 	// rounded half-up for reading; Amount is computed from QuantitySeconds, the
 	// exact integer it shows: seconds for lease, vm and macos_vm lines,
-	// vCPU-seconds for vcpu lines and MiB-seconds for memory lines.
+	// vCPU-seconds for vcpu lines, MiB-seconds for memory lines and
+	// GiB-seconds for snapshot lines.
 	Quantity        string `json:"quantity"`
 	QuantitySeconds int64  `json:"quantity_seconds"`
 	Unit            string `json:"unit"`
@@ -95,33 +98,51 @@ func monthStart(t time.Time) time.Time {
 
 // rows are one tenant's ledger rows.
 type rows struct {
-	vms    []*VM
-	leases []*Lease
+	vms       []*VM
+	leases    []*Lease
+	snapshots []*Snapshot
 }
 
 // ComputeStatement is tenant's statement for the month that contains month, as
-// of now. Past months are final; the month under way also has a forecast; a
-// month that has not begun has no lines.
+// of now, from VMs and leases (ComputeStatementOf takes snapshots too).
 func ComputeStatement(tenant string, month time.Time, prices []PriceVersion, vms []VM, leases []Lease, now time.Time) Statement {
+	return ComputeStatementOf(tenant, month, prices, Rows{VMs: vms, Leases: leases}, now)
+}
+
+// ComputeStatementOf is tenant's statement for the month that contains month,
+// as of now. Past months are final; the month under way also has a forecast;
+// a month that has not begun has no lines.
+func ComputeStatementOf(tenant string, month time.Time, prices []PriceVersion, in Rows, now time.Time) Statement {
 	var r rows
-	for i := range vms {
-		if vms[i].Tenant == tenant {
-			r.vms = append(r.vms, &vms[i])
+	for i := range in.VMs {
+		if in.VMs[i].Tenant == tenant {
+			r.vms = append(r.vms, &in.VMs[i])
 		}
 	}
-	for i := range leases {
-		if leases[i].Tenant == tenant {
-			r.leases = append(r.leases, &leases[i])
+	for i := range in.Leases {
+		if in.Leases[i].Tenant == tenant {
+			r.leases = append(r.leases, &in.Leases[i])
+		}
+	}
+	for i := range in.Snapshots {
+		if in.Snapshots[i].Tenant == tenant {
+			r.snapshots = append(r.snapshots, &in.Snapshots[i])
 		}
 	}
 	st, _ := statement(tenant, monthStart(month), pricePeriods(prices), &r, now.Unix())
 	return st
 }
 
-// ComputeStatements is the statement of every tenant with a lease or VM that
-// counts in the month, sorted by tenant. The rows are grouped by tenant in one
-// pass, so the cost grows with the rows, not rows × tenants.
+// ComputeStatements is ComputeStatementsOf from VMs and leases.
 func ComputeStatements(month time.Time, prices []PriceVersion, vms []VM, leases []Lease, now time.Time) []Statement {
+	return ComputeStatementsOf(month, prices, Rows{VMs: vms, Leases: leases}, now)
+}
+
+// ComputeStatementsOf is the statement of every tenant with a lease, VM or
+// snapshot that counts in the month, sorted by tenant. The rows are grouped
+// by tenant in one pass, so the cost grows with the rows, not rows × tenants.
+func ComputeStatementsOf(month time.Time, prices []PriceVersion, in Rows, now time.Time) []Statement {
+	vms, leases := in.VMs, in.Leases
 	ms := monthStart(month)
 	from, to, n := ms.Unix(), ms.AddDate(0, 1, 0).Unix(), now.Unix()
 	// Rows outside the month are dropped before grouping. The horizon is the
@@ -152,6 +173,12 @@ func ComputeStatements(month time.Time, prices []PriceVersion, vms []VM, leases 
 		if s, e := leases[i].billed(horizon); overlap(s, e, from, to) > 0 {
 			r := group(leases[i].Tenant)
 			r.leases = append(r.leases, &leases[i])
+		}
+	}
+	for i := range in.Snapshots {
+		if s, e := in.Snapshots[i].kept(horizon); overlap(s, e, from, to) > 0 {
+			r := group(in.Snapshots[i].Tenant)
+			r.snapshots = append(r.snapshots, &in.Snapshots[i])
 		}
 	}
 	ps := pricePeriods(prices)
@@ -190,11 +217,14 @@ func statement(tenant string, ms time.Time, ps []pricePeriod, r *rows, now int64
 	return st, counted
 }
 
+// maxSnapshotGiB bounds a snapshot row's size (central's store.MaxSnapshotGiB).
+const maxSnapshotGiB = 1 << 20
+
 // span is a stretch [start, end) of Unix seconds.
 type span struct{ start, end int64 }
 
-// vmTotals is charged VM time under one price period.
-type vmTotals struct{ secs, vcpuSecs, mibSecs, macOSSecs int64 }
+// vmTotals is charged VM time, and snapshot storage, under one price period.
+type vmTotals struct{ secs, vcpuSecs, mibSecs, macOSSecs, snapGiBSecs int64 }
 
 const (
 	secondsPerHour    = 3600
@@ -292,6 +322,21 @@ func statementLines(r *rows, from, to int64, ps []pricePeriod, now int64) (lines
 		}
 	}
 
+	// Snapshots are charged for the time they are kept, leases or not.
+	for _, sn := range r.snapshots {
+		start, stop := sn.kept(now)
+		a, b := max(start, from), min(stop, end)
+		if b <= a {
+			continue
+		}
+		counted = true
+		for j := periodAt(ps, a); j < len(ps) && ps[j].from < b; j++ {
+			// Sizes are at most store.MaxSnapshotGiB (2^20) and a month under
+			// 2^22 seconds: the product cannot overflow.
+			acc[j].snapGiBSecs = satAdd(acc[j].snapGiBSecs, overlap(a, b, ps[j].from, ps[j].to)*min(max(sn.SizeGiB, 0), maxSnapshotGiB))
+		}
+	}
+
 	kinds := []struct {
 		kind, desc, unit string
 		price            func(*Prices) Micros
@@ -302,6 +347,7 @@ func statementLines(r *rows, from, to int64, ps []pricePeriod, now int64) (lines
 		{KindVCPU, "vCPU time", "vCPU-hour", func(p *Prices) Micros { return p.VCPUPerHour }, func(t *vmTotals) int64 { return t.vcpuSecs }, secondsPerHour},
 		{KindMemory, "Memory", "GiB-hour", func(p *Prices) Micros { return p.MemoryGiBPerHour }, func(t *vmTotals) int64 { return t.mibSecs }, mibSecondsPerGiBH},
 		{KindMacOSVM, "macOS guest time", "hour", func(p *Prices) Micros { return p.MacOSVMPerHour }, func(t *vmTotals) int64 { return t.macOSSecs }, secondsPerHour},
+		{KindSnapshot, "Snapshot storage", "GiB-hour", func(p *Prices) Micros { return p.SnapshotGiBPerHour }, func(t *vmTotals) int64 { return t.snapGiBSecs }, secondsPerHour},
 	}
 	for _, k := range kinds {
 		// Consecutive periods that charge the same for this kind make one line,

@@ -22,6 +22,9 @@ const (
 	NotifyNodeDown      = "node.down"      // a node stopped heartbeating (operator)
 	NotifyNodeScrub     = "node.scrub"     // a node waits for a scrub (operator)
 	NotifyDrainDone     = "drain.done"     // a node finished draining (operator)
+	NotifyVMSnapshot    = "vm.snapshot"    // a snapshot of a VM was taken through central
+	NotifyVMRestored    = "vm.restored"    // a VM was restored to a snapshot through central
+	NotifyVMCloned      = "vm.cloned"      // a VM was cloned through central (about the new VM)
 	// NotifyWebhookTest is what POST /fleet/webhooks/{id}/test sends; it is
 	// not kept with the notifications and no filter excludes it.
 	NotifyWebhookTest = "webhook.test"
@@ -29,7 +32,8 @@ const (
 
 // NotificationTypes lists every type a webhook may filter on.
 var NotificationTypes = []string{NotifyVMCreated, NotifyVMDeleted, NotifyLeaseCreated, NotifyLeaseReleased, NotifyLeaseEnding,
-	NotifyLeaseEnded, NotifyBudgetNear, NotifyBudgetOver, NotifyNodeDown, NotifyNodeScrub, NotifyDrainDone}
+	NotifyLeaseEnded, NotifyBudgetNear, NotifyBudgetOver, NotifyNodeDown, NotifyNodeScrub, NotifyDrainDone,
+	NotifyVMSnapshot, NotifyVMRestored, NotifyVMCloned}
 
 // Notification is something that happened that a tenant or the operator
 // should hear about; it is what GET /fleet/notifications lists and the body

@@ -217,11 +217,15 @@ type Snapshot struct {
 	CreatedAt time.Time `json:"created_at"`
 	// VMState is the VM's state when the snapshot was taken.
 	VMState string `json:"vm_state"`
+	// SizeBytes is the space the snapshot holds on the host as its driver
+	// tells it (0: it cannot tell).
+	SizeBytes int64 `json:"size_bytes,omitempty"`
 }
 
 // SnapshotRequest is POST /v1/vms/{id}/snapshot.
 type SnapshotRequest struct {
-	// Tag names the snapshot: 1 to 63 of a-z, 0-9, '.', '_', '-', unique per VM.
+	// Tag names the snapshot: 1 to 64 letters, digits, '.', '_', '-', starting
+	// with a letter or digit, unique per VM.
 	Tag string `json:"tag"`
 	// Memory takes a memory snapshot (driver capability memory_snapshots)
 	// instead of a disk snapshot (disk_snapshots).

@@ -13,7 +13,7 @@ import (
 )
 
 func toSnapshot(s *pb.Snapshot) sdk.Snapshot {
-	return sdk.Snapshot{Tag: s.GetTag(), Memory: s.GetMemory(), CreatedAt: time.Unix(0, s.GetCreatedAtUnixNano()).UTC(), VMState: stateName(s.GetVmState())}
+	return sdk.Snapshot{Tag: s.GetTag(), Memory: s.GetMemory(), CreatedAt: time.Unix(0, s.GetCreatedAtUnixNano()).UTC(), VMState: stateName(s.GetVmState()), SizeBytes: s.GetSizeBytes()}
 }
 
 // Snapshot takes a disk or memory snapshot of a VM (the driver's gate

@@ -28,6 +28,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/reconciler"
+	"github.com/fluxvm/fluxvm/central/snapshots"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/team"
 	"github.com/fluxvm/fluxvm/central/tunnels"
@@ -186,6 +187,7 @@ type Server struct {
 	sessions  *identity.Sessions
 	webhooks  *webhooks.Service
 	tunnels   *tunnels.Manager
+	snapshots *snapshots.Service
 	// pruned is when the leader last dropped old notifications (UnixNano).
 	pruned atomic.Int64
 	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
@@ -232,6 +234,9 @@ func New(opts Options) *Server {
 	}
 	s.metering = metering.New(opts.Store, events, opts.Now, opts.Logger)
 	s.vms.Notify, s.launch.Notify, s.drainer.Notify, s.leases.Notify = events, events, events, events
+	s.snapshots = snapshots.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("snapshots"))
+	s.snapshots.Notify = events
+	s.vms.Deleted = s.snapshots.VMDeleted // a snapshot is deleted with its VM
 	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s.metering,
 		Ending: s.leases, Notify: events, Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	guard := opts.WebhookGuard

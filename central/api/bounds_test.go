@@ -175,6 +175,8 @@ func TestStoreRangesMatchTheDescription(t *testing.T) {
 		{"Policy.min_lease_hours", policy["min_lease_hours"], store.MaxMinLeaseHours},
 		{"Policy.ledger_retention_days", policy["ledger_retention_days"], store.MaxLedgerRetentionDays},
 		{"Policy.max_snapshots_per_vm", policy["max_snapshots_per_vm"], store.MaxSnapshotsPerVM},
+		{"FleetSnapshotList.limit", *spec.Doc.Components.Schemas["FleetSnapshotList"].Value.Properties["limit"].Value.Max, store.MaxSnapshotsPerVM},
+		{"FleetSnapshot.size_gib", *spec.Doc.Components.Schemas["FleetSnapshot"].Value.Properties["size_gib"].Value.Max, store.MaxSnapshotGiB},
 		{"CreateLeaseRequest.hours", lease["hours"], store.MaxLeaseHours},
 		{"Pool.vcpus", pool["vcpus"], store.MaxVMVCPUs},
 		{"Pool.memory_mib", pool["memory_mib"], store.MaxVMMemoryMiB},

@@ -98,6 +98,12 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/ws-ticket", Action: "screen ticket for", Access: Tenant, Role: Member, handler: h((*Server).wsTicket)},
 		{Method: "GET", Path: "/fleet/ws/{ticket}", Access: Public, handler: h((*Server).redeemTicket)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/input", Action: "send input to", Access: Tenant, Role: Member, handler: h((*Server).vmInput)},
+		// Snapshots and clones (docs/snapshots.md).
+		{Method: "GET", Path: "/fleet/vms/{node}/{id}/snapshots", Access: Tenant, Role: Viewer, handler: h((*Server).listSnapshots)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/snapshots", Action: "snapshot vm", Access: Tenant, Role: Member, handler: h((*Server).takeSnapshot)},
+		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}/snapshots/{name}", Action: "delete snapshot", Access: Tenant, Role: Member, handler: h((*Server).deleteSnapshot)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/snapshots/{name}/restore", Action: "restore vm", Access: Tenant, Role: Member, handler: h((*Server).restoreSnapshot)},
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/clone", Action: "clone vm", Access: Tenant, Role: Member, handler: h((*Server).cloneVM)},
 		{Method: "GET", Path: "/fleet/tunnels", Access: Tenant, Role: Viewer, handler: h((*Server).listTunnels)},
 		{Method: "DELETE", Path: "/fleet/tunnels/{id}", Action: "close tunnel", Access: Tenant, Role: Admin, handler: h((*Server).closeTunnel)},
 

@@ -6,6 +6,7 @@ package metering
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,6 +36,10 @@ type Store interface {
 	TenantEntriesIn(ctx context.Context, tenant string, from, to time.Time) ([]store.LedgerEntry, error)
 	// ListLeases reads the leases keep accepts.
 	ListLeases(ctx context.Context, keep func(*store.Lease) bool) ([]store.Lease, error)
+	// ListSnapshotRecords reads the snapshot records keep accepts.
+	ListSnapshotRecords(ctx context.Context, keep func(*store.Snapshot) bool) ([]store.Snapshot, error)
+	// GetEntry reads one ledger entry.
+	GetEntry(ctx context.Context, id string) (*store.LedgerEntry, error)
 }
 
 // Service meters the fleet and keeps the budgets. It is safe for concurrent
@@ -98,11 +103,11 @@ func (s *Service) PutPrices(ctx context.Context, p billing.Prices, ifVersion ...
 // Usage is the usage of tenant (by id; "" every tenant) over [from, to).
 func (s *Service) Usage(ctx context.Context, tenant string, from, to time.Time) (*sdk.UsageReport, error) {
 	now := s.now().UTC()
-	vms, leases, names, err := s.billingRows(ctx, tenant, from, to)
+	rows, names, err := s.billingRows(ctx, tenant, from, to)
 	if err != nil {
 		return nil, &store.OpError{Op: "read the ledger", Err: err}
 	}
-	us := billing.ComputeUsage(vms, leases, from, to, now)
+	us := billing.ComputeUsage(rows.VMs, rows.Leases, from, to, now)
 	asOf := now
 	if to.Before(now) {
 		asOf = to
@@ -137,15 +142,15 @@ func (s *Service) Statements(ctx context.Context, q StatementQuery) (*sdk.Statem
 		return nil, &store.OpError{Op: "read the prices", Err: err}
 	}
 	end := q.Month.AddDate(0, 1, 0)
-	vms, leases, names, err := s.billingRows(ctx, q.Tenant, q.Month, end)
+	rows, names, err := s.billingRows(ctx, q.Tenant, q.Month, end)
 	if err != nil {
 		return nil, &store.OpError{Op: "read the ledger", Err: err}
 	}
 	var sts []billing.Statement
 	if q.Tenant != "" {
-		sts = []billing.Statement{billing.ComputeStatement(q.Tenant, q.Month, prices, vms, leases, now)}
+		sts = []billing.Statement{billing.ComputeStatementOf(q.Tenant, q.Month, prices, rows, now)}
 	} else {
-		sts = billing.ComputeStatements(q.Month, prices, vms, leases, now)
+		sts = billing.ComputeStatementsOf(q.Month, prices, rows, now)
 	}
 	current := !now.Before(q.Month) && now.Before(end)
 	list := &sdk.StatementList{Month: q.Month.Format("2006-01"), Statements: make([]sdk.Statement, 0, len(sts))}
@@ -185,11 +190,11 @@ func (s *Service) MonthToDate(ctx context.Context, t *store.Tenant) (*sdk.Budget
 	if err != nil {
 		return nil, &store.OpError{Op: "read this month's spend", Err: err}
 	}
-	vms, leases, _, err := s.billingRows(ctx, t.ID, month, month.AddDate(0, 1, 0))
+	rows, _, err := s.billingRows(ctx, t.ID, month, month.AddDate(0, 1, 0))
 	if err != nil {
 		return nil, &store.OpError{Op: "read this month's spend", Err: err}
 	}
-	return s.budgetFor(ctx, t, billing.ComputeStatement(t.ID, month, prices, vms, leases, now)), nil
+	return s.budgetFor(ctx, t, billing.ComputeStatementOf(t.ID, month, prices, rows, now)), nil
 }
 
 // CheckBudgets computes this month's spend of every tenant with a budget and
@@ -215,11 +220,11 @@ func (s *Service) CheckBudgets(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	vms, leases, _, err := s.billingRows(ctx, "", month, month.AddDate(0, 1, 0))
+	rows, _, err := s.billingRows(ctx, "", month, month.AddDate(0, 1, 0))
 	if err != nil {
 		return err
 	}
-	for _, st := range billing.ComputeStatements(month, prices, vms, leases, now) {
+	for _, st := range billing.ComputeStatementsOf(month, prices, rows, now) {
 		if t := budgeted[st.Tenant]; t != nil {
 			s.budgetFor(ctx, t, st)
 		}
@@ -277,16 +282,18 @@ func (s *Service) noteBudget(ctx context.Context, t *store.Tenant, b *sdk.Budget
 
 // ---- rows ----
 
-// billingRows reads the ledger entries and leases of tenant ("" every
-// tenant) that may count in [from, to), as package billing's rows, and the
-// tenants' names by id. The operator's own VMs are not billed and not read.
-// A released lease counts up to its minimum term, so it is read if that
-// reaches into the window. The entries come through the ledger's month
-// index: the window's rows, not the whole ledger.
-func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.Time) ([]billing.VM, []billing.Lease, map[string]string, error) {
+// billingRows reads the ledger entries, leases and snapshot records of
+// tenant ("" every tenant) that may count in [from, to), as package
+// billing's rows, and the tenants' names by id. The operator's own VMs and
+// snapshots are not billed and not read. A released lease counts up to its
+// minimum term, so it is read if that reaches into the window. The entries
+// come through the ledger's month index: the window's rows, not the whole
+// ledger.
+func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.Time) (billing.Rows, map[string]string, error) {
+	var rows billing.Rows
 	es, err := s.st.TenantEntriesIn(ctx, tenant, from, to)
 	if err != nil {
-		return nil, nil, nil, err
+		return rows, nil, err
 	}
 	ls, err := s.st.ListLeases(ctx, func(l *store.Lease) bool {
 		if tenant != "" && l.Tenant != tenant || !l.StartedAt.Before(to) {
@@ -295,36 +302,70 @@ func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.
 		return l.Active() || l.ReleasedAt.After(from) || l.MinEnd.After(from)
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return rows, nil, err
 	}
-	vms := make([]billing.VM, 0, len(es))
+	// A snapshot counts from when it was taken (a pending one is not yet
+	// taken) until it was deleted.
+	ss, err := s.st.ListSnapshotRecords(ctx, func(sn *store.Snapshot) bool {
+		if sn.Tenant == "" || tenant != "" && sn.Tenant != tenant || sn.Pending || sn.TakenAt.IsZero() || !sn.TakenAt.Before(to) {
+			return false
+		}
+		return sn.Live() || sn.DeletedAt.After(from)
+	})
+	if err != nil {
+		return rows, nil, err
+	}
+	rows.VMs = make([]billing.VM, 0, len(es))
 	for _, e := range es {
-		vms = append(vms, billingVM(&e))
+		rows.VMs = append(rows.VMs, billingVM(&e))
 	}
-	leases := make([]billing.Lease, 0, len(ls))
+	rows.Leases = make([]billing.Lease, 0, len(ls))
 	for _, l := range ls {
-		leases = append(leases, billingLease(&l))
+		rows.Leases = append(rows.Leases, billingLease(&l))
+	}
+	rows.Snapshots = make([]billing.Snapshot, 0, len(ss))
+	for _, sn := range ss {
+		end := sn.DeletedAt
+		if sn.Live() {
+			// A snapshot goes with its VM: one whose VM vanished without a
+			// delete through central (the reconciler ended its entry) is
+			// kept no longer than the VM.
+			e, err := s.st.GetEntry(ctx, store.EntryID(sn.Node, sn.VMID))
+			switch {
+			case err == nil && !e.Running():
+				end = e.EndedAt
+			case err != nil && !errors.Is(err, store.ErrNotFound):
+				return rows, nil, err
+			}
+		}
+		rows.Snapshots = append(rows.Snapshots, billing.Snapshot{ID: sn.ID, Tenant: sn.Tenant, Node: sn.Node, VM: sn.VM, Name: sn.Name,
+			SizeGiB: sn.SizeGiB, Start: sn.TakenAt, End: end})
 	}
 	names := map[string]string{}
 	ts, err := s.st.ListTenants(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return rows, nil, err
 	}
 	for _, t := range ts {
 		names[t.ID] = t.Name
 	}
 	// A deleted tenant's rows stay billable under its id.
-	for _, v := range vms {
+	for _, v := range rows.VMs {
 		if names[v.Tenant] == "" {
 			names[v.Tenant] = v.Tenant
 		}
 	}
-	for _, l := range leases {
+	for _, l := range rows.Leases {
 		if names[l.Tenant] == "" {
 			names[l.Tenant] = l.Tenant
 		}
 	}
-	return vms, leases, names, nil
+	for _, sn := range rows.Snapshots {
+		if names[sn.Tenant] == "" {
+			names[sn.Tenant] = sn.Tenant
+		}
+	}
+	return rows, names, nil
 }
 
 // billingVM is a ledger entry as package billing's row.

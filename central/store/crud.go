@@ -57,6 +57,7 @@ import (
 //	P webhooks/<owner>/<id>                  Webhook (owner: tenant id, or _operator: webhooks.go)
 //	P webhook-ids/<id>                       the webhook's owner
 //	P webhook-done/<id>/<notification>       delivery id: the notification went to the webhook
+//	P snapshots/<node>/<vm-id>/<id>            Snapshot record of a VM's snapshot (kept and deleted: snapshots.go)
 //	P migrations/<name>                      marker of a migration of stored data that has run (ledger-months)
 //	P probe                                  read (never written) to check etcd answers
 //

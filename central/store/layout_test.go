@@ -95,6 +95,10 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 	if err := s.RecordDelivery(ctx, acme.ID, "whk_0123456789ab", sdk.WebhookDelivery{ID: "dlv-1", Notification: "n-1", OK: true}, true); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.AddSnapshot(ctx, &Snapshot{FleetSnapshot: sdk.FleetSnapshot{Name: "before", Node: "n1", VMID: "vm-1", VM: "a"},
+		ID: NewSnapshotID(), Tenant: acme.ID, CreatedAt: now}, 20); err != nil {
+		t.Fatal(err)
+	}
 	l, err := s.Campaign(ctx, "loops")
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ const (
 	MaxLeaseHours          = 26280 // three years
 	MaxLedgerRetentionDays = 3650
 	MaxSnapshotsPerVM      = 1000
+	MaxSnapshotGiB         = 1 << 20 // a snapshot's size as recorded (1 PiB)
 	MaxVMVCPUs             = 1024
 	MaxVMMemoryMiB         = 16 << 20
 	MaxNodeVCPUs           = 1 << 20

@@ -89,6 +89,11 @@ func TestStoredRecordsReadAndWriteAsBefore(t *testing.T) {
 	if k := readStored[APIKey](t, "api-key-plain"); k.ReadOnly || !k.ExpiresAt.IsZero() || !k.LastUsedAt.IsZero() || k.Expired(time.Now().AddDate(100, 0, 0)) {
 		t.Errorf("api key that never expired nor was used read as %+v", k)
 	}
+	// Snapshot records came with issue 15: this is their first layout.
+	if s := readStored[Snapshot](t, "snapshot"); s.Name != "before-upgrade" || s.VMID != "vm-0123456789abcdef" || !s.Memory ||
+		s.SizeGiB != 3 || s.Tenant != "t-0123456789abcdef" || s.Pending || s.Live() || s.TakenAt.Hour() != 10 {
+		t.Errorf("snapshot read as %+v", s)
+	}
 	n := readStored[Node](t, "node")
 	if n.Capacity.Free.MacOSSlots != 1 || n.Capacity.Total.MemoryMiB != 65536 || !n.Healthy() || n.Unavailable() != "cordoned" ||
 		n.LeaseID != "l-00000000000000aa" || len(n.VMs) != 1 || n.VMs[0].GuestOS != GuestMacOS || n.Fingerprint["cpu"] != "m2" {

@@ -44,6 +44,9 @@ type Remover struct {
 	log    hclog.Logger
 	// Notify receives vm.deleted (nil: nothing is sent). Set it before use.
 	Notify notify.Sink
+	// Deleted, when set, hears of each VM deleted (central/snapshots ends
+	// the records of its snapshots). Set it before use.
+	Deleted func(ctx context.Context, node, vmID string)
 }
 
 // New makes a Remover.
@@ -75,6 +78,9 @@ func (r *Remover) Delete(ctx context.Context, n *store.Node, vmID string, e *sto
 		}
 	} else if _, err := r.ledger.MarkDeleted(ctx, n.Name, vmID, reason, r.now()); err != nil {
 		return gone, fmt.Errorf("%w: mark vm %s on node %s deleted: %w", ErrNotRecorded, vmID, n.Name, err)
+	}
+	if r.Deleted != nil {
+		r.Deleted(ctx, n.Name, vmID)
 	}
 	name, tenant := vmID, ""
 	if e != nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fluxvm/fluxvm/plugins/driver"
@@ -151,13 +152,23 @@ func (d *Driver) SnapshotVM(ctx context.Context, id, tag string, memory bool) (*
 		if err != nil {
 			return fmt.Errorf("snapshot vm %s as %q: %w", id, tag, err)
 		}
-		snap = &pb.Snapshot{Tag: tag, Memory: memory, CreatedAtUnixNano: time.Now().UnixNano(), VmState: state}
+		snap = &pb.Snapshot{Tag: tag, Memory: memory, CreatedAtUnixNano: time.Now().UnixNano(), VmState: state, SizeBytes: allocated(v.rec.Disk)}
 		if err := v.writeSnapshots(append(snaps, snap)); err != nil {
 			return fmt.Errorf("snapshot vm %s as %q: record it: %w", id, tag, err)
 		}
 		return nil
 	})
 	return snap, err
+}
+
+// allocated is the space path takes on its file system (0 when it cannot
+// be read): a qcow2 overlay is sparse, so its length says little.
+func allocated(path string) int64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0
+	}
+	return st.Blocks * 512
 }
 
 // diskSnapshotLive takes an internal disk snapshot of a running VM with its

@@ -172,13 +172,13 @@ func CheckGuestPort(port int) error {
 }
 
 // snapshotTag is what a snapshot tag looks like.
-var snapshotTag = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var snapshotTag = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // CheckSnapshotTag is nil for a well-formed snapshot tag and otherwise an
 // ErrInvalid error that says what a tag looks like.
 func CheckSnapshotTag(tag string) error {
 	if !snapshotTag.MatchString(tag) {
-		return Errorf(ErrInvalid, "snapshot tag %q is not valid: it is 1 to 63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", tag)
+		return Errorf(ErrInvalid, "snapshot tag %q is not valid: it is 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit", tag)
 	}
 	return nil
 }

@@ -719,7 +719,7 @@ func (s *suite) testDiskSnapshots(t *testing.T) {
 		t.Fatalf("CreateVM: %v", err)
 	}
 	t.Cleanup(func() { _ = s.launch(t).DestroyVM(context.Background(), spec.Id, true) })
-	for _, bad := range []string{"", "Upper", "-lead", "with space", strings.Repeat("a", 64)} {
+	for _, bad := range []string{"", "-lead", ".dot", "with space", "a/b", strings.Repeat("a", 65)} {
 		if _, err := p.SnapshotVM(ctx, spec.Id, bad, false); !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("SnapshotVM with tag %q = %v, want ErrInvalid", bad, err)
 		}

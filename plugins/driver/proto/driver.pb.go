@@ -3223,7 +3223,12 @@ type Snapshot struct {
 	Memory            bool  `protobuf:"varint,2,opt,name=memory,proto3" json:"memory,omitempty"`
 	CreatedAtUnixNano int64 `protobuf:"varint,3,opt,name=created_at_unix_nano,json=createdAtUnixNano,proto3" json:"created_at_unix_nano,omitempty"`
 	// The VM's state when the snapshot was taken.
-	VmState       VMState `protobuf:"varint,4,opt,name=vm_state,json=vmState,proto3,enum=fluxvm.driver.v2.VMState" json:"vm_state,omitempty"`
+	VmState VMState `protobuf:"varint,4,opt,name=vm_state,json=vmState,proto3,enum=fluxvm.driver.v2.VMState" json:"vm_state,omitempty"`
+	// The space the snapshot holds on the host, in bytes, as well as the
+	// driver can tell (0: it cannot). Central bills snapshots by it, rounded
+	// up to whole GiB. qemu reports the overlay's allocated bytes right after
+	// the snapshot (what the snapshot pins); sim a simulated size.
+	SizeBytes     int64 `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3284,6 +3289,13 @@ func (x *Snapshot) GetVmState() VMState {
 		return x.VmState
 	}
 	return VMState_VM_STATE_UNSPECIFIED
+}
+
+func (x *Snapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
 }
 
 type SnapshotVMRequest struct {
@@ -4081,12 +4093,14 @@ const file_driver_proto_rawDesc = "" +
 	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x1d\n" +
 	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCodeB\b\n" +
-	"\x06output\"\x9b\x01\n" +
+	"\x06output\"\xba\x01\n" +
 	"\bSnapshot\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\tR\x03tag\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\bR\x06memory\x12/\n" +
 	"\x14created_at_unix_nano\x18\x03 \x01(\x03R\x11createdAtUnixNano\x124\n" +
-	"\bvm_state\x18\x04 \x01(\x0e2\x19.fluxvm.driver.v2.VMStateR\avmState\"M\n" +
+	"\bvm_state\x18\x04 \x01(\x0e2\x19.fluxvm.driver.v2.VMStateR\avmState\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\"M\n" +
 	"\x11SnapshotVMRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x16\n" +
