@@ -128,6 +128,9 @@ func New(o Options) *Service {
 	return &Service{o: o, log: o.Logger, buckets: map[string]*bucket{}}
 }
 
+// Enabled says whether sign-up is open.
+func (s *Service) Enabled() bool { return s.o.Enabled }
+
 // Config is GET /signup/config.
 func (s *Service) Config(ctx context.Context) (sdk.SignupConfig, error) {
 	if !s.o.Enabled {
