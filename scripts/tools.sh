@@ -17,7 +17,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${FLUXVM_CACHE_DIR:-/var/cache/fluxvm}
 
 # name → module@version (the one place these are pinned; the tests' helper
-# central/internal/testservers names the same versions)
+# internal/testservers names the same versions)
 declare -A tools=(
   [stripe-mock]=github.com/stripe/stripe-mock@v0.203.0
   [mailpit]=github.com/axllent/mailpit@v1.33.1

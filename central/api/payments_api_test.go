@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/central/internal/testservers"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"

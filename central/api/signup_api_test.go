@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/central/internal/testservers"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/sdk"
 )

@@ -17,7 +17,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/billing/billingtest"
-	"github.com/fluxvm/fluxvm/central/internal/testservers"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"

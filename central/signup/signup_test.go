@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/central/internal/testservers"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
