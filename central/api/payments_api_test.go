@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/stripe/stripe-go/v82/webhook"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/signup"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 

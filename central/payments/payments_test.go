@@ -17,10 +17,10 @@ import (
 
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/billing/billingtest"
-	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/stripe/stripe-go/v82/webhook"
 )

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
