@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/internal/testservers"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -142,4 +144,49 @@ func TestSignupIsClosedUnlessOpened(t *testing.T) {
 	e.must(req{method: "POST", path: "/signup", body: `{"email": "a@example.com", "tenant": "a"}`}, 404)
 	e.must(req{method: "GET", path: "/signup/confirm?token=fsu_" + strings.Repeat("0", 64)}, 404)
 	e.must(req{method: "POST", path: "/signup/confirm", body: `{"token": "fsu_` + strings.Repeat("0", 64) + `"}`}, 404)
+}
+
+// TestASignedUpPersonsFirstSSOSignInMakesThemTheOwner: with email
+// confirmation off, a sign-up's tenant, its key and its webhook are made
+// with the sign-up's token; the person's first sign-in through a real
+// OpenID provider makes them the tenant's owner, and at that moment the
+// sign-up's token and key stop working and the webhook is gone.
+func TestASignedUpPersonsFirstSSOSignInMakesThemTheOwner(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Signup = SignupOptions{Enabled: true} })
+	issuer := startProvider(t, e.srv.URL+"/auth/callback", true)
+	o, err := identity.NewOIDC(context.Background(), identity.OIDCConfig{Issuer: issuer, ClientID: "fluxvm-console", ClientSecret: "console-secret",
+		RedirectURL: e.srv.URL + "/auth/callback"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.api.opts.OIDC, e.api.opts.OIDCProviderName = o, "Zitadel"
+	e.api.publicOrigin = e.srv.URL
+	p, err := e.store.GetPolicy(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SignupRequireEmailVerification = false
+	if _, err := e.store.PutPolicy(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	var made sdk.TenantWithToken
+	e.must(req{method: "POST", path: "/signup", body: `{"email": "stranger@example.com", "tenant": "strangers"}`}, 201).decode(t, &made)
+	var key sdk.APIKeyWithToken
+	e.must(req{method: "POST", path: "/fleet/tenants/me/keys", token: made.Token, body: `{"name": "ci"}`}, 201).decode(t, &key)
+	e.must(req{method: "POST", path: "/fleet/webhooks", token: made.Token, body: `{"url": "https://hooks.example.com/x"}`}, 201)
+
+	resp, _, _ := signIn(t, browser(t), e.srv.URL, "", "stranger")
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("the sign-up's person was not signed in: %d", resp.StatusCode)
+	}
+	e.must(req{method: "GET", path: "/fleet/tenants/me", token: made.Token}, 401)
+	e.must(req{method: "GET", path: "/fleet/tenants/me", token: key.Token}, 401)
+	var members sdk.MemberList
+	e.must(req{method: "GET", path: "/fleet/tenants/" + made.Tenant.ID + "/members", token: testFleetToken}, 200).decode(t, &members)
+	if len(members.Members) != 1 || members.Members[0].Email != "stranger@example.com" || members.Members[0].Role != sdk.RoleOwner {
+		t.Fatalf("members: %+v", members)
+	}
+	if ws, _ := e.store.ListWebhooks(context.Background(), made.Tenant.ID); len(ws) != 0 {
+		t.Fatalf("webhooks left: %+v", ws)
+	}
 }

@@ -81,6 +81,16 @@ type Store interface {
 	PutSignup(ctx context.Context, tokenSHA256 string, x *store.Signup, ttl time.Duration) error
 	TakeSignup(ctx context.Context, tokenSHA256 string) (*store.Signup, error)
 	GetPolicy(ctx context.Context) (sdk.Policy, error)
+	// For the first SSO sign-in of the person who signed up (ClaimOnSignIn).
+	PutSignupOwner(ctx context.Context, o *store.SignupOwner) error
+	TakeSignupOwners(ctx context.Context, email string) ([]store.SignupOwner, error)
+	ListTeam(ctx context.Context, tenant string) ([]store.TeamMember, error)
+	AddTeamMember(ctx context.Context, m *store.TeamMember) error
+	RotateTenantToken(ctx context.Context, id, newTokenSHA256 string) (*store.Tenant, error)
+	ListKeys(ctx context.Context, tenant string) ([]store.APIKey, error)
+	DeleteKey(ctx context.Context, tenant, id string) error
+	ListWebhooks(ctx context.Context, tenant string) ([]store.Webhook, error)
+	DeleteWebhook(ctx context.Context, tenant, id string) error
 }
 
 // Options configure a Service.
@@ -203,7 +213,7 @@ func (s *Service) Signup(ctx context.Context, addr string, req sdk.SignupRequest
 		return nil, err
 	}
 	if !p.SignupRequireEmailVerification {
-		t, err := s.o.CreateTenant(ctx, req.Tenant, email)
+		t, err := s.create(ctx, req.Tenant, email, false)
 		if err != nil {
 			return nil, err
 		}
@@ -249,12 +259,99 @@ func (s *Service) Confirm(ctx context.Context, token string) (*sdk.TenantWithTok
 	if !s.o.Now().Before(x.ExpiresAt) {
 		return nil, ErrLink
 	}
-	t, err := s.o.CreateTenant(ctx, x.Tenant, x.Email)
+	t, err := s.create(ctx, x.Tenant, x.Email, true)
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("tenant signed up", "tenant", t.Tenant.ID)
 	return t, nil
+}
+
+// create makes the tenant and records who signed it up, for their first
+// SSO sign-in.
+func (s *Service) create(ctx context.Context, name, email string, verified bool) (*sdk.TenantWithToken, error) {
+	t, err := s.o.CreateTenant(ctx, name, email)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.o.Store.PutSignupOwner(ctx, &store.SignupOwner{Tenant: t.Tenant.ID, Email: email, Verified: verified}); err != nil {
+		// The tenant exists and its token is answered; only the SSO
+		// hand-over is lost, and the operator can add the owner.
+		s.log.Error("record who signed up a tenant", "tenant", t.Tenant.ID, "error", err)
+	}
+	return t, nil
+}
+
+// ClaimOnSignIn is a first SSO sign-in's part of sign-up: each tenant that
+// email signed up, and that has no members yet, gets email as its owner.
+// When the address was not confirmed by a mailed link (the policy's
+// signup_require_email_verification was off), whoever holds the sign-up's
+// token may not be that person, so at this moment the tenant's primary
+// token is rotated (to one nobody is shown) and its API keys and webhooks
+// are removed; the owner makes new ones from the console. It runs once per
+// sign-up, and returns the tenants claimed.
+func (s *Service) ClaimOnSignIn(ctx context.Context, email string) ([]string, error) {
+	email = store.NormalEmail(email)
+	owners, err := s.o.Store.TakeSignupOwners(ctx, email)
+	if err != nil {
+		return nil, err
+	}
+	var claimed []string
+	for _, o := range owners {
+		team, err := s.o.Store.ListTeam(ctx, o.Tenant)
+		if err != nil {
+			return claimed, err
+		}
+		if len(team) > 0 {
+			continue // the tenant has a team already: it is theirs to add this person
+		}
+		m := &store.TeamMember{Member: sdk.Member{Email: email, Role: sdk.RoleOwner, AddedBy: "sign-up", AddedAt: s.o.Now().UTC()}, Tenant: o.Tenant}
+		if err := s.o.Store.AddTeamMember(ctx, m); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				continue // the tenant was deleted meanwhile
+			}
+			return claimed, err
+		}
+		if !o.Verified {
+			if err := s.revokeSignupCredentials(ctx, o.Tenant); err != nil {
+				return claimed, err
+			}
+		}
+		s.log.Info("signed-up tenant claimed at its owner's first sign-in", "tenant", o.Tenant, "verified", o.Verified)
+		claimed = append(claimed, o.Tenant)
+	}
+	return claimed, nil
+}
+
+// revokeSignupCredentials rotates tenant's primary token to one nobody
+// holds and removes its API keys and webhooks.
+func (s *Service) revokeSignupCredentials(ctx context.Context, tenant string) error {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return err
+	}
+	if _, err := s.o.Store.RotateTenantToken(ctx, tenant, store.HashToken("fvt_"+hex.EncodeToString(raw))); err != nil {
+		return fmt.Errorf("rotate the token of %s: %w", tenant, err)
+	}
+	keys, err := s.o.Store.ListKeys(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := s.o.Store.DeleteKey(ctx, tenant, k.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("remove key %s of %s: %w", k.ID, tenant, err)
+		}
+	}
+	hooks, err := s.o.Store.ListWebhooks(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	for _, h := range hooks {
+		if err := s.o.Store.DeleteWebhook(ctx, tenant, h.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("remove webhook %s of %s: %w", h.ID, tenant, err)
+		}
+	}
+	return nil
 }
 
 // mail sends the confirmation link.

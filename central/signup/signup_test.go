@@ -275,3 +275,106 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// claimFixture gives tenant a named API key and a webhook, what the first
+// SSO sign-in must remove when the address was never confirmed.
+func claimFixture(t *testing.T, st *store.Store, tenant string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := st.CreateKey(ctx, &store.APIKey{APIKey: sdk.APIKey{Name: "ci", CreatedAt: time.Now()}, Tenant: tenant,
+		TokenSHA256: store.HashToken("fvk_" + tenant + "-key")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateWebhook(ctx, &store.Webhook{Webhook: sdk.Webhook{ID: "whk_0123456789ab", URL: "https://hooks.example.com/x", Tenant: tenant,
+		CreatedAt: time.Now()}, Secret: "whsec_x"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFirstSignInOfAnUnconfirmedSignupRotatesTheTokenAndRemovesKeysAndWebhooks(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	p, _ := e.st.GetPolicy(ctx)
+	p.SignupRequireEmailVerification = false
+	if _, err := e.st.PutPolicy(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.svc.Signup(ctx, "192.0.2.1", sdk.SignupRequest{Email: "Sam@Example.com", Tenant: "sams"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Tenant.Tenant.ID
+	claimFixture(t, e.st, id)
+	if got, err := e.svc.ClaimOnSignIn(ctx, "someone-else@example.com"); err != nil || len(got) != 0 {
+		t.Fatalf("another person claimed %v %v", got, err)
+	}
+	got, err := e.svc.ClaimOnSignIn(ctx, "SAM@example.com")
+	if err != nil || len(got) != 1 || got[0] != id {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	if _, err := e.st.TenantByToken(ctx, store.HashToken(res.Tenant.Token)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the sign-up's token still works: %v", err)
+	}
+	if ks, _ := e.st.ListKeys(ctx, id); len(ks) != 0 {
+		t.Errorf("keys left: %v", ks)
+	}
+	if ws, _ := e.st.ListWebhooks(ctx, id); len(ws) != 0 {
+		t.Errorf("webhooks left: %v", ws)
+	}
+	team, _ := e.st.ListTeam(ctx, id)
+	if len(team) != 1 || team[0].Email != "sam@example.com" || team[0].Role != sdk.RoleOwner {
+		t.Errorf("team = %+v, want sam as the owner", team)
+	}
+	if again, err := e.svc.ClaimOnSignIn(ctx, "sam@example.com"); err != nil || len(again) != 0 {
+		t.Errorf("a second sign-in claimed again: %v %v", again, err)
+	}
+}
+
+func TestFirstSignInOfAConfirmedSignupKeepsTokenKeysAndWebhooks(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	if _, err := e.svc.Signup(ctx, "192.0.2.1", sdk.SignupRequest{Email: "kim@example.com", Tenant: "kims"}); err != nil {
+		t.Fatal(err)
+	}
+	made, err := e.svc.Confirm(ctx, e.linkFor(t, "kim@example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimFixture(t, e.st, made.Tenant.ID)
+	if got, err := e.svc.ClaimOnSignIn(ctx, "kim@example.com"); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	if _, err := e.st.TenantByToken(ctx, store.HashToken(made.Token)); err != nil {
+		t.Errorf("the confirmed sign-up's token stopped working: %v", err)
+	}
+	if ks, _ := e.st.ListKeys(ctx, made.Tenant.ID); len(ks) != 1 {
+		t.Errorf("keys = %v, want the one kept", ks)
+	}
+	if ws, _ := e.st.ListWebhooks(ctx, made.Tenant.ID); len(ws) != 1 {
+		t.Errorf("webhooks = %v, want the one kept", ws)
+	}
+}
+
+func TestATenantWithATeamIsNotClaimed(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	p, _ := e.st.GetPolicy(ctx)
+	p.SignupRequireEmailVerification = false
+	if _, err := e.st.PutPolicy(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.svc.Signup(ctx, "192.0.2.1", sdk.SignupRequest{Email: "lee@example.com", Tenant: "lees"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.AddTeamMember(ctx, &store.TeamMember{Member: sdk.Member{Email: "boss@example.com", Role: sdk.RoleOwner, AddedAt: time.Now()},
+		Tenant: res.Tenant.Tenant.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.svc.ClaimOnSignIn(ctx, "lee@example.com"); err != nil || len(got) != 0 {
+		t.Fatalf("claimed %v %v", got, err)
+	}
+	if _, err := e.st.TenantByToken(ctx, store.HashToken(res.Tenant.Token)); err != nil {
+		t.Errorf("the token was rotated though nothing was claimed: %v", err)
+	}
+}

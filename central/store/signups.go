@@ -65,3 +65,56 @@ func (s *Store) TakeSignup(ctx context.Context, tokenSHA256 string) (*Signup, er
 	}
 	return &x, nil
 }
+
+// Who signed a tenant up, until that person first signs in with SSO and
+// becomes its owner (docs/signup.md). Keys:
+//
+//	P signup-owners/<email>/<tenant>   SignupOwner
+//
+// The record is taken (read and deleted in one operation) at that first
+// sign-in, so it makes an owner once.
+
+// SignupOwner is the person who signed a tenant up.
+type SignupOwner struct {
+	Tenant string `json:"tenant"`
+	Email  string `json:"email"`
+	// Verified is set when the address was confirmed by the mailed link.
+	Verified bool `json:"verified"`
+}
+
+func (s *Store) signupOwnerPrefix(email string) string { return s.prefix + "signup-owners/" + email + "/" }
+
+// PutSignupOwner records who signed tenant up.
+func (s *Store) PutSignupOwner(ctx context.Context, o *SignupOwner) error {
+	if err := CheckEmail(o.Email); err != nil {
+		return err
+	}
+	if !ValidName(o.Tenant) {
+		return fmt.Errorf("%w: sign-up owner: tenant id", ErrInvalid)
+	}
+	if _, err := s.kv(ctx).Put(ctx, s.signupOwnerPrefix(o.Email)+o.Tenant, mustJSON(o)); err != nil {
+		return fmt.Errorf("record who signed up %s: %w", o.Tenant, err)
+	}
+	return nil
+}
+
+// TakeSignupOwners reads and deletes, in one operation, the tenants email
+// signed up and has not yet signed in to.
+func (s *Store) TakeSignupOwners(ctx context.Context, email string) ([]SignupOwner, error) {
+	if CheckEmail(email) != nil {
+		return nil, nil
+	}
+	r, err := s.kv(ctx).Delete(ctx, s.signupOwnerPrefix(email), clientv3.WithPrefix(), clientv3.WithPrevKV())
+	if err != nil {
+		return nil, fmt.Errorf("take the sign-ups of %s: %w", email, err)
+	}
+	out := make([]SignupOwner, 0, len(r.PrevKvs))
+	for _, kv := range r.PrevKvs {
+		var o SignupOwner
+		if err := json.Unmarshal(kv.Value, &o); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
