@@ -6,6 +6,8 @@ package payments
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -172,7 +174,10 @@ func (s *Service) SetCustomer(ctx context.Context, tenant string, req sdk.SetBil
 		}
 		// The same tenant asking twice within Stripe's idempotency window
 		// gets the same customer.
-		p.SetIdempotencyKey("fluxvm-customer-" + tenant + "-" + a.Email)
+		// (Stripe takes keys of up to 255 characters: a tenant id and an
+		// address may be longer together, so they are hashed.)
+		sum := sha256.Sum256([]byte(tenant + "\x00" + a.Email))
+		p.SetIdempotencyKey("fluxvm-customer-" + hex.EncodeToString(sum[:16]))
 		c, err := s.sc.V1Customers.Create(ctx, p)
 		if err != nil {
 			return nil, stripeErr("create a Stripe customer", err)

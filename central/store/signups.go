@@ -82,7 +82,9 @@ type SignupOwner struct {
 	Verified bool `json:"verified"`
 }
 
-func (s *Store) signupOwnerPrefix(email string) string { return s.prefix + "signup-owners/" + email + "/" }
+func (s *Store) signupOwnerPrefix(email string) string {
+	return s.prefix + "signup-owners/" + email + "/"
+}
 
 // PutSignupOwner records who signed tenant up.
 func (s *Store) PutSignupOwner(ctx context.Context, o *SignupOwner) error {
