@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"time"
@@ -166,6 +167,45 @@ func (f *FleetClient) SetTenantBilling(ctx context.Context, tenant string, req S
 func (f *FleetClient) PaymentMethodSession(ctx context.Context) (*PaymentMethodSession, error) {
 	var out PaymentMethodSession
 	if err := f.c.call(ctx, http.MethodPost, "/fleet/billing/payment-method", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SignupConfig says whether central takes self-service sign-ups (no token
+// needed).
+func (f *FleetClient) SignupConfig(ctx context.Context) (*SignupConfig, error) {
+	var out SignupConfig
+	if err := f.c.call(ctx, http.MethodGet, "/signup/config", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Signup asks for a tenant (no token needed). Central mails a link and
+// answers Accepted; with email confirmation off in its policy it makes the
+// tenant at once and answers Tenant, with its token.
+func (f *FleetClient) Signup(ctx context.Context, req SignupRequest) (accepted *SignupAccepted, tenant *TenantWithToken, err error) {
+	var raw json.RawMessage
+	if err := f.c.call(ctx, http.MethodPost, "/signup", nil, req, &raw); err != nil {
+		return nil, nil, err
+	}
+	var probe struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(raw, &probe); err == nil && probe.Token != "" {
+		tenant = new(TenantWithToken)
+		return nil, tenant, json.Unmarshal(raw, tenant)
+	}
+	accepted = new(SignupAccepted)
+	return accepted, nil, json.Unmarshal(raw, accepted)
+}
+
+// ConfirmSignup follows a mailed link by its token (the link's token=
+// parameter): central makes the tenant, once, and answers it with its token.
+func (f *FleetClient) ConfirmSignup(ctx context.Context, token string) (*TenantWithToken, error) {
+	var out TenantWithToken
+	if err := f.c.call(ctx, http.MethodPost, "/signup/confirm", nil, SignupConfirmRequest{Token: token}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -188,5 +189,47 @@ func TestASignedUpPersonsFirstSSOSignInMakesThemTheOwner(t *testing.T) {
 	}
 	if ws, _ := e.store.ListWebhooks(context.Background(), made.Tenant.ID); len(ws) != 0 {
 		t.Fatalf("webhooks left: %+v", ws)
+	}
+}
+
+// TestTheSDKSignsUpAndConfirms: the SDK's sign-up calls against central,
+// with the link read from mailpit.
+func TestTheSDKSignsUpAndConfirms(t *testing.T) {
+	mp := testservers.StartMailpit(t)
+	host, port, _ := strings.Cut(mp.SMTP, ":")
+	p, _ := strconv.Atoi(port)
+	e := newEnv(t, func(o *Options) {
+		o.PublicURL = "https://cloud.example.com"
+		o.Signup = SignupOptions{Enabled: true, SMTP: signup.SMTP{Host: host, Port: p, From: "FluxVM <signup@cloud.example.com>"}}
+	})
+	fc, err := sdk.NewFleetClient(e.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if cfg, err := fc.SignupConfig(ctx); err != nil || !cfg.Enabled {
+		t.Fatalf("config: %+v %v", cfg, err)
+	}
+	acc, made, err := fc.Signup(ctx, sdk.SignupRequest{Email: "sdk@example.com", Tenant: "sdk-co"})
+	if err != nil || acc == nil || made != nil || acc.Status != "mail_sent" {
+		t.Fatalf("sign-up: %+v %+v %v", acc, made, err)
+	}
+	token := suMailedToken(t, mp, "sdk@example.com")
+	made, err = fc.ConfirmSignup(ctx, token)
+	if err != nil || made.Tenant.Name != "sdk-co" || made.Token == "" {
+		t.Fatalf("confirm: %+v %v", made, err)
+	}
+	var apiErr *sdk.APIError
+	if _, err := fc.ConfirmSignup(ctx, token); !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Fatalf("a second confirmation: %v, want 404", err)
+	}
+	p2, _ := e.store.GetPolicy(ctx)
+	p2.SignupRequireEmailVerification = false
+	if _, err := e.store.PutPolicy(ctx, p2); err != nil {
+		t.Fatal(err)
+	}
+	acc, made, err = fc.Signup(ctx, sdk.SignupRequest{Email: "quick@example.com", Tenant: "quick-co"})
+	if err != nil || acc != nil || made == nil || made.Tenant.Name != "quick-co" || made.Token == "" {
+		t.Fatalf("sign-up without confirmation: %+v %+v %v", acc, made, err)
 	}
 }
