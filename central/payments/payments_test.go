@@ -458,3 +458,33 @@ func TestLinesRefuseAStatementWhoseCentsDoNotAddUp(t *testing.T) {
 		}
 	}
 }
+
+func TestARunThatStripeFailedIsResumedByTheNextRun(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tenant := e.stmts[0].Tenant
+	if _, err := e.svc.SetCustomer(ctx, tenant, sdk.SetBillingRequest{StripeCustomer: "cus_a"}); err != nil {
+		t.Fatal(err)
+	}
+	// The same central, with Stripe out of reach: nothing answers port 1.
+	down := payments.New(payments.Config{SecretKey: "sk_test_123", APIBase: "http://127.0.0.1:1"}, e.st,
+		func(context.Context, time.Time) ([]sdk.Statement, error) { return e.stmts, nil }, func() time.Time { return e.now }, nil)
+	var se *payments.StripeError
+	if _, err := down.CreateInvoices(ctx, october); !errors.As(err, &se) {
+		t.Fatalf("with Stripe down: %v, want a StripeError", err)
+	}
+	inv, _ := e.st.ListInvoices(ctx, tenant)
+	if len(inv) != 1 || inv[0].Status != sdk.InvoiceCreating {
+		t.Fatalf("after the failed run: %+v, want one invoice still creating", inv)
+	}
+	run, err := e.svc.CreateInvoices(ctx, october)
+	if err != nil || len(run.Created) != 1 || run.Created[0].Status != sdk.InvoiceOpen {
+		t.Fatalf("the next run: %+v %v, want the invoice finished", run, err)
+	}
+	// Its calls carried the same idempotency keys a first try would have.
+	for _, p := range e.rec.posts("/v1/invoices") {
+		if p.Idempotency != "fluxvm-invoice-"+tenant+"-2026-10" {
+			t.Errorf("idempotency key %q", p.Idempotency)
+		}
+	}
+}
