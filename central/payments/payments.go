@@ -269,6 +269,9 @@ func (s *Service) CreateInvoices(ctx context.Context, month time.Time) (*sdk.Inv
 	}
 	run := &sdk.InvoiceRun{Month: m, Created: []sdk.Invoice{}, Existing: []sdk.Invoice{}, Skipped: []sdk.InvoiceSkip{}}
 	for _, st := range sts {
+		if st.Tenant == "" {
+			continue // the operator's own VMs: nobody to invoice
+		}
 		acct, err := s.st.GetBillingAccount(ctx, st.Tenant)
 		if errors.Is(err, store.ErrNotFound) {
 			run.Skipped = append(run.Skipped, sdk.InvoiceSkip{Tenant: st.Tenant, Reason: "no Stripe customer: PUT /fleet/tenants/" + st.Tenant + "/billing"})
@@ -321,6 +324,11 @@ func (s *Service) send(ctx context.Context, inv *sdk.Invoice) (*sdk.Invoice, err
 	si, err := s.sc.V1Invoices.Create(ctx, p)
 	if err != nil {
 		return nil, stripeErr("create the Stripe invoice", err)
+	}
+	// The index from Stripe's id goes in before anything else, so that a
+	// webhook event about the invoice that comes early finds it.
+	if _, err := s.st.UpdateInvoice(ctx, inv.Tenant, inv.Month, func(x *sdk.Invoice) { x.StripeInvoiceID = si.ID }); err != nil {
+		return nil, err
 	}
 	for i, l := range inv.Lines {
 		ip := &stripe.InvoiceItemCreateParams{Customer: stripe.String(inv.StripeCustomer), Invoice: stripe.String(si.ID),
