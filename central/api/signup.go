@@ -115,10 +115,10 @@ var confirmPage = template.Must(template.New("confirm").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>Confirm your FluxVM sign-up</title></head>
 <body><h1>Confirm your FluxVM sign-up</h1>
 <p><button id="go">Create my account</button></p><pre id="out"></pre>
-<script>
+<script nonce="{{.Nonce}}">
 document.getElementById("go").onclick = async () => {
   const r = await fetch("/signup/confirm", {method: "POST", headers: {"Content-Type": "application/json"},
-    body: JSON.stringify({token: {{.}}})});
+    body: JSON.stringify({token: {{.Token}}})});
   const b = await r.json();
   document.getElementById("out").textContent = r.ok
     ? "Tenant " + b.tenant.name + " is yours. Its token, shown this once:\n\n" + b.token
@@ -138,10 +138,13 @@ func (s *Server) signupConfirmPage(w http.ResponseWriter, r *http.Request) {
 		s.signupError(w, signup.ErrLink)
 		return
 	}
+	// The page's one script runs by its nonce; nothing else may.
+	nonce := store.NewToken("")
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; connect-src 'self'")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+nonce+"'; connect-src 'self'; base-uri 'none'; form-action 'none'")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	_ = confirmPage.Execute(w, token)
+	w.Header().Set("Cache-Control", "no-store")
+	_ = confirmPage.Execute(w, struct{ Token, Nonce string }{token, nonce})
 }
 
 // signupConfirm is POST /signup/confirm {"token"}: the tenant and its
