@@ -52,6 +52,7 @@ for name in "${!tools[@]}"; do
 		rm -rf "$tmp"
 		die "go install ${tools[$name]} failed (go said why above); check GOPROXY ($("$GO" env GOPROXY))"
 	fi
+	chmod 755 "$tmp" # mktemp made it 0700: tests may run as another user
 	rm -rf "$dir"
 	mv "$tmp" "$dir"
 	say "installed $dir/$name"
