@@ -106,6 +106,14 @@ func TestSignupThroughCentral(t *testing.T) {
 	e.must(req{method: "POST", path: "/signup", body: `{"email": "twin@example.com", "tenant": "dana-co"}`}, 202)
 	e.must(req{method: "POST", path: "/signup/confirm", body: `{"token": "` + suMailedToken(t, mp, "twin@example.com") + `"}`}, 409)
 
+	// A link that is no token, and a confirmation that is no JSON object.
+	e.must(req{method: "GET", path: "/signup/confirm?token=fsu_short"}, 404)
+	e.must(req{method: "POST", path: "/signup/confirm", body: `{"token": "fsu_` + strings.Repeat("0", 64) + `"}`}, 404)
+	for _, bad := range []string{`{"token": 1}`, `not json`, `{"token": "x", "more": 1}`} {
+		if r := e.call(req{method: "POST", path: "/signup/confirm", body: bad}); r.status != 400 {
+			t.Errorf("confirm with %s: %d, want 400", bad, r.status)
+		}
+	}
 	// Bad bodies.
 	for _, bad := range []string{`{"email": "x", "tenant": "a"}`, `{"email": "a@example.com", "tenant": "me"}`} {
 		e.must(req{method: "POST", path: "/signup", body: bad}, 400)
