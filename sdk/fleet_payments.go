@@ -49,7 +49,10 @@ type Invoice struct {
 	StripeInvoiceID string `json:"stripe_invoice_id,omitempty"`
 	StripeCustomer  string `json:"stripe_customer,omitempty"`
 	// HostedURL is Stripe's page where the invoice is paid ("" until known).
-	HostedURL string    `json:"hosted_url,omitempty"`
+	HostedURL string `json:"hosted_url,omitempty"`
+	// Error is why the last run could not finish sending it to Stripe
+	// (Status stays creating; the next run takes it up).
+	Error     string    `json:"error,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

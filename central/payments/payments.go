@@ -31,6 +31,9 @@ const (
 	DefaultTolerance = 5 * time.Minute
 	// MaxCustomerIDLen bounds a Stripe customer id given by the operator.
 	MaxCustomerIDLen = 255
+	// InProgressFor is how long an invoice another run is creating is left
+	// to it: past that (or once it recorded an error) a run takes it up.
+	InProgressFor = 10 * time.Minute
 )
 
 // Errors callers branch on.
@@ -300,10 +303,22 @@ func (s *Service) CreateInvoices(ctx context.Context, month time.Time) (*sdk.Inv
 			run.Existing = append(run.Existing, *got)
 			continue
 		}
+		if !claimed && got.Error == "" && s.now().Sub(got.UpdatedAt) < InProgressFor {
+			// Another run (another operator, another central) is at it now.
+			run.Skipped = append(run.Skipped, sdk.InvoiceSkip{Tenant: st.Tenant,
+				Reason: "another run is sending this invoice now; if it stays creating, run again in a few minutes"})
+			continue
+		}
 		// claimed now, or claimed by a run that stopped half-way: (re)send
 		// what the record says, under the same idempotency keys.
 		done, err := s.send(ctx, got)
 		if err != nil {
+			// Kept on the record, so the list says why it is stuck and the
+			// next run takes it up at once.
+			msg := err.Error()
+			if _, uerr := s.st.UpdateInvoice(ctx, got.Tenant, got.Month, func(x *sdk.Invoice) { x.Error, x.UpdatedAt = msg, s.now().UTC() }); uerr != nil {
+				s.log.Error("record a failed invoice", "invoice", got.ID, "error", uerr)
+			}
 			return run, fmt.Errorf("invoice %s: %w", got.ID, err)
 		}
 		run.Created = append(run.Created, *done)
@@ -345,7 +360,7 @@ func (s *Service) send(ctx context.Context, inv *sdk.Invoice) (*sdk.Invoice, err
 		return nil, stripeErr("finalize the Stripe invoice", err)
 	}
 	out, err := s.st.UpdateInvoice(ctx, inv.Tenant, inv.Month, func(x *sdk.Invoice) {
-		x.StripeInvoiceID, x.HostedURL, x.UpdatedAt = si.ID, fi.HostedInvoiceURL, s.now().UTC()
+		x.StripeInvoiceID, x.HostedURL, x.UpdatedAt, x.Error = si.ID, fi.HostedInvoiceURL, s.now().UTC(), ""
 		if x.Status == sdk.InvoiceCreating {
 			x.Status = sdk.InvoiceOpen
 		}

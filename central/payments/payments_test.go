@@ -474,11 +474,11 @@ func TestARunThatStripeFailedIsResumedByTheNextRun(t *testing.T) {
 		t.Fatalf("with Stripe down: %v, want a StripeError", err)
 	}
 	inv, _ := e.st.ListInvoices(ctx, tenant)
-	if len(inv) != 1 || inv[0].Status != sdk.InvoiceCreating {
-		t.Fatalf("after the failed run: %+v, want one invoice still creating", inv)
+	if len(inv) != 1 || inv[0].Status != sdk.InvoiceCreating || !strings.Contains(inv[0].Error, "Stripe did not answer") {
+		t.Fatalf("after the failed run: %+v, want one invoice still creating, with why", inv)
 	}
 	run, err := e.svc.CreateInvoices(ctx, october)
-	if err != nil || len(run.Created) != 1 || run.Created[0].Status != sdk.InvoiceOpen {
+	if err != nil || len(run.Created) != 1 || run.Created[0].Status != sdk.InvoiceOpen || run.Created[0].Error != "" {
 		t.Fatalf("the next run: %+v %v, want the invoice finished", run, err)
 	}
 	// Its calls carried the same idempotency keys a first try would have.
@@ -486,5 +486,40 @@ func TestARunThatStripeFailedIsResumedByTheNextRun(t *testing.T) {
 		if p.Idempotency != "fluxvm-invoice-"+tenant+"-2026-10" {
 			t.Errorf("idempotency key %q", p.Idempotency)
 		}
+	}
+}
+
+func TestARunLeavesAnInvoiceAnotherRunIsSendingToIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tenant := e.stmts[0].Tenant
+	if _, err := e.svc.SetCustomer(ctx, tenant, sdk.SetBillingRequest{StripeCustomer: "cus_a"}); err != nil {
+		t.Fatal(err)
+	}
+	// What another run's claim looks like while it talks to Stripe.
+	lines, total, err := payments.Lines(e.stmts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.st.ClaimInvoice(ctx, &sdk.Invoice{ID: tenant + "-2026-10", Tenant: tenant, Month: "2026-10", Currency: "usd",
+		Total: e.stmts[0].Total, TotalCents: total, Lines: lines, StripeCustomer: "cus_a", Status: sdk.InvoiceCreating,
+		CreatedAt: e.now, UpdatedAt: e.now}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := e.svc.CreateInvoices(ctx, october)
+	if err != nil || len(run.Created) != 0 || len(run.Skipped) != 2 || !strings.Contains(run.Skipped[0].Reason+run.Skipped[1].Reason, "another run") {
+		t.Fatalf("run = %+v %v, want the invoice left to the other run", run, err)
+	}
+	if n := len(e.rec.posts("/v1/invoices")); n != 0 {
+		t.Errorf("%d invoices sent to Stripe", n)
+	}
+	// Ten minutes on, that run is taken to have died: this one finishes it.
+	e.now = e.now.Add(payments.InProgressFor)
+	run, err = e.svc.CreateInvoices(ctx, october)
+	if err != nil || len(run.Created) != 1 || run.Created[0].TotalCents != total || run.Created[0].Status != sdk.InvoiceOpen {
+		t.Fatalf("later run = %+v %v", run, err)
+	}
+	if n := len(e.rec.posts("/v1/invoiceitems")); n != len(lines) {
+		t.Errorf("%d invoice items sent for %d lines", n, len(lines))
 	}
 }
