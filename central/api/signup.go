@@ -82,13 +82,18 @@ func (s *Server) signupConfig(w http.ResponseWriter, r *http.Request) {
 // postSignup is POST /signup: a mailed link (202), or with verification
 // off in the policy the tenant and its token at once (201).
 func (s *Server) postSignup(w http.ResponseWriter, r *http.Request) {
-	body, err := jsonapi.BufferBody(r)
-	if s.signup.Enabled() && (err != nil || len(body) > signup.MaxBodyBytes) {
-		jsonapi.WriteError(w, http.StatusRequestEntityTooLarge, "the body is over 4 KiB", `the body is {"email": "alex@example.com", "tenant": "acme"}`)
-		return
-	}
 	if !s.signup.Enabled() {
 		s.signupError(w, signup.ErrClosed)
+		return
+	}
+	const bodyHint = `the body is {"email": "alex@example.com", "tenant": "acme"}`
+	body, err := jsonapi.BufferBody(r)
+	switch {
+	case err != nil:
+		jsonapi.WriteError(w, http.StatusBadRequest, "could not read the body", bodyHint)
+		return
+	case len(body) > signup.MaxBodyBytes:
+		jsonapi.WriteError(w, http.StatusRequestEntityTooLarge, "the body is over 4 KiB", bodyHint)
 		return
 	}
 	req, err := signup.DecodeRequest(body)
