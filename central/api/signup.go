@@ -92,7 +92,7 @@ func (s *Server) postSignup(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		jsonapi.WriteError(w, http.StatusBadRequest, "could not read the body", bodyHint)
 		return
-	case len(body) > signup.MaxBodyBytes:
+	case r.ContentLength > signup.MaxBodyBytes, len(body) > signup.MaxBodyBytes:
 		jsonapi.WriteError(w, http.StatusRequestEntityTooLarge, "the body is over 4 KiB", bodyHint)
 		return
 	}

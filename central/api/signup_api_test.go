@@ -124,6 +124,9 @@ func TestSignupThroughCentral(t *testing.T) {
 	if r := e.call(req{method: "POST", path: "/signup", body: `{"email": "a@example.com",` + strings.Repeat(" ", 5000) + `"tenant": "a"}`}); r.status != 413 {
 		t.Errorf("a 5 KB body: %d", r.status)
 	}
+	if r := e.call(req{method: "POST", path: "/signup", body: `{"email": "a@example.com",` + strings.Repeat(" ", 2<<20) + `"tenant": "a"}`}); r.status != 413 {
+		t.Errorf("a 2 MB body: %d", r.status)
+	}
 
 	// A hundred sign-ups in one second from this test's address: the first
 	// few are taken (the bucket is full again after a quiet minute), the
