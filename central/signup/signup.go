@@ -43,7 +43,7 @@ const (
 	MaxAddresses = 10000
 	// TokenPrefix starts a link's token.
 	TokenPrefix = "fsu_"
-	// MaxBodyBytes bounds POST /signup's and POST /signup/confirm's bodies.
+	// MaxBodyBytes bounds POST /signup's body.
 	MaxBodyBytes = 4 << 10
 	// SMTPTimeout bounds one mail's delivery to the SMTP server.
 	SMTPTimeout = 30 * time.Second
