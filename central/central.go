@@ -20,6 +20,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/identity"
+	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/hashicorp/go-hclog"
 )
@@ -67,6 +68,28 @@ type Options struct {
 	// Issuer is set (it needs FleetToken and PublicURL).
 	OIDC             identity.OIDCConfig
 	OIDCProviderName string
+	// Payments turns Stripe on when its SecretKey is set (docs/billing.md).
+	Payments payments.Config
+	// Signup opens self-service sign-up (docs/signup.md); it needs
+	// FleetToken, PublicURL and the SMTP server.
+	Signup api.SignupOptions
+}
+
+// checkSignup refuses a sign-up that could not work.
+func checkSignup(opts Options) error {
+	if !opts.Signup.Enabled {
+		return nil
+	}
+	pub, err := url.Parse(opts.PublicURL)
+	switch {
+	case opts.FleetToken == "":
+		return errors.New("-signup needs -token (there is no operator in lab mode, and central makes no tenants without one)")
+	case err != nil || (pub.Scheme != "https" && pub.Scheme != "http") || pub.Host == "":
+		return errors.New("-signup needs -public-url: the mailed links point there")
+	case opts.Signup.SMTP.Host == "" || opts.Signup.SMTP.From == "":
+		return errors.New("-signup needs -smtp-host and -smtp-from to mail the confirmation links")
+	}
+	return nil
 }
 
 // startSSO checks the sign-in's settings and reads the provider's
@@ -125,6 +148,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer activity.Close()
 
+	if err := checkSignup(opts); err != nil {
+		return fmt.Errorf("central: %w", err)
+	}
+	if opts.Payments.SecretKey != "" {
+		// Never the keys themselves.
+		log.Info("Stripe invoices are on", "webhook", opts.Payments.WebhookSecret != "", "api", opts.Payments.APIBase)
+	}
 	var sso *identity.OIDC
 	if opts.OIDC.Issuer != "" {
 		if sso, err = startSSO(ctx, opts); err != nil {
@@ -134,7 +164,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	srv := api.New(api.Options{Store: st, FleetToken: opts.FleetToken, Logger: log.Named("api"), Version: opts.Version, OIDC: sso, OIDCProviderName: opts.OIDCProviderName,
 		Activity: activity, HeartbeatInterval: opts.HeartbeatInterval,
-		PublicURL: opts.PublicURL, SessionTTL: opts.SessionTTL, OperatorEmails: opts.OperatorEmails})
+		PublicURL: opts.PublicURL, SessionTTL: opts.SessionTTL, OperatorEmails: opts.OperatorEmails,
+		Payments: opts.Payments, Signup: opts.Signup})
 	srv.Metrics().MustRegister(srv.NodeChannels())
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {

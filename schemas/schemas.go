@@ -43,7 +43,12 @@ var registerPNG sync.Once
 
 // Load reads and validates one of the descriptions.
 func Load(name string) (*Spec, error) {
-	registerPNG.Do(func() { openapi3filter.RegisterBodyDecoder("image/png", openapi3filter.FileBodyDecoder) })
+	registerPNG.Do(func() {
+		openapi3filter.RegisterBodyDecoder("image/png", openapi3filter.FileBodyDecoder)
+		// Pages for browsers (the sign-up's confirmation page) are checked
+		// as strings.
+		openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.FileBodyDecoder)
+	})
 	data, err := files.ReadFile(name)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what FluxVM's build and tests need, only when something is missing,
 # so a second run costs a few milliseconds: Debian packages, then a Go as new as
-# go.mod asks (scripts/go.sh).
+# go.mod asks (scripts/go.sh), then the test servers tests start as real
+# processes (scripts/tools.sh: stripe-mock, mailpit).
 set -euo pipefail
 
 # command → Debian package that provides it
@@ -27,5 +28,7 @@ if command -v busybox >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&
   missing+=(busybox-static)
 fi
 "$(dirname "$0")"/apt-install.sh "${missing[@]}"
-# Go last: on a machine without one, go.sh bootstraps it from Debian's golang-go.
-exec "$(dirname "$0")"/go.sh
+# Go next: on a machine without one, go.sh bootstraps it from Debian's golang-go;
+# tools.sh builds its servers with that Go.
+"$(dirname "$0")"/go.sh
+exec "$(dirname "$0")"/tools.sh

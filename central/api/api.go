@@ -25,9 +25,11 @@ import (
 	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
+	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/pools"
 	"github.com/fluxvm/fluxvm/central/reconciler"
+	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/central/snapshots"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/team"
@@ -83,6 +85,10 @@ type Options struct {
 	// is off), and OIDCProviderName its name on the sign-in button.
 	OIDC             *identity.OIDC
 	OIDCProviderName string
+	// Payments is Stripe (off without a secret key); Signup opens
+	// self-service sign-up (off by default).
+	Payments payments.Config
+	Signup   SignupOptions
 }
 
 // ActivityLog is where the API records changes (central/audit.Log).
@@ -188,6 +194,8 @@ type Server struct {
 	webhooks  *webhooks.Service
 	tunnels   *tunnels.Manager
 	snapshots *snapshots.Service
+	payments  *payments.Service
+	signup    *signup.Service
 	// pruned is when the leader last dropped old notifications (UnixNano).
 	pruned atomic.Int64
 	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
@@ -245,6 +253,8 @@ func New(opts Options) *Server {
 	}
 	s.webhooks = webhooks.New(webhooks.Options{Store: opts.Store, Guard: guard, Now: opts.Now, Sleep: opts.WebhookSleep,
 		Logger: opts.Logger.Named("webhooks")})
+	s.payments = s.newPayments()
+	s.signup = s.newSignup()
 	for _, rt := range Routes() {
 		rt := rt
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)

@@ -151,6 +151,12 @@ func (s *Server) authCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	email := store.NormalEmail(claims.Email)
+	// Someone who signed up becomes the owner of their tenant now, at the
+	// first sign-in with the address the provider verified (docs/signup.md).
+	if _, err := s.signup.ClaimOnSignIn(r.Context(), email); err != nil {
+		s.storeError(w, "hand a signed-up tenant to its owner", err)
+		return
+	}
 	token, who, err := s.sessions.SignIn(r.Context(), email, tenant)
 	switch {
 	case errors.Is(err, identity.ErrNoAccess):

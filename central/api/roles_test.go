@@ -104,6 +104,15 @@ var leastRole = map[string]string{
 	"POST /fleet/webhooks":                                 "admin",
 	"DELETE /fleet/webhooks/{id}":                          "admin",
 	"POST /fleet/webhooks/{id}/test":                       "admin",
+	"GET /fleet/billing/invoices":                          "viewer",
+	"POST /fleet/billing/invoices":                         "operator",
+	"POST /fleet/billing/payment-method":                   "admin",
+	"PUT /fleet/tenants/{id}/billing":                      "operator",
+	"POST /stripe/webhook":                                 "public",
+	"GET /signup/config":                                   "public",
+	"POST /signup":                                         "public",
+	"GET /signup/confirm":                                  "public",
+	"POST /signup/confirm":                                 "public",
 }
 
 // TestEveryRouteHasItsRoleForEveryKindOfCaller holds the access table to

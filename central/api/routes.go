@@ -130,6 +130,16 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/webhooks", Action: "create webhook", Access: Tenant, Role: Admin, handler: h((*Server).createWebhook)},
 		{Method: "DELETE", Path: "/fleet/webhooks/{id}", Action: "delete webhook", Access: Tenant, Role: Admin, handler: h((*Server).deleteWebhook)},
 		{Method: "POST", Path: "/fleet/webhooks/{id}/test", Action: "test webhook", Access: Tenant, Role: Admin, handler: h((*Server).testWebhook)},
+		// Stripe invoices and self-service sign-up (docs/billing.md, docs/signup.md).
+		{Method: "GET", Path: "/fleet/billing/invoices", Access: Tenant, Role: Viewer, handler: h((*Server).listInvoices)},
+		{Method: "POST", Path: "/fleet/billing/invoices", Action: "create invoices", Access: Operator, handler: h((*Server).createInvoices)},
+		{Method: "POST", Path: "/fleet/billing/payment-method", Action: "open a payment-method session", Access: Tenant, Role: Admin, handler: h((*Server).paymentMethod)},
+		{Method: "PUT", Path: "/fleet/tenants/{id}/billing", Action: "set the billing of", Access: Operator, handler: h((*Server).setTenantBilling)},
+		{Method: "POST", Path: "/stripe/webhook", Access: Public, handler: h((*Server).stripeWebhook)},
+		{Method: "GET", Path: "/signup/config", Access: Public, handler: h((*Server).signupConfig)},
+		{Method: "POST", Path: "/signup", Access: Public, handler: h((*Server).postSignup)},
+		{Method: "GET", Path: "/signup/confirm", Access: Public, handler: h((*Server).signupConfirmPage)},
+		{Method: "POST", Path: "/signup/confirm", Access: Public, handler: h((*Server).signupConfirm)},
 	}
 }
 

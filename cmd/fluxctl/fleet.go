@@ -76,6 +76,7 @@ NODE/NAME.`,
 		f.leaseCmd(), f.cordonCmd(), f.uncordonCmd(), f.drainCmd(), f.drainStatusCmd(), f.scrubCmd(),
 		f.poolsCmd(), f.macOSPoolCmd(), f.rebalancePlanCmd(),
 		f.pricesCmd(), f.billCmd(), f.budgetCmd(), f.usageCmd(),
+		f.invoicesCmd(), f.billingCustomerCmd(), f.cardCmd(),
 		f.notificationsCmd(), f.webhooksCmd(),
 		f.sshCmd(), f.portForwardCmd(), f.tunnelsCmd(), f.tunnelStdioCmd(),
 	)

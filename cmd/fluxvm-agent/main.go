@@ -25,7 +25,10 @@ import (
 	"github.com/fluxvm/fluxvm/agent"
 	"github.com/fluxvm/fluxvm/agent/config"
 	"github.com/fluxvm/fluxvm/central"
+	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/identity"
+	"github.com/fluxvm/fluxvm/central/payments"
+	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/drivers/sim"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/network"
@@ -155,8 +158,44 @@ func runCentral(args []string) int {
 	operators := splitList(os.Getenv("FLUXVM_SSO_OPERATORS"))
 	fs.Func("sso-operator", "an email that signs in to the console as the operator (repeatable; default $FLUXVM_SSO_OPERATORS, comma-separated)",
 		func(v string) error { operators = append(operators, v); return nil })
+	// Stripe and sign-up (docs/billing.md, docs/signup.md). Secrets come best
+	// from the environment or a file: a flag's value shows in ps.
+	stripeKey := fs.String("stripe-secret-key", os.Getenv("FLUXVM_STRIPE_SECRET_KEY"),
+		"Stripe's secret API key, which turns Stripe invoices on (default $FLUXVM_STRIPE_SECRET_KEY; none: off)")
+	stripeKeyFile := fs.String("stripe-secret-key-file", "", "a file holding the Stripe secret key (instead of -stripe-secret-key)")
+	stripeHook := fs.String("stripe-webhook-secret", os.Getenv("FLUXVM_STRIPE_WEBHOOK_SECRET"),
+		"the signing secret of Stripe's webhook to central's /stripe/webhook (default $FLUXVM_STRIPE_WEBHOOK_SECRET; none: the webhook is refused)")
+	stripeHookFile := fs.String("stripe-webhook-secret-file", "", "a file holding the webhook signing secret (instead of -stripe-webhook-secret)")
+	stripeAPI := fs.String("stripe-api-base", "", "another base URL for Stripe's API, e.g. a local stripe-mock (default: Stripe's own)")
+	signupOn := fs.Bool("signup", false, "open self-service sign-up (POST /signup); needs -token, -public-url, -smtp-host and -smtp-from")
+	signupHours := fs.Int("signup-link-hours", 24, "hours a mailed sign-up link works (1 to 168)")
+	smtpHost := fs.String("smtp-host", os.Getenv("FLUXVM_SMTP_HOST"), "the SMTP server sign-up mail goes through (default $FLUXVM_SMTP_HOST)")
+	smtpPort := fs.Int("smtp-port", 587, "the SMTP server's port (1 to 65535)")
+	smtpFrom := fs.String("smtp-from", os.Getenv("FLUXVM_SMTP_FROM"), "the sender of sign-up mail, e.g. 'FluxVM <signup@cloud.example.com>' (default $FLUXVM_SMTP_FROM)")
+	smtpUser := fs.String("smtp-user", os.Getenv("FLUXVM_SMTP_USER"), "the SMTP login, if the server wants one (default $FLUXVM_SMTP_USER)")
+	smtpPassword := fs.String("smtp-password", os.Getenv("FLUXVM_SMTP_PASSWORD"), "the SMTP password (default $FLUXVM_SMTP_PASSWORD)")
+	smtpPasswordFile := fs.String("smtp-password-file", "", "a file holding the SMTP password (instead of -smtp-password)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *signupHours < 1 || *signupHours > 168 || *smtpPort < 1 || *smtpPort > 65535 {
+		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -signup-link-hours must be 1 to 168 and -smtp-port 1 to 65535")
+		return 2
+	}
+	for _, f := range []struct {
+		file string
+		dst  *string
+		name string
+	}{{*stripeKeyFile, stripeKey, "-stripe-secret-key-file"}, {*stripeHookFile, stripeHook, "-stripe-webhook-secret-file"}, {*smtpPasswordFile, smtpPassword, "-smtp-password-file"}} {
+		if f.file == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.file)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fluxvm-agent central: %s: %v\n", f.name, err)
+			return 2
+		}
+		*f.dst = strings.TrimSpace(string(b))
 	}
 	if fs.NArg() > 0 || *reconcileSecs < 1 || *heartbeatSecs < 1 || *sessionHours < 1 || *sessionHours > 24*30 {
 		fmt.Fprintln(os.Stderr, "fluxvm-agent central: -reconcile-secs and -heartbeat-secs must be at least 1, -session-hours 1 to 720, and no arguments follow the flags")
@@ -181,6 +220,9 @@ func runCentral(args []string) int {
 		Version: version, Logger: hclog.New(&hclog.LoggerOptions{Name: "central", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
 		Listening: func(addr string) { fmt.Printf("fluxvm central: http://%s\n", addr) },
 		PublicURL: *publicURL, SessionTTL: time.Duration(*sessionHours) * time.Hour, OperatorEmails: operators,
+		Payments: payments.Config{SecretKey: *stripeKey, WebhookSecret: *stripeHook, APIBase: *stripeAPI},
+		Signup: api.SignupOptions{Enabled: *signupOn, LinkTTL: time.Duration(*signupHours) * time.Hour,
+			SMTP: signup.SMTP{Host: *smtpHost, Port: *smtpPort, From: *smtpFrom, User: *smtpUser, Password: *smtpPassword}},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fluxvm-agent central: %v\n", err)
