@@ -133,7 +133,7 @@ func Routes() []Route {
 		// Stripe invoices and self-service sign-up (docs/billing.md, docs/signup.md).
 		{Method: "GET", Path: "/fleet/billing/invoices", Access: Tenant, Role: Viewer, handler: h((*Server).listInvoices)},
 		{Method: "POST", Path: "/fleet/billing/invoices", Action: "create invoices", Access: Operator, handler: h((*Server).createInvoices)},
-		{Method: "POST", Path: "/fleet/billing/payment-method", Action: "open a payment-method session", Access: Tenant, Role: Admin, handler: h((*Server).paymentMethod)},
+		{Method: "POST", Path: "/fleet/billing/payment-method", Action: "ask to save a card", Access: Tenant, Role: Admin, handler: h((*Server).paymentMethod)},
 		{Method: "PUT", Path: "/fleet/tenants/{id}/billing", Action: "set the billing of", Access: Operator, handler: h((*Server).setTenantBilling)},
 		{Method: "POST", Path: "/stripe/webhook", Access: Public, handler: h((*Server).stripeWebhook)},
 		{Method: "GET", Path: "/signup/config", Access: Public, handler: h((*Server).signupConfig)},
