@@ -43,8 +43,8 @@ type Options struct {
 	BuiltinPlugins []string
 	// BuiltinNetworkPlugins are the network plugins it carries (netns).
 	BuiltinNetworkPlugins []string
-	Version        string
-	Logger         hclog.Logger
+	Version               string
+	Logger                hclog.Logger
 	// Listening, if set, receives the API's address once it listens.
 	Listening func(addr string)
 }
