@@ -58,7 +58,12 @@ func inNetns(t testing.TB, ns netns.NsHandle, f func()) {
 func startNetNode(t *testing.T) *netNode {
 	t.Helper()
 	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
-	dir := t.TempDir()
+	// Short: the VMs' unix sockets live under it (107 bytes at most).
+	dir, err := os.MkdirTemp("", "fxnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	var ns netns.NsHandle
 	func() {
 		runtime.LockOSThread()
@@ -86,7 +91,11 @@ listen = "unix:%s"
 tokens { admin = [%q] }
 policy { allowed_image_dirs = [%q] }
 plugin "qemu" {
-  config { machine = "microvm" }
+  # Three 1-vCPU guests on a 2-CPU machine: overcommit.
+  config {
+    machine = "microvm"
+    vcpus   = 4
+  }
 }
 plugin "netns" {}
 `, filepath.Join(dir, "state"), sock, admin, image.DefaultDir())
