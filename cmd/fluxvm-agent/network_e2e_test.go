@@ -188,9 +188,11 @@ func (n *netNode) pings(from, to *sdk.VM) bool {
 	return code == 0
 }
 
-// tcp reports whether from gets to's TCP answer on port 7000.
+// tcp reports whether from gets to's TCP answer on port 7000, trying three
+// times: the server in the guest listens again only after a moment (a
+// slow fork under TCG) once a connection ends.
 func (n *netNode) tcp(from, to *sdk.VM) bool {
-	code, out := n.sh(from, "nc -w 3 "+ip(to)+" 7000 </dev/null")
+	code, out := n.sh(from, "for i in 1 2 3; do nc -w 3 "+ip(to)+" 7000 </dev/null && break; sleep 1; done")
 	return code == 0 && strings.Contains(out, "hello-from-"+to.Name)
 }
 
@@ -306,8 +308,16 @@ func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
 	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if !n.tcp(a1, a2) || !n.pings(a2, a1) {
-		t.Errorf("tenant A's VMs lost each other when the network plugin died")
+	// Check while no plugin process runs: the backoff before the restart
+	// is 250ms, and the agent may see the death only 100ms later.
+	if h, _ := n.client.Health(ctx); h != nil && h.Networks[0].Health != "down" {
+		t.Logf("the network plugin is already %s again when traffic is checked", h.Networks[0].Health)
+	}
+	if !n.tcp(a1, a2) {
+		t.Errorf("with the network plugin dead, a1 gets no TCP answer from a2")
+	}
+	if code, out := n.sh(a2, "ping -c 2 -W 2 "+ip(a1)); code != 0 {
+		t.Errorf("with the network plugin dead, a2 does not ping a1: %d %q", code, out)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
