@@ -84,7 +84,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	var mgr *vmm.Manager
 	host := pluginhost.New(pluginhost.Options{
 		StateDir: cfg.StateDir, NodeName: cfg.Name, Logger: log.Named("plugins"),
-		Ready: func(ctx context.Context, name string, d driver.Driver) { mgr.Recover(ctx, name, d) },
+		Ready:        func(ctx context.Context, name string, d driver.Driver) { mgr.Recover(ctx, name, d) },
+		NetworkReady: func(ctx context.Context, _ string, n network.Network) { mgr.ReconcileInterfaces(ctx, n) },
 	})
 	mgr = vmm.New(vmm.Options{
 		Store: st, Drivers: host, Networks: host, NetworkPlugin: netPlugin, DriverOrder: order, AllowedImageDirs: imageDirs,

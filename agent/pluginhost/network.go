@@ -50,6 +50,9 @@ func (h *Host) launchNetwork(ctx context.Context, s *supervised) error {
 	s.status.Pid = p.Pid()
 	s.status.LastError = ""
 	h.mu.Unlock()
+	if h.opts.NetworkReady != nil {
+		h.opts.NetworkReady(ctx, name, p.Network)
+	}
 	return nil
 }
 

@@ -51,6 +51,9 @@ type Options struct {
 	// plugin process is up and configured: at start and after each restart.
 	// d is the same capability-gated driver that Driver returns.
 	Ready func(ctx context.Context, name string, d driver.Driver)
+	// NetworkReady is Ready's counterpart for network plugins: called each
+	// time a network plugin process is up and configured.
+	NetworkReady func(ctx context.Context, name string, n network.Network)
 	// MinBackoff and MaxBackoff bound the wait before restarting a plugin
 	// (defaults 250ms and 30s).
 	MinBackoff, MaxBackoff time.Duration

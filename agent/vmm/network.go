@@ -153,3 +153,54 @@ func networkHealth(s pluginhost.Status) sdk.NetworkHealth {
 	}
 	return nh
 }
+
+// ReconcileInterfaces removes the interfaces of VMs the node has no record
+// of (left by a crash between a create's interface and its record's
+// removal, or by hand), and the tenant networks that leaves empty. It runs
+// each time the network plugin (re)starts. Interfaces are listed before the
+// records are read: a create writes its record before it asks for its
+// interface, so one in progress is never taken for an orphan.
+func (m *Manager) ReconcileInterfaces(ctx context.Context, n network.Network) {
+	ifcs, err := n.ListInterfaces(ctx)
+	if err != nil {
+		m.log.Error("list the network plugin's interfaces", "error", err)
+		return
+	}
+	recs, err := m.opts.Store.ListVMs()
+	if err != nil {
+		m.log.Error("list vms to reconcile interfaces", "error", err)
+		return
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+	}
+	emptied := map[string]bool{}
+	for _, ifc := range ifcs {
+		ref := ifc.GetRef()
+		if known[ref.GetVmId()] {
+			continue
+		}
+		if err := n.DeleteInterface(ctx, ref); err != nil {
+			m.log.Error("delete the interface of an unknown vm", "tenant", ref.GetTenant(), "vm", ref.GetVmId(), "error", err)
+			continue
+		}
+		m.log.Warn("deleted the interface of a vm this node has no record of", "tenant", ref.GetTenant(), "vm", ref.GetVmId(), "device", ifc.GetDevice())
+		emptied[ref.GetTenant()] = true
+	}
+	if len(emptied) == 0 {
+		return
+	}
+	if ifcs, err = n.ListInterfaces(ctx); err != nil {
+		m.log.Error("list the network plugin's interfaces", "error", err)
+		return
+	}
+	for _, ifc := range ifcs {
+		delete(emptied, ifc.GetRef().GetTenant())
+	}
+	for tenant := range emptied {
+		if err := n.DeleteNetwork(ctx, tenant); err != nil && !errors.Is(err, network.ErrState) {
+			m.log.Error("delete an empty tenant network", "tenant", tenant, "error", err)
+		}
+	}
+}

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/image"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
+	"github.com/fluxvm/fluxvm/plugins/network"
+	netpb "github.com/fluxvm/fluxvm/plugins/network/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/google/nftables"
@@ -27,6 +30,7 @@ import (
 // reach the node's loopback).
 type netNode struct {
 	t      *testing.T
+	bin    string
 	ns     netns.NsHandle
 	cmd    *exec.Cmd
 	client *sdk.NodeClient
@@ -102,7 +106,7 @@ plugin "netns" {}
 	if err := os.WriteFile(cfg, []byte(hcl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := &netNode{t: t, ns: ns, log: filepath.Join(dir, "agent.log")}
+	n := &netNode{t: t, bin: bin, ns: ns, log: filepath.Join(dir, "agent.log")}
 	f, err := os.Create(n.log)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +227,8 @@ func (n *netNode) taps() map[string]string {
 // own runs the qemu driver and the netns plugin; two real VMs of tenant A
 // ping each other and exchange TCP, tenant B's VM reaches neither and
 // neither reaches it; a SIGKILL of the network plugin leaves the VMs
-// connected and the restarted plugin answers for them; a tunnel reaches a
+// connected and the restarted plugin answers for them, and its start removes
+// interfaces of VMs the node has no record of; a tunnel reaches a
 // tenant VM at its address on the bridge; deleting the VMs leaves no tap,
 // address or nftables table in the node's namespace.
 func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
@@ -299,6 +304,21 @@ func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
 		t.Errorf("tunnel to a2:7000 read %q, %v", line, err)
 	}
 
+	// Interfaces of VMs the node has no record of, as a crash could leave
+	// them: made by another netns plugin process in the node's namespace.
+	// The agent removes them when its network plugin next starts.
+	n.ghost("tenant-a", "10.230.1.0/24", "ghost-a")
+	n.ghost("tenant-g", "10.230.3.0/24", "ghost-g")
+	ghosts := 0
+	for _, alias := range n.taps() {
+		if strings.Contains(alias, "ghost-") {
+			ghosts++
+		}
+	}
+	if ghosts != 2 {
+		t.Fatalf("made 2 ghost interfaces, see %d: %v", ghosts, n.taps())
+	}
+
 	// SIGKILL the network plugin: the VMs stay connected while it is down,
 	// and the restarted plugin answers for their interfaces.
 	plugin := pluginPidOf(n.cmd.Process.Pid, "netns")
@@ -336,6 +356,16 @@ func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
 	if !n.tcp(a1, a2) || n.tcp(b1, a1) {
 		t.Errorf("after the plugin restart: a1->a2 must pass and b1->a1 must not")
 	}
+	// The restarted plugin's start removed the ghosts, and the network of
+	// tenant-g, which only a ghost had.
+	for name, alias := range n.taps() {
+		if strings.Contains(alias, "ghost-") {
+			t.Errorf("ghost tap %s is still there after the plugin restart (%s)", name, alias)
+		}
+	}
+	if n.hasLink(func(l netlink.Link) bool { return strings.Contains(l.Attrs().Alias, `"tenant-g"`) }) {
+		t.Errorf("tenant-g's network is still there after its only (ghost) interface went")
+	}
 
 	// Deleting a VM removes its tap, and only its.
 	before := n.taps()
@@ -360,6 +390,48 @@ func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
 		}
 	}
 	checkNothingLeftIn(t, n.ns)
+}
+
+// ghost makes an interface of a VM the agent does not know, through a
+// netns plugin process of the test's own in the node's namespace.
+func (n *netNode) ghost(tenant, subnet, vm string) {
+	n.t.Helper()
+	var p *network.Plugin
+	var err error
+	inNetns(n.t, n.ns, func() {
+		p, err = network.Launch(n.t.Context(), network.LaunchConfig{Cmd: exec.Command(n.bin, "plugin", "netns")})
+	})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer p.Kill()
+	if err := p.SetConfig(n.t.Context(), &basepb.SetConfigRequest{ConfigJson: []byte(`{}`), Agent: &basepb.AgentContext{StateDir: n.t.TempDir()}}); err != nil {
+		n.t.Fatal(err)
+	}
+	if _, err := p.CreateInterface(n.t.Context(), &netpb.CreateInterfaceRequest{
+		Network: &netpb.TenantNetwork{Tenant: tenant, Subnet: subnet}, VmId: vm}); err != nil {
+		n.t.Fatalf("ghost interface %s/%s: %v", tenant, vm, err)
+	}
+}
+
+// hasLink reports whether a link of the node's namespace satisfies ok.
+func (n *netNode) hasLink(ok func(netlink.Link) bool) bool {
+	n.t.Helper()
+	h, err := netlink.NewHandleAt(n.ns)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, l := range links {
+		if ok(l) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkNothingLeftIn fails unless the namespace holds no link, address or
