@@ -15,9 +15,9 @@ import (
 
 	"github.com/fluxvm/fluxvm/guest/image"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
+	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	"github.com/fluxvm/fluxvm/plugins/network"
 	netpb "github.com/fluxvm/fluxvm/plugins/network/proto"
-	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
