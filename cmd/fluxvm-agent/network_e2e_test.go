@@ -475,3 +475,46 @@ func checkNothingLeftIn(t *testing.T, ns netns.NsHandle) {
 		}
 	}
 }
+
+// TestNodeChecksAThirdPartyNetworkPlugin: a binary in plugin_dir is a
+// network plugin when its block says type = "network" (a script that runs
+// the netns plugin stands in for a third party's binary); the same binary
+// taken for a driver fails at the handshake, and the message says so.
+func TestNodeChecksAThirdPartyNetworkPlugin(t *testing.T) {
+	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
+	dir := t.TempDir()
+	pluginDir := filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pluginDir, "mynet"), []byte("#!/bin/sh\nexec "+bin+" plugin netns\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("state_dir = %q\nplugin_dir = %q\ntokens { admin = [\"0123456789abcdef0123\"] }\nplugin \"sim\" {}\n", filepath.Join(dir, "state"), pluginDir)
+	for _, c := range []struct {
+		name, block string
+		wantCode    int
+		wantOut     string
+	}{
+		{"as a network plugin", "plugin \"mynet\" {\n  type = \"network\"\n  config { egress_nat = false }\n}\n", 0, "ok"},
+		{"config checked against its schema", "plugin \"mynet\" {\n  type = \"network\"\n  config { nat = false }\n}\n", 1, `"nat"`},
+		{"taken for a driver", "plugin \"mynet\" {}\n", 1, "is it a FluxVM driver plugin"},
+	} {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			cfg := filepath.Join(dir, "agent.hcl")
+			if err := os.WriteFile(cfg, []byte(base+c.block), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "node", "-config", cfg, "-check").CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != c.wantCode || !strings.Contains(string(out), c.wantOut) {
+				t.Errorf("exit %d, output %q; want exit %d and %q", code, out, c.wantCode, c.wantOut)
+			}
+		})
+	}
+}
