@@ -31,6 +31,7 @@ import (
 type netNode struct {
 	t      *testing.T
 	bin    string
+	config string
 	ns     netns.NsHandle
 	cmd    *exec.Cmd
 	client *sdk.NodeClient
@@ -106,18 +107,8 @@ plugin "netns" {}
 	if err := os.WriteFile(cfg, []byte(hcl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := &netNode{t: t, bin: bin, ns: ns, log: filepath.Join(dir, "agent.log")}
-	f, err := os.Create(n.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n.cmd = exec.Command(bin, "node", "-config", cfg, "-log-level", "debug")
-	n.cmd.Stdout, n.cmd.Stderr = f, f
-	// The agent, its plugins and its VMs live in ns: started from a thread
-	// in it, the process starts there.
-	inNetns(t, ns, func() { err = n.cmd.Start() })
-	if err != nil {
+	n := &netNode{t: t, bin: bin, ns: ns, config: cfg, log: filepath.Join(dir, "agent.log")}
+	if n.client, err = sdk.NewNodeClient("unix://"+sock, sdk.WithToken(admin)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -127,26 +118,54 @@ plugin "netns" {}
 				_ = n.client.DeleteVM(t.Context(), vm.ID)
 			}
 		}
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		_ = n.cmd.Wait()
+		if n.cmd.ProcessState == nil {
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+			_ = n.cmd.Wait()
+		}
 		if t.Failed() {
 			data, _ := os.ReadFile(n.log)
 			t.Logf("agent log:\n%s", tail(data, 8000))
 		}
 	})
-	if n.client, err = sdk.NewNodeClient("unix://"+sock, sdk.WithToken(admin)); err != nil {
-		t.Fatal(err)
+	n.start()
+	return n
+}
+
+// start runs the agent in the node's namespace and waits for its API.
+func (n *netNode) start() {
+	n.t.Helper()
+	f, err := os.OpenFile(n.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer f.Close()
+	n.cmd = exec.Command(n.bin, "node", "-config", n.config, "-log-level", "debug")
+	n.cmd.Stdout, n.cmd.Stderr = f, f
+	// The agent, its plugins and its VMs live in ns: started from a thread
+	// in it, the process starts there.
+	inNetns(n.t, n.ns, func() { err = n.cmd.Start() })
+	if err != nil {
+		n.t.Fatal(err)
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		if _, err := n.client.Health(t.Context()); err == nil {
-			return n
+		if _, err := n.client.Health(n.t.Context()); err == nil {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the agent did not serve /v1/health within 90s")
+			n.t.Fatal("the agent did not serve /v1/health within 90s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// kill SIGKILLs the agent; its plugins die with it, its VMs do not.
+func (n *netNode) kill() {
+	n.t.Helper()
+	if err := n.cmd.Process.Kill(); err != nil {
+		n.t.Fatal(err)
+	}
+	_ = n.cmd.Wait()
 }
 
 // create makes a VM in its tenant's network and waits for its guest agent.
@@ -228,7 +247,8 @@ func (n *netNode) taps() map[string]string {
 // ping each other and exchange TCP, tenant B's VM reaches neither and
 // neither reaches it; a SIGKILL of the network plugin leaves the VMs
 // connected and the restarted plugin answers for them, and its start removes
-// interfaces of VMs the node has no record of; a tunnel reaches a
+// interfaces of VMs the node has no record of; so does a SIGKILL of the agent,
+// and a restarted VM is on its network again; a tunnel reaches a
 // tenant VM at its address on the bridge; deleting the VMs leaves no tap,
 // address or nftables table in the node's namespace.
 func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
@@ -376,6 +396,33 @@ func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
 	}
 	if n.hasLink(func(l netlink.Link) bool { return strings.Contains(l.Attrs().Alias, `"tenant-g"`) }) {
 		t.Errorf("tenant-g's network is still there after its only (ghost) interface went")
+	}
+
+	// SIGKILL the agent (its plugins die with it): the VMs keep their
+	// network, and the new agent's network plugin, reconciling at its
+	// start, keeps every interface of a VM the node has a record of.
+	tapsBefore := n.taps()
+	n.kill()
+	n.start()
+	if after := n.taps(); len(after) != len(tapsBefore) {
+		t.Errorf("taps before the agent's restart: %v; after: %v", tapsBefore, after)
+	}
+	if _, err := n.client.WaitReady(ctx, a1.ID, 200*time.Millisecond); err != nil {
+		t.Fatalf("a1 after the agent's restart: %v", err)
+	}
+	if !n.tcp(a1, a2) || n.pings(b1, a1) {
+		t.Errorf("after the agent's restart: a1->a2 must pass and b1->a1 must not")
+	}
+	// A restarted VM opens its (persistent) tap again, and its guest
+	// configures its address again.
+	if _, err := n.client.RestartVM(ctx, a2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.client.WaitReady(ctx, a2.ID, 200*time.Millisecond); err != nil {
+		t.Fatalf("a2 after its restart: %v", err)
+	}
+	if !n.pings(a1, a2) {
+		t.Errorf("a1 does not ping a2 after a2's restart")
 	}
 
 	// Deleting a VM removes its tap, and only its.
