@@ -202,6 +202,7 @@ func (m *Manager) create(ctx context.Context, req sdk.CreateVMRequest, makeVM fu
 	if req.Network == networkTenant {
 		if net, err = m.attach(ctx, rec.ID, req); err != nil {
 			_ = m.opts.Store.DeleteVM(rec.ID)
+			recorded = false
 			return nil, err
 		}
 	}
@@ -668,10 +669,18 @@ func (m *Manager) Delete(ctx context.Context, idOrName string) error {
 	defer unlock()
 	var req sdk.CreateVMRequest
 	_ = json.Unmarshal(rec.Spec, &req)
-	if req.Network == networkTenant {
-		// Without its network plugin the VM's tap could not go with it:
-		// keep the VM until the plugin is back, as for a driver that is down.
-		if _, err := m.opts.Networks.Network(m.opts.NetworkPlugin); err != nil {
+	detach := req.Network == networkTenant
+	if detach {
+		_, err := m.network()
+		switch {
+		case errors.Is(err, driver.ErrInvalid):
+			// The node has no network plugin any more: nothing can remove
+			// the tap now, so forget it and say what may be left.
+			m.log.Warn("deleting a tenant vm on a node without its network plugin; its tap may remain", "vm", rec.ID, "tenant", req.Tenant)
+			detach = false
+		case err != nil:
+			// Without its network plugin the VM's tap could not go with it:
+			// keep the VM until the plugin is back, as for a driver that is down.
 			return networkErr(err, "delete vm %s", rec.Name)
 		}
 	}
@@ -690,7 +699,7 @@ func (m *Manager) Delete(ctx context.Context, idOrName string) error {
 			return driverErr(err, "delete vm %s", rec.Name)
 		}
 	}
-	if req.Network == networkTenant {
+	if detach {
 		// The VM is gone; should this fail, the record stays and a retry
 		// of the delete removes the interface (deletes of what is not
 		// there succeed, in both contracts).

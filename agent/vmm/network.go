@@ -58,10 +58,19 @@ func (m *Manager) checkNetwork(req *sdk.CreateVMRequest) error {
 	return nil
 }
 
+// network returns the node's network plugin: ErrUnavailable while it is
+// restarting, ErrInvalid when the node has none (any more).
+func (m *Manager) network() (network.Network, error) {
+	if m.opts.Networks == nil || m.opts.NetworkPlugin == "" {
+		return nil, network.Errorf(network.ErrInvalid, "node %s has no network plugin", m.opts.NodeName)
+	}
+	return m.opts.Networks.Network(m.opts.NetworkPlugin)
+}
+
 // attach makes the VM's interface in its tenant's network (the network
 // too, if it is not there yet) and returns the driver's Network for it.
 func (m *Manager) attach(ctx context.Context, id string, req sdk.CreateVMRequest) (*pb.Network, error) {
-	n, err := m.opts.Networks.Network(m.opts.NetworkPlugin)
+	n, err := m.network()
 	if err != nil {
 		return nil, networkErr(err, "create vm %s: tenant network", req.Name)
 	}
@@ -82,7 +91,7 @@ func (m *Manager) attach(ctx context.Context, id string, req sdk.CreateVMRequest
 // node when no interface is left in it, so that a node without the
 // tenant's VMs keeps nothing of the tenant's in its kernel.
 func (m *Manager) detach(ctx context.Context, id string, req sdk.CreateVMRequest) error {
-	n, err := m.opts.Networks.Network(m.opts.NetworkPlugin)
+	n, err := m.network()
 	if err != nil {
 		return networkErr(err, "delete vm %s: tenant network", req.Name)
 	}
@@ -107,7 +116,7 @@ func (m *Manager) detach(ctx context.Context, id string, req sdk.CreateVMRequest
 
 // guestAddress is a tenant VM's address as its network plugin reports it.
 func (m *Manager) guestAddress(ctx context.Context, id string, req sdk.CreateVMRequest) (netip.Prefix, error) {
-	n, err := m.opts.Networks.Network(m.opts.NetworkPlugin)
+	n, err := m.network()
 	if err != nil {
 		return netip.Prefix{}, networkErr(err, "vm %s: tenant network", req.Name)
 	}
