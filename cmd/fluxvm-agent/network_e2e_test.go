@@ -2,12 +2,14 @@ package main_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,13 +31,14 @@ import (
 // plugin, serving its API on a unix socket (the test's namespace cannot
 // reach the node's loopback).
 type netNode struct {
-	t      *testing.T
-	bin    string
-	config string
-	ns     netns.NsHandle
-	cmd    *exec.Cmd
-	client *sdk.NodeClient
-	log    string
+	t        *testing.T
+	qemuPids []int
+	bin      string
+	config   string
+	ns       netns.NsHandle
+	cmd      *exec.Cmd
+	client   *sdk.NodeClient
+	log      string
 }
 
 // inNetns runs f on a thread in ns, then puts the thread back; a thread
@@ -112,15 +115,25 @@ plugin "netns" {}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Delete whatever VMs are left, so no QEMU outlives the test.
-		if vms, err := n.client.ListVMs(t.Context()); err == nil {
+		// Delete whatever VMs are left, so no QEMU outlives the test (the
+		// test's context has ended by now).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if vms, err := n.client.ListVMs(ctx); err == nil {
 			for _, vm := range vms {
-				_ = n.client.DeleteVM(t.Context(), vm.ID)
+				_ = n.client.DeleteVM(ctx, vm.ID)
 			}
 		}
 		if n.cmd.ProcessState == nil {
 			_ = n.cmd.Process.Signal(syscall.SIGTERM)
 			_ = n.cmd.Wait()
+		}
+		// A VM the agent could not delete (it was dead): its QEMU, by the
+		// pid the driver reported, if it still runs in this test's directory.
+		for _, pid := range n.qemuPids {
+			if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), dir) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 		if t.Failed() {
 			data, _ := os.ReadFile(n.log)
@@ -175,6 +188,9 @@ func (n *netNode) create(name, tenant, subnet string) *sdk.VM {
 		Network: "tenant", Tenant: tenant, Subnet: subnet})
 	if err != nil {
 		n.t.Fatalf("create %s: %v", name, err)
+	}
+	if pid, err := strconv.Atoi(vm.Attributes["pid"]); err == nil {
+		n.qemuPids = append(n.qemuPids, pid)
 	}
 	if vm, err = n.client.WaitReady(n.t.Context(), vm.ID, 200*time.Millisecond); err != nil {
 		n.t.Fatalf("vm %s ready: %v", name, err)
