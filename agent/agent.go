@@ -26,6 +26,7 @@ import (
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/reaper"
+	"github.com/fluxvm/fluxvm/plugins/network"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
@@ -38,10 +39,12 @@ type Options struct {
 	// Executable is this binary, which runs the built-in plugins as
 	// `EXECUTABLE plugin NAME`.
 	Executable string
-	// BuiltinPlugins are the names the binary carries.
+	// BuiltinPlugins are the driver plugins the binary carries.
 	BuiltinPlugins []string
-	Version        string
-	Logger         hclog.Logger
+	// BuiltinNetworkPlugins are the network plugins it carries (netns).
+	BuiltinNetworkPlugins []string
+	Version               string
+	Logger                hclog.Logger
 	// Listening, if set, receives the API's address once it listens.
 	Listening func(addr string)
 }
@@ -68,6 +71,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	netPlugin := ""
+	for _, p := range plugins {
+		if p.Network {
+			netPlugin = p.Name
+		}
+	}
 	imageDirs := cfg.Policy.AllowedImageDirs
 	if len(imageDirs) == 0 {
 		imageDirs = []string{DefaultImageDir}
@@ -75,10 +84,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	var mgr *vmm.Manager
 	host := pluginhost.New(pluginhost.Options{
 		StateDir: cfg.StateDir, NodeName: cfg.Name, Logger: log.Named("plugins"),
-		Ready: func(ctx context.Context, name string, d driver.Driver) { mgr.Recover(ctx, name, d) },
+		Ready:        func(ctx context.Context, name string, d driver.Driver) { mgr.Recover(ctx, name, d) },
+		NetworkReady: func(ctx context.Context, _ string, n network.Network) { mgr.ReconcileInterfaces(ctx, n) },
 	})
 	mgr = vmm.New(vmm.Options{
-		Store: st, Drivers: host, DriverOrder: order, AllowedImageDirs: imageDirs,
+		Store: st, Drivers: host, Networks: host, NetworkPlugin: netPlugin, DriverOrder: order, AllowedImageDirs: imageDirs,
 		Reserved: sdk.Resources{VCPUs: cfg.Reserved.VCPUs, MemoryMiB: cfg.Reserved.MemoryMiB},
 		NodeName: cfg.Name, Version: opts.Version, Labels: cfg.Labels, Logger: log.Named("vms"),
 	})
@@ -213,27 +223,48 @@ func reveal(s []config.Secret) []string {
 
 // Plugins turns the config's plugin blocks into plugins to launch: built-in
 // ones run as `EXECUTABLE plugin NAME`, others from plugin_dir. It also
-// returns their names in config order.
+// returns the drivers' names in config order. A block is a network plugin
+// when it says `type = "network"` or names a built-in network plugin
+// (netns); a node has at most one, and at least one driver.
 func Plugins(cfg *config.Config, opts Options) ([]pluginhost.Plugin, []string, error) {
 	var out []pluginhost.Plugin
 	var order []string
+	netPlugin := ""
 	for _, p := range cfg.Plugins {
 		name := p.Name
+		isNetwork := p.Type == config.PluginTypeNetwork || (p.Type == "" && slices.Contains(opts.BuiltinNetworkPlugins, name))
+		builtin, kind := opts.BuiltinPlugins, "driver"
+		if isNetwork {
+			builtin, kind = opts.BuiltinNetworkPlugins, "network"
+		}
 		var command func() *exec.Cmd
 		if bin, ok := thirdParty(cfg.PluginDir, name); ok {
 			command = func() *exec.Cmd { return exec.Command(bin) }
-		} else if slices.Contains(opts.BuiltinPlugins, name) {
+		} else if slices.Contains(builtin, name) {
 			command = func() *exec.Cmd { return exec.Command(opts.Executable, "plugin", name) }
 		} else {
 			where := "no plugin_dir is set"
 			if cfg.PluginDir != "" {
 				where = "no executable " + filepath.Join(cfg.PluginDir, name) + " exists"
 			}
-			return nil, nil, fmt.Errorf("%s: plugin %q is not built in (built-in: %v) and %s",
-				p.DeclRange.String(), name, opts.BuiltinPlugins, where)
+			hint := ""
+			if !isNetwork && slices.Contains(opts.BuiltinNetworkPlugins, name) {
+				hint = fmt.Sprintf(`; %q is a network plugin: leave type out or set type = "network"`, name)
+			} else if isNetwork && slices.Contains(opts.BuiltinPlugins, name) {
+				hint = fmt.Sprintf(`; %q is a driver: leave type out or set type = "driver"`, name)
+			}
+			return nil, nil, fmt.Errorf("%s: %s plugin %q is not built in (built-in %s plugins: %v) and %s%s",
+				p.DeclRange.String(), kind, name, kind, builtin, where, hint)
+		}
+		if isNetwork {
+			if netPlugin != "" {
+				return nil, nil, fmt.Errorf("%s: network plugin %q: the node already has network plugin %q, and takes one",
+					p.DeclRange.String(), name, netPlugin)
+			}
+			netPlugin = name
 		}
 		out = append(out, pluginhost.Plugin{
-			Name: name, Command: command,
+			Name: name, Network: isNetwork, Command: command,
 			Config: func(schema *basepb.ConfigSchemaResponse) ([]byte, error) {
 				js, diags := cfg.DecodePluginConfig(name, schema)
 				if diags.HasErrors() {
@@ -242,10 +273,12 @@ func Plugins(cfg *config.Config, opts Options) ([]pluginhost.Plugin, []string, e
 				return js, nil
 			},
 		})
-		order = append(order, name)
+		if !isNetwork {
+			order = append(order, name)
+		}
 	}
-	if len(out) == 0 {
-		return nil, nil, errors.New(`the config has no plugin block: add one, e.g. plugin "qemu" {}`)
+	if len(order) == 0 {
+		return nil, nil, errors.New(`the config has no driver plugin block: add one, e.g. plugin "qemu" {}`)
 	}
 	return out, order, nil
 }
@@ -271,7 +304,16 @@ func Check(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	for _, p := range plugins {
-		proc, err := driver.Launch(ctx, driver.LaunchConfig{Cmd: p.Command()})
+		var proc interface {
+			ConfigSchema(context.Context) (*basepb.ConfigSchemaResponse, error)
+			Kill()
+		}
+		var err error
+		if p.Network {
+			proc, err = network.Launch(ctx, network.LaunchConfig{Cmd: p.Command()})
+		} else {
+			proc, err = driver.Launch(ctx, driver.LaunchConfig{Cmd: p.Command()})
+		}
 		if err != nil {
 			return fmt.Errorf("plugin %s: %w", p.Name, err)
 		}

@@ -21,16 +21,19 @@ const (
 
 // VM is a virtual machine on one node.
 type VM struct {
-	ID        string            `json:"id"`
-	Name      string            `json:"name"`
-	Driver    string            `json:"driver"`
-	GuestOS   string            `json:"guest_os"`
-	Image     string            `json:"image"`
-	VCPUs     int64             `json:"vcpus"`
-	MemoryMiB int64             `json:"memory_mib"`
-	Display   bool              `json:"display"`
-	Network   string            `json:"network"`
-	Labels    map[string]string `json:"labels,omitempty"`
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Driver    string `json:"driver"`
+	GuestOS   string `json:"guest_os"`
+	Image     string `json:"image"`
+	VCPUs     int64  `json:"vcpus"`
+	MemoryMiB int64  `json:"memory_mib"`
+	Display   bool   `json:"display"`
+	Network   string `json:"network"`
+	// Address is the guest's address in its tenant network ("10.230.7.2/24"),
+	// for network "tenant", as the network plugin reports it.
+	Address string            `json:"address,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
 	// Tenant is an opaque stamp set by central; the node only stores it.
 	Tenant     string     `json:"tenant,omitempty"`
 	State      string     `json:"state"`
@@ -54,11 +57,18 @@ type CreateVMRequest struct {
 	Name    string `json:"name"`
 	GuestOS string `json:"guest_os,omitempty"` // "linux" (default) or "macos"
 	// Image is an absolute path on the node, inside its allowed image dirs.
-	Image      string            `json:"image"`
-	VCPUs      int64             `json:"vcpus"`
-	MemoryMiB  int64             `json:"memory_mib"`
-	Display    bool              `json:"display,omitempty"`
-	Network    string            `json:"network,omitempty"` // "none" or "user" (default)
+	Image     string `json:"image"`
+	VCPUs     int64  `json:"vcpus"`
+	MemoryMiB int64  `json:"memory_mib"`
+	Display   bool   `json:"display,omitempty"`
+	// Network is "user" (default: NAT through the hypervisor), "none", or
+	// "tenant": an interface in the tenant's own network on the node, from
+	// the node's network plugin, which needs Tenant and Subnet.
+	Network string `json:"network,omitempty"`
+	// Subnet is the tenant's IPv4 subnet on the node, for network "tenant"
+	// ("10.230.7.0/24"). Central is to hand out one /24 per tenant; until
+	// it does, the caller chooses it.
+	Subnet     string            `json:"subnet,omitempty"`
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Tenant     string            `json:"tenant,omitempty"`
@@ -78,12 +88,14 @@ type CreateVMRequest struct {
 
 // NodeHealth is GET /v1/health.
 type NodeHealth struct {
-	Node     string            `json:"node"`
-	Version  string            `json:"version"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Drivers  []DriverHealth    `json:"drivers"`
-	Capacity Capacity          `json:"capacity"`
-	VMs      int               `json:"vms"`
+	Node    string            `json:"node"`
+	Version string            `json:"version"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Drivers []DriverHealth    `json:"drivers"`
+	// Networks are the node's network plugins (none: no tenant networks).
+	Networks []NetworkHealth `json:"networks,omitempty"`
+	Capacity Capacity        `json:"capacity"`
+	VMs      int             `json:"vms"`
 }
 
 // DriverHealth is one driver plugin as the node sees it.
@@ -96,6 +108,19 @@ type DriverHealth struct {
 	Capabilities []string          `json:"capabilities"`
 	Attributes   map[string]string `json:"attributes,omitempty"`
 	Restarts     int               `json:"restarts"`
+}
+
+// NetworkHealth is one network plugin as the node sees it.
+type NetworkHealth struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Health is "up" while the plugin process answers, else "down".
+	Health      string `json:"health"`
+	Description string `json:"description,omitempty"`
+	// Capabilities are what its networks promise: tenant_isolation,
+	// egress_nat, assigns_addresses.
+	Capabilities []string `json:"capabilities"`
+	Restarts     int      `json:"restarts"`
 }
 
 // Resources is an amount of compute.

@@ -94,8 +94,14 @@ type Central struct {
 // Plugin is one `plugin "<name>" { config { ... } }` block. Its config body is
 // kept undecoded until DecodePluginConfig gets the plugin's schema.
 type Plugin struct {
-	// Name is the block label: a built-in driver name or a binary in PluginDir.
+	// Name is the block label: a built-in plugin's name or a binary in PluginDir.
 	Name string
+	// Type is the block's `type` attribute: "driver", "network", or empty
+	// when the block does not say (a built-in plugin's name says it; a
+	// binary in PluginDir is then a driver).
+	Type string
+	// TypeRange is where `type` is set, for messages about it.
+	TypeRange hcl.Range
 	// DeclRange is where the block is declared, for messages about it.
 	DeclRange hcl.Range
 
@@ -220,6 +226,8 @@ type pluginBlock struct {
 	Name     string             `hcl:"name,label"`
 	NameAt   hcl.Range          `hcl:"name,label_range"`
 	DefRange hcl.Range          `hcl:",def_range"`
+	Type     *string            `hcl:"type,optional"`
+	TypeAt   hcl.Range          `hcl:"type,attr_value_range"`
 	Config   *pluginConfigBlock `hcl:"config,block"`
 }
 
@@ -238,6 +246,12 @@ type centralBlock struct {
 }
 
 var pluginNameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// The values of a plugin block's `type`.
+const (
+	PluginTypeDriver  = "driver"
+	PluginTypeNetwork = "network"
+)
 
 // nodeNameRE admits host names, including fully qualified ones.
 var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -431,6 +445,14 @@ func validate(raw *fileSchema, missing hcl.Range) (*Config, hcl.Diagnostics) {
 		}
 		declared[p.Name] = p.DefRange
 		pl := Plugin{Name: p.Name, DeclRange: p.DefRange}
+		if p.Type != nil {
+			switch *p.Type {
+			case PluginTypeDriver, PluginTypeNetwork:
+				pl.Type, pl.TypeRange = *p.Type, p.TypeAt
+			default:
+				bad(p.TypeAt, "Invalid plugin type", "Plugin %q has type %q; use \"driver\" (a hypervisor) or \"network\" (a network plugin such as netns).", p.Name, *p.Type)
+			}
+		}
 		if p.Config != nil {
 			pl.config = p.Config.Body
 		}

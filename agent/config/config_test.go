@@ -149,6 +149,7 @@ func TestParseRejects(t *testing.T) {
 		{"duplicate plugin", minimal + "plugin \"qemu\" {}\nplugin \"qemu\" {}\n", []string{"agent.hcl:6,1-14: Duplicate plugin block", "agent.hcl:5,1-14"}},
 		{"plugin name with capitals", minimal + "plugin \"QEMU\" {}\n", []string{"agent.hcl:5,8-14: Invalid plugin name"}},
 		{"plugin without name", minimal + "plugin {}\n", []string{"agent.hcl:5,", "label"}},
+		{"unknown plugin type", minimal + "plugin \"netns\" {\n  type = \"bridge\"\n}\n", []string{"agent.hcl:6,10-18: Invalid plugin type", `"network"`}},
 		{"two config blocks", minimal + "plugin \"qemu\" {\n  config {}\n  config {}\n}\n", []string{"agent.hcl:7,", "Duplicate config block"}},
 		{"unknown attribute in plugin block", minimal + "plugin \"qemu\" {\n  accel = \"kvm\"\n}\n", []string{"agent.hcl:6,", `"accel" is not expected`}},
 		{"central url not http", minimal + "central {\n  url = \"ftp://central\"\n}\n", []string{"agent.hcl:6,9-24: Invalid central.url", "http"}},

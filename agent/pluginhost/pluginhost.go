@@ -1,8 +1,9 @@
-// Package pluginhost starts the node's driver plugins and keeps them running:
-// it configures each one, follows its fingerprint, and when a plugin process
-// dies it starts a new one (with backoff) and tells the agent, which then
-// recovers that driver's VMs. The drivers it hands out call an optional RPC
-// only when the plugin claims its capability (see gate).
+// Package pluginhost starts the node's driver and network plugins and keeps
+// them running: it configures each one, follows a driver's fingerprint, and
+// when a plugin process dies it starts a new one (with backoff); for a driver
+// it tells the agent, which then recovers that driver's VMs (a network
+// plugin recovers its own state from the kernel). The drivers it hands out
+// call an optional RPC only when the plugin claims its capability (see gate).
 package pluginhost
 
 import (
@@ -16,15 +17,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluxvm/fluxvm/plugins/base"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"github.com/fluxvm/fluxvm/plugins/network"
+	netpb "github.com/fluxvm/fluxvm/plugins/network/proto"
 	"github.com/hashicorp/go-hclog"
 )
 
-// Plugin says how to run one driver plugin.
+// Plugin says how to run one driver or network plugin.
 type Plugin struct {
 	Name string
+	// Network is set for a network plugin (the network contract, package
+	// plugins/network); otherwise the plugin is a driver.
+	Network bool
 	// Command makes the command that starts the plugin (a new one each time).
 	Command func() *exec.Cmd
 	// Config turns the plugin's schema into its configuration JSON (the
@@ -35,7 +42,8 @@ type Plugin struct {
 // Options configure a Host.
 type Options struct {
 	// StateDir is the agent's state directory: plugin N keeps its state in
-	// StateDir/drivers/N and logs to StateDir/logs/N.log.
+	// StateDir/drivers/N (a network plugin in StateDir/networks/N) and logs
+	// to StateDir/logs/N.log.
 	StateDir string
 	NodeName string
 	Logger   hclog.Logger
@@ -43,6 +51,9 @@ type Options struct {
 	// plugin process is up and configured: at start and after each restart.
 	// d is the same capability-gated driver that Driver returns.
 	Ready func(ctx context.Context, name string, d driver.Driver)
+	// NetworkReady is Ready's counterpart for network plugins: called each
+	// time a network plugin process is up and configured.
+	NetworkReady func(ctx context.Context, name string, n network.Network)
 	// MinBackoff and MaxBackoff bound the wait before restarting a plugin
 	// (defaults 250ms and 30s).
 	MinBackoff, MaxBackoff time.Duration
@@ -50,14 +61,18 @@ type Options struct {
 
 // Status is one plugin as the host sees it.
 type Status struct {
-	Name         string
-	Up           bool
-	Info         *basepb.PluginInfoResponse
-	Capabilities *pb.CapabilitiesResponse
-	Fingerprint  *pb.FingerprintResponse
-	Restarts     int
-	LastError    string
-	Pid          int
+	Name string
+	// Network is set for a network plugin: then NetworkCapabilities is
+	// set, and Capabilities and Fingerprint are not.
+	Network             bool
+	Up                  bool
+	Info                *basepb.PluginInfoResponse
+	Capabilities        *pb.CapabilitiesResponse
+	Fingerprint         *pb.FingerprintResponse
+	NetworkCapabilities *netpb.CapabilitiesResponse
+	Restarts            int
+	LastError           string
+	Pid                 int
 }
 
 // Host runs a set of plugins.
@@ -72,9 +87,12 @@ type supervised struct {
 	spec   Plugin
 	logger hclog.Logger
 	status Status
-	proc   *driver.Plugin
-	// driver is proc behind the gate of the capabilities proc claimed.
+	proc   *base.Process
+	// driver is a driver plugin's proc behind the gate of the
+	// capabilities it claimed.
 	driver driver.Driver
+	// net is a network plugin's proc.
+	net network.Network
 }
 
 // New makes a Host; Start launches the plugins.
@@ -97,6 +115,11 @@ func (h *Host) StateDir(name string) string {
 	return filepath.Join(h.opts.StateDir, "drivers", name)
 }
 
+// networkStateDir is where the named network plugin may keep state.
+func (h *Host) networkStateDir(name string) string {
+	return filepath.Join(h.opts.StateDir, "networks", name)
+}
+
 // Start launches every plugin once and returns the first error (a plugin
 // that cannot start or whose config does not decode), after killing what it
 // started. Then each plugin is supervised until ctx ends.
@@ -107,7 +130,7 @@ func (h *Host) Start(ctx context.Context, plugins []Plugin) error {
 			h.Close()
 			return err
 		}
-		s := &supervised{spec: p, logger: logger, status: Status{Name: p.Name}}
+		s := &supervised{spec: p, logger: logger, status: Status{Name: p.Name, Network: p.Network}}
 		h.mu.Lock()
 		h.plugins[p.Name] = s
 		h.mu.Unlock()
@@ -126,6 +149,9 @@ func (h *Host) Start(ctx context.Context, plugins []Plugin) error {
 // launch starts one plugin process, configures it and starts following its
 // fingerprint.
 func (h *Host) launch(ctx context.Context, s *supervised) error {
+	if s.spec.Network {
+		return h.launchNetwork(ctx, s)
+	}
 	name := s.spec.Name
 	p, err := driver.Launch(ctx, driver.LaunchConfig{Cmd: s.spec.Command(), Logger: s.logger})
 	if err != nil {
@@ -170,7 +196,7 @@ func (h *Host) launch(ctx context.Context, s *supervised) error {
 	case <-time.After(30 * time.Second):
 	}
 	h.mu.Lock()
-	s.proc, s.driver = p, gated
+	s.proc, s.driver = p.Process, gated
 	s.status.Up = true
 	s.status.Info = p.Info
 	s.status.Capabilities = caps
@@ -216,12 +242,12 @@ func (h *Host) supervise(ctx context.Context, s *supervised) {
 				backoff = h.opts.MinBackoff
 			}
 			h.mu.Lock()
-			s.proc, s.driver = nil, nil
+			s.proc, s.driver, s.net = nil, nil, nil
 			s.status.Up = false
 			s.status.Pid = 0
 			s.status.LastError = "plugin process exited"
 			h.mu.Unlock()
-			h.opts.Logger.Error("driver plugin exited; restarting", "plugin", s.spec.Name, "after", backoff)
+			h.opts.Logger.Error("plugin exited; restarting", "plugin", s.spec.Name, "network", s.spec.Network, "after", backoff)
 		}
 		select {
 		case <-ctx.Done():
@@ -235,11 +261,11 @@ func (h *Host) supervise(ctx context.Context, s *supervised) {
 			h.mu.Lock()
 			s.status.LastError = err.Error()
 			h.mu.Unlock()
-			h.opts.Logger.Error("restart driver plugin", "plugin", s.spec.Name, "error", err)
+			h.opts.Logger.Error("restart plugin", "plugin", s.spec.Name, "error", err)
 			backoff = min(backoff*2, h.opts.MaxBackoff)
 			continue
 		}
-		h.opts.Logger.Info("driver plugin restarted", "plugin", s.spec.Name)
+		h.opts.Logger.Info("plugin restarted", "plugin", s.spec.Name)
 	}
 }
 
@@ -269,7 +295,7 @@ func (h *Host) Driver(name string) (driver.Driver, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s, ok := h.plugins[name]
-	if !ok {
+	if !ok || s.spec.Network {
 		return nil, driver.Errorf(driver.ErrInvalid, "no driver plugin %q on this node", name)
 	}
 	if s.driver == nil {
@@ -293,11 +319,11 @@ func (h *Host) Status() []Status {
 // Close kills every plugin process. VMs keep running.
 func (h *Host) Close() {
 	h.mu.Lock()
-	var procs []*driver.Plugin
+	var procs []*base.Process
 	for _, s := range h.plugins {
 		if s.proc != nil {
 			procs = append(procs, s.proc)
-			s.proc, s.driver = nil, nil
+			s.proc, s.driver, s.net = nil, nil, nil
 			s.status.Up = false
 		}
 	}

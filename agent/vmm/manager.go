@@ -50,6 +50,11 @@ type Drivers interface {
 type Options struct {
 	Store   *store.Store
 	Drivers Drivers
+	// Networks are the node's network plugins; NetworkPlugin names the one
+	// that gives VMs of network "tenant" their interfaces (empty: the node
+	// has none, and refuses such VMs).
+	Networks      Networks
+	NetworkPlugin string
 	// DriverOrder is the configured order of drivers; the first one that is
 	// up and runs the guest OS takes a VM that names no driver, and the first
 	// one's resources are the node's capacity.
@@ -124,8 +129,8 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
-	return m.create(ctx, req, func(d driver.Driver, id string) error {
-		_, err := d.CreateVM(ctx, toSpec(id, req))
+	return m.create(ctx, req, func(d driver.Driver, id string, net *pb.Network) error {
+		_, err := d.CreateVM(ctx, toSpec(id, req, net))
 		if errors.Is(err, driver.ErrNotFound) {
 			return fail(driver.ErrInvalid, "check the path; images live under "+strings.Join(m.opts.AllowedImageDirs, ", "),
 				"create vm %s: %v", req.Name, err)
@@ -134,9 +139,11 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 	})
 }
 
-// create records a new VM, has the driver make it (makeVM, given the
-// driver and the VM's new id) and starts it; on failure it leaves nothing.
-func (m *Manager) create(ctx context.Context, req sdk.CreateVMRequest, makeVM func(d driver.Driver, id string) error) (*sdk.VM, error) {
+// create records a new VM, gives it its interface in its tenant's network
+// if it asks for one, has the driver make it (makeVM, given the driver, the
+// VM's new id and its network, nil for the request's own mode) and starts
+// it; on failure it leaves nothing.
+func (m *Manager) create(ctx context.Context, req sdk.CreateVMRequest, makeVM func(d driver.Driver, id string, net *pb.Network) error) (*sdk.VM, error) {
 	drvName, err := m.pickDriver(req.Driver, req.GuestOS)
 	if err != nil {
 		return nil, err
@@ -191,12 +198,26 @@ func (m *Manager) create(ctx context.Context, req sdk.CreateVMRequest, makeVM fu
 	recorded = true
 	m.createMu.Unlock()
 
+	var net *pb.Network
+	if req.Network == networkTenant {
+		if net, err = m.attach(ctx, rec.ID, req); err != nil {
+			_ = m.opts.Store.DeleteVM(rec.ID)
+			recorded = false
+			return nil, err
+		}
+	}
 	undo := func(cause error) error {
-		_ = d.DestroyVM(context.WithoutCancel(ctx), rec.ID, true)
+		ctx := context.WithoutCancel(ctx)
+		_ = d.DestroyVM(ctx, rec.ID, true)
+		if net != nil {
+			if err := m.detach(ctx, rec.ID, req); err != nil {
+				m.log.Warn("remove the interface of a vm whose create failed", "vm", rec.ID, "error", err)
+			}
+		}
 		_ = m.opts.Store.DeleteVM(rec.ID)
 		return cause
 	}
-	if err := makeVM(d, rec.ID); err != nil {
+	if err := makeVM(d, rec.ID, net); err != nil {
 		return nil, undo(driverErr(err, "create vm %s", req.Name))
 	}
 	// No write between create and start: a crash here leaves the record
@@ -231,14 +252,11 @@ func (m *Manager) validate(req *sdk.CreateVMRequest) error {
 	if req.TTLSeconds < 0 {
 		return fail(driver.ErrInvalid, "leave ttl_seconds out for a VM that lives until deleted", "ttl_seconds must not be negative")
 	}
-	if req.Network == "" {
-		req.Network = "user"
-	}
-	if req.Network != "user" && req.Network != "none" {
-		return fail(driver.ErrInvalid, `use "user" (NAT) or "none"`, "network %q is not known", jsonapi.Echo(req.Network))
-	}
 	if len(req.Tenant) > 256 {
 		return fail(driver.ErrInvalid, hint, "tenant stamp is longer than 256 characters")
+	}
+	if err := m.checkNetwork(req); err != nil {
+		return err
 	}
 	if len(req.Labels) > 64 {
 		return fail(driver.ErrInvalid, hint, "at most 64 labels")
@@ -495,6 +513,11 @@ func (m *Manager) view(ctx context.Context, rec *store.VM) *sdk.VM {
 	if rec.State == sdk.StateLost || rec.State == sdk.StateCreating {
 		return v
 	}
+	if req.Network == networkTenant {
+		if a, err := m.guestAddress(ctx, rec.ID, req); err == nil {
+			v.Address = a.String()
+		}
+	}
 	d, err := m.opts.Drivers.Driver(rec.Driver)
 	if err != nil {
 		v.LastError = err.Error()
@@ -644,6 +667,23 @@ func (m *Manager) Delete(ctx context.Context, idOrName string) error {
 	}
 	unlock := m.lock(rec.ID)
 	defer unlock()
+	var req sdk.CreateVMRequest
+	_ = json.Unmarshal(rec.Spec, &req)
+	detach := req.Network == networkTenant
+	if detach {
+		_, err := m.network()
+		switch {
+		case errors.Is(err, driver.ErrInvalid):
+			// The node has no network plugin any more: nothing can remove
+			// the tap now, so forget it and say what may be left.
+			m.log.Warn("deleting a tenant vm on a node without its network plugin; its tap may remain", "vm", rec.ID, "tenant", req.Tenant)
+			detach = false
+		case err != nil:
+			// Without its network plugin the VM's tap could not go with it:
+			// keep the VM until the plugin is back, as for a driver that is down.
+			return networkErr(err, "delete vm %s", rec.Name)
+		}
+	}
 	m.stopWatching(rec.ID)
 	d, err := m.opts.Drivers.Driver(rec.Driver)
 	switch {
@@ -657,6 +697,14 @@ func (m *Manager) Delete(ctx context.Context, idOrName string) error {
 	default:
 		if err := d.DestroyVM(ctx, rec.ID, true); err != nil {
 			return driverErr(err, "delete vm %s", rec.Name)
+		}
+	}
+	if detach {
+		// The VM is gone; should this fail, the record stays and a retry
+		// of the delete removes the interface (deletes of what is not
+		// there succeed, in both contracts).
+		if err := m.detach(ctx, rec.ID, req); err != nil {
+			return err
 		}
 	}
 	if err := m.opts.Store.DeleteVM(rec.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -867,6 +915,10 @@ func inputActions(actions []sdk.InputAction) ([]*pb.InputAction, error) {
 func (m *Manager) Health() *sdk.NodeHealth {
 	h := &sdk.NodeHealth{Node: m.opts.NodeName, Version: m.opts.Version, Labels: m.opts.Labels, Capacity: m.Capacity()}
 	for _, s := range m.opts.Drivers.Status() {
+		if s.Network {
+			h.Networks = append(h.Networks, networkHealth(s))
+			continue
+		}
 		dh := sdk.DriverHealth{Name: s.Name, Restarts: s.Restarts, Health: "down", Description: s.LastError}
 		if s.Info != nil {
 			dh.Version = s.Info.Version
@@ -889,13 +941,17 @@ func (m *Manager) Health() *sdk.NodeHealth {
 	return h
 }
 
-// toSpec turns a validated request into the driver's spec.
-func toSpec(id string, req sdk.CreateVMRequest) *pb.VMSpec {
+// toSpec turns a validated request into the driver's spec; net is the
+// tenant network's tap (nil: the request's own mode, user or none).
+func toSpec(id string, req sdk.CreateVMRequest, net *pb.Network) *pb.VMSpec {
 	os, _ := base.ParseEnum[pb.GuestOS](req.GuestOS)
-	mode, _ := base.ParseEnum[pb.NetworkMode](req.Network)
+	if net == nil {
+		mode, _ := base.ParseEnum[pb.NetworkMode](req.Network)
+		net = &pb.Network{Mode: mode}
+	}
 	return &pb.VMSpec{
 		Id: id, Name: req.Name, GuestOs: os, Image: req.Image, Vcpus: req.VCPUs,
-		MemoryMib: req.MemoryMiB, Display: req.Display, Network: &pb.Network{Mode: mode},
+		MemoryMib: req.MemoryMiB, Display: req.Display, Network: net,
 		Labels: req.Labels, DriverConfigJson: req.DriverConfig,
 	}
 }

@@ -106,7 +106,11 @@ func (m *Manager) Clone(ctx context.Context, id string, req sdk.CloneRequest) (*
 	if err := m.validate(&creq); err != nil {
 		return nil, err
 	}
-	vm, err := m.create(ctx, creq, func(d driver.Driver, newID string) error {
+	if creq.Network == networkTenant {
+		return nil, fail(driver.ErrUnsupported, "create a new VM in the tenant network instead",
+			"vm %s is in its tenant's network, and clones of such VMs are not built yet", src.Name)
+	}
+	vm, err := m.create(ctx, creq, func(d driver.Driver, newID string, _ *pb.Network) error {
 		_, err := d.CloneVM(ctx, &pb.CloneVMRequest{SourceId: src.ID, SnapshotTag: req.Snapshot, Id: newID, Name: creq.Name, Labels: creq.Labels})
 		return err
 	})

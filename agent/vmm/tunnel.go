@@ -2,11 +2,13 @@ package vmm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+	"github.com/fluxvm/fluxvm/sdk"
 )
 
 // Target is where the node connects for a tunnel or a screen: a guest
@@ -52,9 +54,12 @@ func stateWord(s pb.VMState) string {
 }
 
 // ForwardPort returns the host address of a running VM's guest TCP port,
-// as its driver forwards it. The node connects to nothing else for a
-// tunnel; an address no driver forward would give (unspecified, multicast,
-// link-local, where cloud metadata services live) is refused.
+// as its driver forwards it, or, for a VM in its tenant's network, the
+// guest's own address there (the node is on the tenant's bridge through the
+// gateway address). The node connects to nothing else for a tunnel; an
+// address no driver forward would give (unspecified, multicast, link-local,
+// where cloud metadata services live) is refused, and so is a tenant
+// guest's address outside the tenant's subnet or on loopback.
 func (m *Manager) ForwardPort(ctx context.Context, idOrName string, port int) (Target, error) {
 	if err := driver.CheckGuestPort(port); err != nil {
 		return Target{}, fail(driver.ErrInvalid, "give ?port= a TCP port, 1 to 65535 (22 for SSH)", "port %d is not a TCP port", port)
@@ -62,6 +67,13 @@ func (m *Manager) ForwardPort(ctx context.Context, idOrName string, port int) (T
 	name, d, st, err := m.running(ctx, idOrName, "guest port")
 	if err != nil {
 		return Target{}, err
+	}
+	if rec, err := m.get(st.GetId()); err == nil {
+		var req sdk.CreateVMRequest
+		_ = json.Unmarshal(rec.Spec, &req)
+		if req.Network == networkTenant {
+			return m.tenantTarget(ctx, rec.ID, name, req, port)
+		}
 	}
 	addr, err := d.ForwardPort(ctx, st.GetId(), port)
 	if errors.Is(err, driver.ErrUnsupported) {
@@ -104,4 +116,22 @@ func (m *Manager) VNCSocket(ctx context.Context, idOrName string) (Target, error
 			"vm %s has no graphical console (VNC)", name)
 	}
 	return Target{VMID: st.GetId(), VMName: name, Address: sock}, nil
+}
+
+// tenantTarget is the address of a tenant VM's guest port: its address in
+// the tenant's network, as the network plugin reports it, checked against
+// the subnet the VM was created in.
+func (m *Manager) tenantTarget(ctx context.Context, id, name string, req sdk.CreateVMRequest, port int) (Target, error) {
+	a, err := m.guestAddress(ctx, id, req)
+	if err != nil {
+		return Target{}, err
+	}
+	subnet, _ := netip.ParsePrefix(req.Subnet) // validate checked it
+	ap := netip.AddrPortFrom(a.Addr(), uint16(port))
+	if !forwardable(ap) || a.Addr().IsLoopback() || !subnet.Contains(a.Addr()) {
+		m.log.Error("network plugin answered an address the node does not connect to", "vm", name, "address", a, "subnet", req.Subnet)
+		return Target{}, fail(driver.ErrState, "the network plugin is at fault; its log may say more",
+			"the network plugin gave no usable address for vm %s", name)
+	}
+	return Target{VMID: id, VMName: name, Address: ap.String()}, nil
 }

@@ -59,6 +59,8 @@ import (
 //	P webhook-done/<id>/<notification>       delivery id: the notification went to the webhook
 //	P snapshots/<node>/<vm-id>/<id>            Snapshot record of a VM's snapshot (kept and deleted: snapshots.go)
 //	P migrations/<name>                      marker of a migration of stored data that has run (ledger-months)
+//	P tenant-subnets/<tenant>                the tenant's subnet index n (subnets.go)
+//	P subnet-indexes/<n>                     the tenant id holding index n
 //	P probe                                  read (never written) to check etcd answers
 //
 // Nothing else is written under P: TestKeyLayoutNamesEveryKey holds the store to this table.

@@ -24,6 +24,9 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 
 	testNode(t, s, "n1", 16, 65536, 2)
 	acme := testTenant(t, s, "acme", sdk.Quotas{})
+	if _, err := s.TenantSubnetIndex(ctx, acme.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.PutPolicy(ctx, DefaultPolicy()); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 //	fluxvm-agent dev                      central, a node and a demo tenant in one process
 //	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
 //	fluxvm-agent plugin sim               the simulated driver plugin
-//	fluxvm-agent plugin netns             the network plugin (Linux; not started by the agent yet)
+//	fluxvm-agent plugin netns             the network plugin (Linux; the node agent starts it for plugin "netns" {})
 package main
 
 import (
@@ -42,7 +42,7 @@ var builtinDrivers = map[string]func(hclog.Logger) driver.Driver{
 }
 
 // builtinNetworks are the network plugins this binary carries (netns, on
-// Linux: drivers_linux.go). The node agent does not start them yet.
+// Linux: drivers_linux.go).
 var builtinNetworks = map[string]func(hclog.Logger) network.Network{}
 
 func main() {
@@ -112,7 +112,7 @@ func runNode(args []string) int {
 		return 1
 	}
 	opts := agent.Options{
-		Executable: exe, BuiltinPlugins: driverNames(), Version: version,
+		Executable: exe, BuiltinPlugins: driverNames(), BuiltinNetworkPlugins: networkNames(), Version: version,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr}),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -282,6 +282,15 @@ func splitList(v string) []string {
 func driverNames() []string {
 	var names []string
 	for n := range builtinDrivers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func networkNames() []string {
+	var names []string
+	for n := range builtinNetworks {
 		names = append(names, n)
 	}
 	sort.Strings(names)

@@ -416,6 +416,11 @@ func TestNodeRefusesBadConfig(t *testing.T) {
 		{"plugin attribute of the wrong type", write("ptype.hcl", strings.Replace(good, "vcpus = 8", `vcpus = "many"`, 1)), []string{"-check"}, 1, "ptype.hcl:4,"},
 		{"unknown plugin attribute", write("pattr.hcl", strings.Replace(good, "vcpus = 8", `cpus = 8`, 1)), []string{"-check"}, 1, "pattr.hcl:4,"},
 		{"plugin that is not built in", write("noplugin.hcl", strings.Replace(good, `"sim"`, `"nope"`, 1)), []string{"-check"}, 1, "not built in"},
+		{"netns config of the wrong type", write("netcfg.hcl", good+"plugin \"netns\" {\n  config { egress_nat = \"sometimes\" }\n}\n"), []string{"-check"}, 1, "netcfg.hcl:7,"},
+		{"netns as a driver", write("netdrv.hcl", good+"plugin \"netns\" {\n  type = \"driver\"\n}\n"), []string{"-check"}, 1, `"netns" is a network plugin`},
+		{"network plugin that is not built in", write("othernet.hcl", good+"plugin \"other\" {\n  type = \"network\"\n}\n"), []string{"-check"}, 1, "not built in"},
+		{"only a network plugin", write("onlynet.hcl", strings.Replace(good, "plugin \"sim\" {\n  config { vcpus = 8 }\n}\n", "plugin \"netns\" {}\n", 1)), []string{"-check"}, 1, "no driver plugin"},
+		{"check passes with netns", write("goodnet.hcl", good+"plugin \"netns\" {\n  config { egress_nat = false }\n}\n"), []string{"-check"}, 0, "ok"},
 		{"check passes", write("good.hcl", good), []string{"-check"}, 0, "ok"},
 	}
 	for _, c := range cases {

@@ -51,9 +51,11 @@ type launch struct {
 	// Disk is the overlay disk; empty for none.
 	Disk    string
 	Display bool
-	// Network is "none" or "user"; MAC is the NIC's address for "user".
+	// Network is "none", "user" or "tap"; MAC is the NIC's address for
+	// "user" and "tap"; Tap is the tap device's name for "tap".
 	Network string
 	MAC     string
+	Tap     string
 }
 
 // args returns QEMU's arguments (without the binary). Device names differ by
@@ -105,6 +107,14 @@ func (l launch) args() []string {
 	if l.Network == "user" {
 		a = append(a,
 			"-netdev", "user,id=n0",
+			"-device", "virtio-net"+dev+",netdev=n0,mac="+l.MAC)
+	}
+	if l.Network == "tap" {
+		// The network plugin made the tap and put it on the tenant's
+		// bridge; QEMU only opens it (no scripts: the agent runs no
+		// commands on QEMU's behalf).
+		a = append(a,
+			"-netdev", "tap,id=n0,ifname="+l.Tap+",script=no,downscript=no",
 			"-device", "virtio-net"+dev+",netdev=n0,mac="+l.MAC)
 	}
 	if l.Display {

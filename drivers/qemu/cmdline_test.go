@@ -199,3 +199,15 @@ func TestHostTSCkHzIsPlausible(t *testing.T) {
 		t.Errorf("host TSC %d kHz is not between 100 MHz and 10 GHz", khz)
 	}
 }
+
+func TestArgsTapNetworkOpensThePluginsTap(t *testing.T) {
+	l := baseLaunch()
+	l.Network, l.Tap, l.MAC = "tap", "fxtap0123456789", "02:aa:bb:cc:dd:ee"
+	a := l.args()
+	if got := argValue(a, "-netdev"); got != "tap,id=n0,ifname=fxtap0123456789,script=no,downscript=no" {
+		t.Errorf("-netdev = %q", got)
+	}
+	if devices := argValues(a, "-device"); !slices.Contains(devices, "virtio-net-device,netdev=n0,mac=02:aa:bb:cc:dd:ee") {
+		t.Errorf("devices %q lack the virtio-net NIC on the tap", devices)
+	}
+}

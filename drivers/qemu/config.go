@@ -27,6 +27,10 @@ type Config struct {
 	Machine string `json:"machine"`
 	// ImageDirs, when set, are the only directories images may come from.
 	ImageDirs []string `json:"image_dirs"`
+	// VCPUs is how many vCPUs the driver offers VMs in all (its
+	// fingerprint's resources); 0 for the host's CPU count. More than the
+	// host has overcommits its CPUs; one VM still gets at most the host's.
+	VCPUs int64 `json:"vcpus"`
 }
 
 // defaultConfig is the configuration of a driver whose config block is empty.
@@ -54,6 +58,8 @@ func ConfigSchema() *basepb.ConfigSchemaResponse {
 			Description: `machine type for image bundles: "microvm" (fastest boot) or "pc"; plain disk images always use "pc"`},
 		{Name: "image_dirs", Type: list,
 			Description: "absolute directories VM images must live in; any absolute path when empty"},
+		{Name: "vcpus", Type: basepb.AttributeType_ATTRIBUTE_TYPE_NUMBER,
+			Description: "vCPUs offered to VMs in all, 1 to 4096; absent or 0 for the host's CPU count (more overcommits the host's CPUs)"},
 	}}
 }
 
@@ -86,6 +92,9 @@ func parseConfig(data []byte) (Config, error) {
 	case machineMicrovm, machinePC:
 	default:
 		return Config{}, driver.Errorf(driver.ErrInvalid, "qemu driver config: machine %q is not one of microvm, pc", cfg.Machine)
+	}
+	if cfg.VCPUs < 0 || cfg.VCPUs > 4096 {
+		return Config{}, driver.Errorf(driver.ErrInvalid, "qemu driver config: vcpus %d is not between 0 (the host's CPU count) and 4096", cfg.VCPUs)
 	}
 	for i, d := range cfg.ImageDirs {
 		if !filepath.IsAbs(d) {

@@ -64,7 +64,7 @@ func TestConfigSchemaListsEveryConfigField(t *testing.T) {
 	for _, a := range ConfigSchema().Attributes {
 		names = append(names, a.Name)
 	}
-	want := []string{"qemu_binary", "qemu_img", "accel", "machine", "image_dirs"}
+	want := []string{"qemu_binary", "qemu_img", "accel", "machine", "image_dirs", "vcpus"}
 	if !slices.Equal(names, want) {
 		t.Errorf("schema attributes %v, want %v", names, want)
 	}
@@ -78,6 +78,8 @@ func TestConfigSchemaListsEveryConfigField(t *testing.T) {
 			val = `"tcg"`
 		case "machine":
 			val = `"pc"`
+		case "vcpus":
+			val = `8`
 		}
 		if _, err := parseConfig([]byte(`{"` + n + `": ` + val + `}`)); err != nil {
 			t.Errorf("schema attribute %s is refused by the parser: %v", n, err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/protocol"
@@ -200,18 +201,32 @@ const (
 // answers. A failure does not fail readiness (commands still run); it is
 // reported in the guest map and as an event.
 func (d *Driver) setUpNetwork(ctx context.Context, v *vm, c *protocol.Client, guest map[string]string) {
-	if v.spec.GetNetwork().GetMode() != pb.NetworkMode_NETWORK_MODE_USER {
+	var cfg *protocol.NetworkConfig
+	switch n := v.spec.GetNetwork(); n.GetMode() {
+	case pb.NetworkMode_NETWORK_MODE_USER:
+		cfg = &protocol.NetworkConfig{
+			Interfaces: []protocol.Interface{{MAC: v.rec.MAC, Addresses: []string{userNetAddress}, Gateway: userNetGateway}},
+			DNS:        []string{userNetDNS},
+		}
+	case pb.NetworkMode_NETWORK_MODE_TAP:
+		// What the network plugin decided; without addresses the guest is
+		// left to configure itself.
+		if len(n.GetAddresses()) == 0 {
+			return
+		}
+		cfg = &protocol.NetworkConfig{
+			Interfaces: []protocol.Interface{{MAC: v.rec.MAC, Addresses: n.GetAddresses(), Gateway: n.GetGateway()}},
+			DNS:        n.GetDns(),
+		}
+	default:
 		return
 	}
-	err := c.ConfigureNetwork(ctx, &protocol.NetworkConfig{
-		Interfaces: []protocol.Interface{{MAC: v.rec.MAC, Addresses: []string{userNetAddress}, Gateway: userNetGateway}},
-		DNS:        []string{userNetDNS},
-	})
+	err := c.ConfigureNetwork(ctx, cfg)
 	if err != nil {
 		guest["network"] = "error: " + err.Error()
 		d.emit(v.id, pb.EventType_EVENT_TYPE_NETWORK_FAILED, err.Error())
 		d.logger.Warn("guest network set-up failed", "vm", v.id, "error", err)
 		return
 	}
-	guest["network"] = userNetAddress
+	guest["network"] = strings.Join(cfg.Interfaces[0].Addresses, ",")
 }

@@ -309,7 +309,11 @@ func (d *Driver) fingerprint() (*pb.FingerprintResponse, <-chan struct{}) {
 	}
 	fp.Health = pb.Health_HEALTH_HEALTHY
 	fp.Description = fmt.Sprintf("QEMU %s, %s", version, fp.Attributes["qemu.accel"])
-	fp.Resources = &pb.Resources{Vcpus: int64(runtime.NumCPU()), MemoryMib: hostMemoryMiB()}
+	vcpus := int64(runtime.NumCPU())
+	if cfg.VCPUs > 0 {
+		vcpus = cfg.VCPUs
+	}
+	fp.Resources = &pb.Resources{Vcpus: vcpus, MemoryMib: hostMemoryMiB()}
 	return fp, pending
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +85,28 @@ func validateSpec(ctx context.Context, cfg Config, spec *pb.VMSpec) (*vmRecord, 
 			return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network.mac %q is not a MAC address", spec.Id, rec.MAC)
 		}
 	case pb.NetworkMode_NETWORK_MODE_TAP:
-		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode TAP is not supported yet by the qemu driver", spec.Id)
+		n := spec.GetNetwork()
+		// The tap's name goes into QEMU's -netdev option: a comma would
+		// start another option.
+		if t := n.GetTap(); t == "" || len(t) > 15 || strings.ContainsAny(t, ",/= \x00") {
+			return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode TAP needs network.tap, the name of an existing tap device (1-15 characters, no ',', '/', '=' or spaces), not %q", spec.Id, n.GetTap())
+		}
+		rec.MAC = n.GetMac()
+		if rec.MAC == "" {
+			rec.MAC = macFor(spec.Id)
+		} else if hw, err := net.ParseMAC(rec.MAC); err != nil || len(hw) != 6 {
+			return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network.mac %q is not a MAC address", spec.Id, rec.MAC)
+		}
+		for _, a := range n.GetAddresses() {
+			if _, err := netip.ParsePrefix(a); err != nil {
+				return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network.addresses: %q is not an address in CIDR form (10.230.7.2/24)", spec.Id, a)
+			}
+		}
+		if g := n.GetGateway(); g != "" {
+			if _, err := netip.ParseAddr(g); err != nil {
+				return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network.gateway %q is not an IP address", spec.Id, g)
+			}
+		}
 	default:
 		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: network mode %v is not one of NONE, USER, TAP", spec.Id, spec.GetNetwork().GetMode())
 	}

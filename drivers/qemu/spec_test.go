@@ -132,7 +132,16 @@ func TestValidateSpecRefusesBadSpecsWithTheRightKind(t *testing.T) {
 		{"too many vcpus", nil, func(s *pb.VMSpec) { s.Vcpus = 100000 }, driver.ErrNoCapacity, "vcpus"},
 		{"too little memory", nil, func(s *pb.VMSpec) { s.MemoryMib = 63 }, driver.ErrInvalid, "memory_mib"},
 		{"too much memory", nil, func(s *pb.VMSpec) { s.MemoryMib = 1 << 40 }, driver.ErrNoCapacity, "memory_mib"},
-		{"tap network", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_TAP, Tap: "tap0"} }, driver.ErrInvalid, "not supported yet"},
+		{"tap without a tap", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_TAP} }, driver.ErrInvalid, "network.tap"},
+		{"tap name with a comma", nil, func(s *pb.VMSpec) {
+			s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_TAP, Tap: "t0,script=/x"}
+		}, driver.ErrInvalid, "network.tap"},
+		{"tap address not CIDR", nil, func(s *pb.VMSpec) {
+			s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_TAP, Tap: "t0", Addresses: []string{"10.230.7.2"}}
+		}, driver.ErrInvalid, "CIDR"},
+		{"tap bad gateway", nil, func(s *pb.VMSpec) {
+			s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_TAP, Tap: "t0", Gateway: "gw"}
+		}, driver.ErrInvalid, "gateway"},
 		{"unknown network", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: 99} }, driver.ErrInvalid, "99"},
 		{"bad mac", nil, func(s *pb.VMSpec) { s.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER, Mac: "52:54"} }, driver.ErrInvalid, "mac"},
 		{"unknown driver field", nil, func(s *pb.VMSpec) { s.DriverConfigJson = []byte(`{"cpu": "max"}`) }, driver.ErrInvalid, `"cpu"`},

@@ -303,8 +303,11 @@ func (v *vm) launch(accel string) launch {
 		Network:   "none",
 		MAC:       v.rec.MAC,
 	}
-	if v.spec.GetNetwork().GetMode() == pb.NetworkMode_NETWORK_MODE_USER {
+	switch v.spec.GetNetwork().GetMode() {
+	case pb.NetworkMode_NETWORK_MODE_USER:
 		l.Network = "user"
+	case pb.NetworkMode_NETWORK_MODE_TAP:
+		l.Network, l.Tap = "tap", v.spec.GetNetwork().GetTap()
 	}
 	if l.Kernel != "" {
 		l.Cmdline = kernelCmdline(v.rec.Cmdline, v.rec.Extra, hostTSCkHz(), l.Machine, l.Display)

@@ -965,7 +965,18 @@ type Network struct {
 	// The tap device, for NETWORK_MODE_TAP only (required there).
 	Tap string `protobuf:"bytes,2,opt,name=tap,proto3" json:"tap,omitempty"`
 	// The NIC's MAC address; the driver picks a stable one when empty.
-	Mac           string `protobuf:"bytes,3,opt,name=mac,proto3" json:"mac,omitempty"`
+	Mac string `protobuf:"bytes,3,opt,name=mac,proto3" json:"mac,omitempty"`
+	// For NETWORK_MODE_TAP: the guest's addresses in CIDR form
+	// ("10.230.7.2/24"), as the network plugin decided them. A driver with a
+	// guest agent has the guest configure them on the NIC with this MAC; when
+	// empty, the guest configures nothing (it may run DHCP of its own).
+	Addresses []string `protobuf:"bytes,4,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// For NETWORK_MODE_TAP: the guest's default gateway (an IP address), or
+	// empty for no default route.
+	Gateway string `protobuf:"bytes,5,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// For NETWORK_MODE_TAP: DNS servers for the guest; empty leaves the
+	// guest's resolver alone.
+	Dns           []string `protobuf:"bytes,6,rep,name=dns,proto3" json:"dns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,6 +1030,27 @@ func (x *Network) GetMac() string {
 		return x.Mac
 	}
 	return ""
+}
+
+func (x *Network) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Network) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *Network) GetDns() []string {
+	if x != nil {
+		return x.Dns
+	}
+	return nil
 }
 
 type VMStatus struct {
@@ -3961,11 +3993,14 @@ const file_driver_proto_rawDesc = "" +
 	" \x01(\fR\x10driverConfigJson\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"`\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x01\n" +
 	"\aNetwork\x121\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1d.fluxvm.driver.v2.NetworkModeR\x04mode\x12\x10\n" +
 	"\x03tap\x18\x02 \x01(\tR\x03tap\x12\x10\n" +
-	"\x03mac\x18\x03 \x01(\tR\x03mac\"\xb9\x03\n" +
+	"\x03mac\x18\x03 \x01(\tR\x03mac\x12\x1c\n" +
+	"\taddresses\x18\x04 \x03(\tR\taddresses\x12\x18\n" +
+	"\agateway\x18\x05 \x01(\tR\agateway\x12\x10\n" +
+	"\x03dns\x18\x06 \x03(\tR\x03dns\"\xb9\x03\n" +
 	"\bVMStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12/\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x19.fluxvm.driver.v2.VMStateR\x05state\x12/\n" +

@@ -1,0 +1,72 @@
+package pluginhost
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
+	"github.com/fluxvm/fluxvm/plugins/network"
+)
+
+// launchNetwork starts one network plugin process and configures it. A
+// network plugin has no fingerprint: it is up while its process answers.
+// Its state is its own (the netns plugin reads it back from the kernel), so
+// a restarted plugin needs nothing from the agent, and the VMs' taps, with
+// the traffic through them, stay while no plugin process runs.
+func (h *Host) launchNetwork(ctx context.Context, s *supervised) error {
+	name := s.spec.Name
+	p, err := network.Launch(ctx, network.LaunchConfig{Cmd: s.spec.Command(), Logger: s.logger})
+	if err != nil {
+		return fmt.Errorf("network plugin %s: %w", name, err)
+	}
+	fail := func(err error) error { p.Kill(); return fmt.Errorf("network plugin %s: %w", name, err) }
+	schema, err := p.ConfigSchema(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("config schema: %w", err))
+	}
+	cfg, err := s.spec.Config(schema)
+	if err != nil {
+		return fail(err)
+	}
+	dir := h.networkStateDir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fail(err)
+	}
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: cfg, Agent: &basepb.AgentContext{
+		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: basepb.LogLevel_LOG_LEVEL_DEBUG,
+	}}); err != nil {
+		return fail(fmt.Errorf("set config: %w", err))
+	}
+	caps, err := p.Capabilities(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("capabilities: %w", err))
+	}
+	h.mu.Lock()
+	s.proc, s.net = p.Process, p.Network
+	s.status.Up = true
+	s.status.Info = p.Info
+	s.status.NetworkCapabilities = caps
+	s.status.Pid = p.Pid()
+	s.status.LastError = ""
+	h.mu.Unlock()
+	if h.opts.NetworkReady != nil {
+		h.opts.NetworkReady(ctx, name, p.Network)
+	}
+	return nil
+}
+
+// Network returns the named network plugin, or a network.ErrUnavailable
+// error while it is being restarted.
+func (h *Host) Network(name string) (network.Network, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.plugins[name]
+	if !ok || !s.spec.Network {
+		return nil, network.Errorf(network.ErrInvalid, "no network plugin %q on this node", name)
+	}
+	if s.net == nil {
+		return nil, network.Errorf(network.ErrUnavailable, "network plugin %s is down (restarting)", name)
+	}
+	return s.net, nil
+}
