@@ -18,12 +18,14 @@
 //     ("label rack=a1 does not match"). The node's own value is not quoted because
 //     tenants may not see labels.
 //  7. nested: nested virtualisation wanted but not offered.
-//  8. resources: free vCPUs and memory ("needs 4 vCPUs, 2 free").
-//  9. macOS: a macOS guest needs a Mac with a free macOS slot. Apple's licence
+//  8. tenant network: a VM in its tenant's network (Request.TenantNetwork)
+//     needs a node with a network plugin up ("no tenant network plugin").
+//  9. resources: free vCPUs and memory ("needs 4 vCPUs, 2 free").
+//  10. macOS: a macOS guest needs a Mac with a free macOS slot. Apple's licence
 //     allows two macOS guests per Mac, so a node never gets more than
 //     MacOSSlotsPerMac whatever it reports; a Mac that reports no slot count gets
 //     the licence's two.
-//  10. leases (see below).
+//  11. leases (see below).
 //
 // # Lease rules
 //

@@ -21,6 +21,7 @@ const (
 	ruleScrub
 	ruleSelector
 	ruleNested
+	ruleNoNetwork // a tenant-network VM on a node without a network plugin up
 	ruleVCPUs
 	ruleMemory
 	ruleNotMac
@@ -119,6 +120,9 @@ func (f *filter) runFilters(n *Node) {
 	}
 	if req.Nested && !n.Nested {
 		f.add(ruleNested, "nested virtualisation wanted but not offered")
+	}
+	if req.TenantNetwork && len(n.Networks) == 0 {
+		f.add(ruleNoNetwork, "no tenant network plugin")
 	}
 	if fr := free(n.Total.VCPUs, n.Used.VCPUs); req.VCPUs > fr {
 		f.add(ruleVCPUs, f.needVCPUs+strconv.FormatInt(max(fr, 0), 10)+" free")
@@ -407,6 +411,8 @@ func phrase(ru rule, many bool, req *Request) string {
 		return pick("does", "do") + " not match the node selector"
 	case ruleNested:
 		return pick("does", "do") + " not offer nested virtualisation"
+	case ruleNoNetwork:
+		return pick("has", "have") + " no tenant network plugin"
 	case ruleVCPUs:
 		return pick("lacks", "lack") + " vCPUs"
 	case ruleMemory:

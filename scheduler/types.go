@@ -45,6 +45,9 @@ type Node struct {
 	Labels map[string]string
 	// Nested is true when guests can run their own hypervisor.
 	Nested bool
+	// Networks names the node's network plugins that are up; a VM in a
+	// tenant network needs one.
+	Networks []string
 	// Mac is true for an Apple host, the only kind that may run macOS guests.
 	Mac bool
 	// Total is what the node offers VMs; Used is what VMs and reservations hold.
@@ -69,6 +72,9 @@ type Request struct {
 	NodeSelector map[string]string
 	// Nested asks for a node that offers nested virtualisation.
 	Nested bool
+	// TenantNetwork asks for a node with a network plugin up: the VM goes
+	// in its tenant's network (docs/networks.md).
+	TenantNetwork bool
 	// Node pins the VM to one node; the rules still apply, except that an
 	// operator may pin onto a leased host.
 	Node string

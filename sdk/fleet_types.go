@@ -26,6 +26,9 @@ type Heartbeat struct {
 	Drivers []HeartbeatDriver `json:"drivers"`
 	// Nested is true when guests on this node can run their own hypervisor.
 	Nested bool `json:"nested"`
+	// Networks names the node's network plugins that are up ("netns"):
+	// a node with one can put VMs in their tenant's network.
+	Networks []string `json:"networks,omitempty"`
 	// VMs are every VM on the node, central's or not.
 	VMs []HeartbeatVM `json:"vms"`
 }
@@ -90,7 +93,10 @@ type FleetCreateVMRequest struct {
 	// Nested asks for a node that offers nested virtualisation.
 	Nested  bool   `json:"nested,omitempty"`
 	Display bool   `json:"display,omitempty"`
-	Network string `json:"network,omitempty"` // "user" (default) or "none"
+	// Network is "user" (QEMU's NAT), "none" or "tenant" (the tenant's
+	// own network); empty is "tenant" for a tenant while the policy's
+	// isolate_tenant_networks is on, else "user" (docs/networks.md).
+	Network string `json:"network,omitempty"`
 	// Reschedulable lets a drain recreate the VM on another node (without
 	// its disk state); only such VMs have their create request kept.
 	Reschedulable bool `json:"reschedulable,omitempty"`
@@ -207,6 +213,9 @@ type FleetNode struct {
 	// GuestOS lists the guests the node's healthy drivers run.
 	GuestOS []string `json:"guest_os,omitempty"`
 	Nested  bool     `json:"nested"`
+	// Networks names the network plugins up at the node's last heartbeat
+	// (none: the node cannot take a VM in a tenant network).
+	Networks []string `json:"networks,omitempty"`
 	// VMs are every VM of the node's last heartbeat.
 	VMs []HeartbeatVM `json:"vms,omitempty"`
 }

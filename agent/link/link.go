@@ -102,8 +102,9 @@ func beat(ctx context.Context, client *sdk.FleetClient, opts Options, interval t
 	return client.Heartbeat(ctx, opts.Node, hb)
 }
 
-// Snapshot builds a heartbeat from the node's health, each driver's guest
-// operating systems and its VMs.
+// Snapshot builds a heartbeat from the node's health (its drivers and the
+// network plugins that are up), each driver's guest operating systems and
+// its VMs.
 func Snapshot(url string, h *sdk.NodeHealth, guestOS map[string][]string, nested bool, vms []*sdk.VM) sdk.Heartbeat {
 	hb := sdk.Heartbeat{URL: url, Version: h.Version, Labels: h.Labels, Capacity: h.Capacity, Nested: nested,
 		Drivers: make([]sdk.HeartbeatDriver, 0, len(h.Drivers)), VMs: make([]sdk.HeartbeatVM, 0, len(vms))}
@@ -114,6 +115,11 @@ func Snapshot(url string, h *sdk.NodeHealth, guestOS map[string][]string, nested
 		}
 		hb.Drivers = append(hb.Drivers, sdk.HeartbeatDriver{Name: d.Name, Health: d.Health, Simulated: d.Simulated,
 			GuestOS: g, Capabilities: d.Capabilities})
+	}
+	for _, n := range h.Networks {
+		if n.Health == "up" {
+			hb.Networks = append(hb.Networks, n.Name)
+		}
 	}
 	for _, vm := range vms {
 		hb.VMs = append(hb.VMs, sdk.HeartbeatVM{ID: vm.ID, Name: vm.Name, Tenant: vm.Tenant, State: vm.State,

@@ -95,6 +95,14 @@ func checkHeartbeat(hb *sdk.Heartbeat) (msg, hint string) {
 			return "every driver needs a name", "send each driver as GET /v1/health names it"
 		}
 	}
+	if len(hb.Networks) > maxHeartbeatDrivers {
+		return fmt.Sprintf("%d network plugins: at most %d", len(hb.Networks), maxHeartbeatDrivers), "a node runs one network plugin"
+	}
+	for _, n := range hb.Networks {
+		if n == "" || len(n) > 64 {
+			return "every network plugin needs a name of at most 64 bytes", "send the names GET /v1/health lists under networks"
+		}
+	}
 	if len(hb.VMs) > maxHeartbeatVMs {
 		return fmt.Sprintf("%d vms: at most %d", len(hb.VMs), maxHeartbeatVMs), "a node reports every VM it runs; this many is not a node"
 	}
@@ -137,6 +145,7 @@ func applyHeartbeat(n *store.Node, hb *sdk.Heartbeat, now time.Time) {
 	}
 	slices.Sort(n.GuestOS)
 	n.Nested = hb.Nested
+	n.Networks = slices.Clone(hb.Networks)
 	n.VMs = slices.Clone(hb.VMs)
 	n.LastHeartbeat = now
 	n.State = store.NodeUp

@@ -141,7 +141,7 @@ func SchedulerNode(n *store.Node, u store.UsageView) scheduler.Node {
 	sn := scheduler.Node{
 		Name: n.Name, Up: n.State == store.NodeUp, Healthy: n.Healthy(), GuestOS: n.GuestOS,
 		Cordoned: n.Cordoned, Draining: n.Draining, ScrubPending: n.ScrubPending,
-		Labels: n.Labels, Nested: n.Nested, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS), LeasedBy: n.LeasedBy,
+		Labels: n.Labels, Nested: n.Nested, Networks: n.Networks, Mac: slices.Contains(n.GuestOS, scheduler.GuestMacOS), LeasedBy: n.LeasedBy,
 		Total: scheduler.Resources{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, MacOSSlots: t.MacOSSlots},
 		Used:  used,
 	}
