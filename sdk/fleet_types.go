@@ -91,8 +91,8 @@ type FleetCreateVMRequest struct {
 	// NodeSelector must match node labels, every key.
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
 	// Nested asks for a node that offers nested virtualisation.
-	Nested  bool   `json:"nested,omitempty"`
-	Display bool   `json:"display,omitempty"`
+	Nested  bool `json:"nested,omitempty"`
+	Display bool `json:"display,omitempty"`
 	// Network is "user" (QEMU's NAT), "none" or "tenant" (the tenant's
 	// own network); empty is "tenant" for a tenant while the policy's
 	// isolate_tenant_networks is on, else "user" (docs/networks.md).
