@@ -267,7 +267,7 @@ func (s *Server) poolDefaults(w http.ResponseWriter, r *http.Request, req *sdk.F
 // guest first becomes ready) is booted as before; with "pool" it is refused
 // instead. It returns whether it answered.
 func (s *Server) claimFromPool(w http.ResponseWriter, r *http.Request, req *sdk.FleetCreateVMRequest, spec sdk.CreateVMRequest, image string, pol sdk.Policy) bool {
-	plain := !req.Reschedulable && req.ImagePath == "" && req.TTLSeconds == 0 && len(req.Labels) == 0 && !req.Display && req.Network == "" &&
+	plain := !req.Reschedulable && req.ImagePath == "" && req.TTLSeconds == 0 && len(req.Labels) == 0 && !req.Display && req.Network == "" && spec.Network != vms.NetworkTenant &&
 		req.Node == "" && len(req.NodeSelector) == 0 && !req.Nested && len(req.SSHAuthorizedKeys) == 0
 	if req.Pool != "" && !plain {
 		jsonapi.WriteError(w, http.StatusBadRequest, "a launch from a pool takes a VM that is already running",

@@ -56,6 +56,9 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	tenant := tenantID(p)
 	placeReq := scheduler.Request{Tenant: tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
 		NodeSelector: req.NodeSelector, Nested: req.Nested, Node: req.Node}
+	if !s.tenantNetwork(w, r, &body, &spec, &placeReq, pol, dryRun) { // networks.go
+		return
+	}
 	if dryRun {
 		s.vmEstimate(w, r, placeReq, pol, spec, req.TTLSeconds)
 		return

@@ -447,7 +447,7 @@ func (dr *Drainer) moveVM(ctx context.Context, n *store.Node, vm *sdk.VM, e *sto
 	spec := kept.Spec
 	macOS := spec.GuestOS == store.GuestMacOS
 	placeReq := scheduler.Request{Tenant: e.Tenant, GuestOS: spec.GuestOS, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB,
-		NodeSelector: kept.NodeSelector, Nested: kept.Nested}
+		NodeSelector: kept.NodeSelector, Nested: kept.Nested, TenantNetwork: spec.Network == vms.NetworkTenant}
 	_, target, res, err := dr.place.PlaceAndReserve(ctx, placeReq, pol, store.ReserveRequest{Tenant: e.Tenant,
 		VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, MacOS: macOS, Replaces: e.ID,
 		ExclusiveLeases: pol.ExclusiveLeasedHosts,

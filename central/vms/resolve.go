@@ -125,8 +125,8 @@ func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCrea
 		return bad(fmt.Sprintf("memory_mib must be between 64 and 16777216, not %d", spec.MemoryMiB), "ask for at least 64 MiB")
 	case spec.TTLSeconds < 0:
 		return bad("ttl_seconds must not be negative", "leave it out for a VM that lives until deleted")
-	case spec.Network != "" && spec.Network != "user" && spec.Network != "none":
-		return bad(fmt.Sprintf("network %q is not known", jsonapi.Echo(spec.Network)), `use "user" (NAT) or "none"`)
+	case spec.Network != "" && spec.Network != NetworkUser && spec.Network != NetworkNone && spec.Network != NetworkTenant:
+		return bad(fmt.Sprintf("network %q is not known", jsonapi.Echo(spec.Network)), `use "tenant" (your tenant's own network), "user" (NAT) or "none"`)
 	case req.Node != "" && !store.ValidName(req.Node):
 		return bad(fmt.Sprintf("node %q is not a valid node name", jsonapi.Echo(req.Node)), "GET /fleet/capacity lists the nodes you may use")
 	case len(req.Labels) > MaxLabels || len(req.NodeSelector) > MaxLabels:

@@ -1,0 +1,44 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/fluxvm/fluxvm/central/vms"
+	"github.com/fluxvm/fluxvm/jsonapi"
+	"github.com/fluxvm/fluxvm/scheduler"
+	"github.com/fluxvm/fluxvm/sdk"
+)
+
+// tenantNetwork decides a launch's network under the policy
+// (vms.ChooseNetwork) and, for a VM in its tenant's network, asks the
+// scheduler for a node with a network plugin and names the tenant's subnet
+// in the node's request (assigned at the first need; a dry run assigns
+// none). It answers a refusal itself and returns false then.
+func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk.FleetCreateVMRequest, spec *sdk.CreateVMRequest,
+	place *scheduler.Request, pol sdk.Policy, dryRun bool) bool {
+	mode, err := vms.ChooseNetwork(pol, spec.Tenant, spec.Network)
+	if err != nil {
+		s.refusal(w, err)
+		return false
+	}
+	spec.Network = mode
+	if mode != vms.NetworkTenant {
+		return true
+	}
+	if body.Pool != "" {
+		jsonapi.WriteError(w, http.StatusBadRequest, "warm pools' VMs are not in tenant networks (not built yet), and this VM would be in its tenant's network",
+			`leave out pool to boot a new VM in your tenant's network, or ask for network "none"`)
+		return false
+	}
+	place.TenantNetwork = true
+	if dryRun {
+		return true
+	}
+	subnet, err := vms.TenantSubnet(r.Context(), s.opts.Store, pol, spec.Tenant)
+	if err != nil {
+		s.refusal(w, err)
+		return false
+	}
+	spec.Subnet = subnet
+	return true
+}
