@@ -34,6 +34,7 @@ func nodeColumns(now time.Time) []column[sdk.FleetNode] {
 		{"url", "URL", true, func(n *sdk.FleetNode) string { return n.URL }},
 		{"labels", "LABELS", true, func(n *sdk.FleetNode) string { return pairs(n.Labels) }},
 		{"flags", "FLAGS", true, nodeFlags},
+		{"networks", "NETWORKS", true, func(n *sdk.FleetNode) string { return strings.Join(n.Networks, ",") }},
 	}
 }
 

@@ -250,6 +250,7 @@ func TestCommandLineMistakesShowUsage(t *testing.T) {
 		{"get without a name", []string{"vm", "get"}, "one VM name", "usage: fluxctl vm get NAME"},
 		{"create without image", []string{"vm", "create", "x"}, "--image", "usage: fluxctl vm create"},
 		{"bad label", []string{"vm", "create", "x", "--image", "/i", "--label", "novalue"}, "KEY=VALUE", "usage:"},
+		{"tenant network without subnet", []string{"vm", "create", "x", "--image", "/i", "--network", "tenant", "--tenant", "acme"}, "--subnet CIDR", "usage:"},
 		{"exec without command", []string{"vm", "exec", "x"}, "the command to run", "usage: fluxctl vm exec"},
 		{"unknown flag", []string{"vm", "list", "--bogus"}, "unknown flag: --bogus", "fluxctl vm list --help"},
 		{"unknown output", []string{"vm", "list", "-o", "xml"}, `"xml"`, "-o json"},

@@ -173,6 +173,9 @@ answers.`,
 			if ttl < 0 {
 				return usageError(c, "--ttl must not be negative")
 			}
+			if req.Network == "tenant" && (req.Tenant == "" || req.Subnet == "") {
+				return usageError(c, "--network tenant needs --tenant ID and --subnet CIDR (the tenant's network on the node, e.g. 10.230.7.0/24); central sets both for the VMs it launches")
+			}
 			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
 			var err error
 			if req.Labels, err = parseLabels(c, labels); err != nil {
@@ -233,7 +236,9 @@ answers.`,
 	f.Int64Var(&req.MemoryMiB, "memory-mib", 512, "memory in MiB")
 	f.StringVar(&req.GuestOS, "guest-os", "linux", "linux or macos")
 	f.BoolVar(&req.Display, "display", false, "give the VM a display (for screenshot and input)")
-	f.StringVar(&req.Network, "network", "user", "user or none")
+	f.StringVar(&req.Network, "network", "user", "user, none or tenant (a tap in the tenant's network, from the node's network plugin)")
+	f.StringVar(&req.Tenant, "tenant", "", "the tenant stamp; with --network tenant, the tenant whose network the VM joins")
+	f.StringVar(&req.Subnet, "subnet", "", "with --network tenant: the tenant's IPv4 subnet on the node, e.g. 10.230.7.0/24")
 	f.DurationVar(&ttl, "ttl", 0, "delete the VM after this long, e.g. 8h (0: keep it)")
 	f.StringArrayVar(&labels, "label", nil, "a KEY=VALUE label (repeatable)")
 	f.StringVar(&req.Driver, "driver", "", "hypervisor plugin (default: the node's first healthy driver for the guest OS)")
@@ -241,7 +246,7 @@ answers.`,
 	f.BoolVar(&wait, "wait", false, "wait until the guest agent is ready")
 	f.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
 	_ = c.RegisterFlagCompletionFunc("guest-os", cobra.FixedCompletions([]string{"linux", "macos"}, cobra.ShellCompDirectiveNoFileComp))
-	_ = c.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{"user", "none"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = c.RegisterFlagCompletionFunc("network", cobra.FixedCompletions([]string{"user", "none", "tenant"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 
@@ -286,12 +291,12 @@ func (a *app) printVM(v *sdk.VM) {
 	for _, f := range [][2]string{
 		{"name", v.Name}, {"id", v.ID}, {"state", v.State}, {"guest agent", agentState(v)},
 		{"driver", v.Driver}, {"guest os", v.GuestOS}, {"image", v.Image},
-		{"vcpus", fmt.Sprint(v.VCPUs)}, {"memory", mib(v.MemoryMiB)}, {"network", v.Network}, {"display", display},
+		{"vcpus", fmt.Sprint(v.VCPUs)}, {"memory", mib(v.MemoryMiB)}, {"network", v.Network}, {"address", v.Address}, {"display", display},
 		{"labels", pairs(v.Labels)}, {"tenant", v.Tenant},
 		{"created", when(&v.CreatedAt)}, {"started", when(v.StartedAt)}, {"expires", when(v.ExpiresAt)},
 		{"last error", v.LastError},
 	} {
-		if f[1] == "" && (f[0] == "tenant" || f[0] == "last error" || f[0] == "expires") {
+		if f[1] == "" && (f[0] == "tenant" || f[0] == "last error" || f[0] == "expires" || f[0] == "address") {
 			continue
 		}
 		row(tw, f[0], f[1])
