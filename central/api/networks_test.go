@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -12,8 +14,64 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/api"
+	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
 )
+
+// restartableCentral is one central on an embedded etcd whose data
+// directory outlives it, served at an address that outlives it too, so a
+// restart (restart) is a new store and API on the same data, where the
+// nodes already heartbeat.
+type restartableCentral struct {
+	t       *testing.T
+	dataDir string
+	addr    string
+	url     string
+	st      *store.Store
+	srv     *http.Server
+}
+
+func startRestartableCentral(t *testing.T) *restartableCentral {
+	c := &restartableCentral{t: t, dataDir: filepath.Join(fxTempDir(t), "etcd")}
+	c.start()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *restartableCentral) start() {
+	c.t.Helper()
+	st, err := store.Open(context.Background(), store.Options{DataDir: c.dataDir, Logger: fxLogger("store"), UnsafeNoFsync: true})
+	if err != nil {
+		c.t.Fatalf("open store: %v", err)
+	}
+	addr := c.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		st.Close()
+		c.t.Fatalf("listen on %s: %v", addr, err)
+	}
+	c.addr, c.url, c.st = ln.Addr().String(), "http://"+ln.Addr().String(), st
+	c.srv = &http.Server{Handler: api.New(api.Options{Store: st, FleetToken: fxToken, Logger: fxLogger("api"), HeartbeatInterval: time.Second})}
+	go func() { _ = c.srv.Serve(ln) }()
+}
+
+func (c *restartableCentral) stop() {
+	if c.srv != nil {
+		_ = c.srv.Close()
+		c.st.Close()
+		c.srv = nil
+	}
+}
+
+func (c *restartableCentral) restart() {
+	c.t.Helper()
+	c.stop()
+	c.start()
+}
 
 // startFxNetNode starts a sim node (startFxNode) that also runs a real netns
 // network plugin. The plugin is a third party's binary to the agent (a
@@ -60,12 +118,11 @@ func startFxNetNode(t *testing.T, name, centralURL, imagesDir string) *fxNode {
 // and the node's VM (GET /v1/vms/{id} on the node, a real netns plugin
 // behind it) is in the tenant's network: one subnet for both VMs of a
 // tenant, another for another tenant, from the index central keeps in etcd
-// (a second central on the same etcd gives the same). A node without a
+// (kept across a restart of central and its etcd). A node without a
 // network plugin is refused with the reason; with isolation off a tenant's
 // VM has user networking as before.
 func TestTenantNetworksThroughCentral(t *testing.T) {
-	stA := fxStore(t, nil)
-	a := newFxCentral(t, stA)
+	a := startRestartableCentral(t)
 	images, img := fxImages(t)
 	nodes := map[string]*fxNode{
 		"net-1": startFxNetNode(t, "net-1", a.url, images),
@@ -118,6 +175,7 @@ func TestTenantNetworksThroughCentral(t *testing.T) {
 	if sa1 != sa2 || sa1 == sg1 || !strings.HasPrefix(sa1, "10.230.") || !strings.HasPrefix(sg1, "10.230.") {
 		t.Fatalf("subnets: acme %s and %s, globex %s; want one 10.230.n.0/24 per tenant", sa1, sa2, sg1)
 	}
+	t.Logf("acme: %s (%s, %s), globex: %s (%s)", sa1, a1.Address, a2.Address, sg1, g1.Address)
 	if a1.Address == a2.Address {
 		t.Fatalf("two VMs of acme share address %s", a1.Address)
 	}
@@ -142,11 +200,18 @@ func TestTenantNetworksThroughCentral(t *testing.T) {
 		t.Fatalf("operator VM under isolation: network %q; want user", vm.Network)
 	}
 
-	// A second central on the same etcd (nothing in memory from the first)
-	// gives acme the same subnet.
-	b := newFxCentral(t, fxStore(t, stA.Endpoints()))
-	if s := subnetOf(launch(b.url, acme, map[string]any{"name": "a3", "image": "tiny"})); s != sa1 {
-		t.Fatalf("acme's subnet from a second central: %s; want %s, the one in etcd", s, sa1)
+	// Central restarted (its etcd too, from its data directory): acme
+	// keeps its subnet, and a new tenant takes the next free one.
+	a.restart()
+	fxWaitUp(t, a.url, "net-1", "net-2")
+	if s := subnetOf(launch(a.url, acme, map[string]any{"name": "a3", "image": "tiny"})); s != sa1 {
+		t.Fatalf("acme's subnet after a central restart: %s; want %s, the one in etcd", s, sa1)
+	}
+	_, initech := fxTenant(t, a.url, "initech", nil)
+	if s := subnetOf(launch(a.url, initech, map[string]any{"name": "i1", "image": "tiny"})); s == sa1 || s == sg1 {
+		t.Fatalf("initech's subnet %s after the restart is one already held (acme %s, globex %s)", s, sa1, sg1)
+	} else {
+		t.Logf("after the restart: acme %s, initech %s", sa1, s)
 	}
 
 	// No node with a network plugin left: refused, each node's reason shown.
