@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/plugins/network"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -42,7 +43,7 @@ func ChooseNetwork(pol sdk.Policy, tenant, asked string) (string, error) {
 	switch asked {
 	case "", NetworkUser, NetworkNone, NetworkTenant:
 	default:
-		return "", &Refusal{Kind: Invalid, Msg: fmt.Sprintf("network %q is not known", asked),
+		return "", &Refusal{Kind: Invalid, Msg: fmt.Sprintf("network %q is not known", jsonapi.Echo(asked)),
 			Hint: `use "tenant" (your tenant's own network), "user" (NAT) or "none"`}
 	}
 	if tenant == "" {
