@@ -122,7 +122,7 @@ func (f *filter) runFilters(n *Node) {
 		f.add(ruleNested, "nested virtualisation wanted but not offered")
 	}
 	if req.TenantNetwork && len(n.Networks) == 0 {
-		f.add(ruleNoNetwork, "no tenant network plugin")
+		f.add(ruleNoNetwork, NoNetworkPlugin)
 	}
 	if fr := free(n.Total.VCPUs, n.Used.VCPUs); req.VCPUs > fr {
 		f.add(ruleVCPUs, f.needVCPUs+strconv.FormatInt(max(fr, 0), 10)+" free")

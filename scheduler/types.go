@@ -60,6 +60,10 @@ type Node struct {
 	VMs []VMRef
 }
 
+// NoNetworkPlugin is the refusal of a node without a network plugin up, for
+// a VM in its tenant's network (Request.TenantNetwork).
+const NoNetworkPlugin = "no tenant network plugin"
+
 // Request is a VM to place.
 type Request struct {
 	// Tenant asking, "" for the operator.

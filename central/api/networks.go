@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -41,4 +42,17 @@ func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk
 	}
 	spec.Subnet = subnet
 	return true
+}
+
+// noPlacementHint is the hint of a launch no node takes: where a node
+// without a network plugin is among the refusals, it says what a tenant
+// network needs.
+func noPlacementHint(np *scheduler.NoPlacementError) string {
+	const hint = "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"
+	for _, v := range np.Verdicts {
+		if slices.Contains(v.Reasons, scheduler.NoNetworkPlugin) {
+			return hint + `; a VM in its tenant's network needs a node whose network plugin is up (fluxctl fleet nodes -o wide, NETWORKS), or ask for network "none"`
+		}
+	}
+	return hint
 }

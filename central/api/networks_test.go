@@ -184,7 +184,8 @@ func TestTenantNetworksThroughCentral(t *testing.T) {
 	code, data := fxCall(t, "POST", a.url+"/fleet/vms", acme, map[string]any{"name": "pinned", "image": "tiny", "node": "plain"})
 	var np sdk.NoPlacementBody
 	_ = json.Unmarshal(data, &np)
-	if code != http.StatusConflict || np.Error != "node plain cannot take 1 vCPU / 64 MiB for linux: no tenant network plugin" {
+	if code != http.StatusConflict || np.Error != "node plain cannot take 1 vCPU / 64 MiB for linux: no tenant network plugin" ||
+		!strings.Contains(np.Hint, "network plugin is up") {
 		t.Fatalf("pinned to plain: %d %s; want 409 naming the missing network plugin", code, data)
 	}
 	// User networking is refused to a tenant under isolation; the operator

@@ -113,7 +113,7 @@ func (s *Server) launchError(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case errors.As(err, &np):
 		jsonapi.Write(w, http.StatusConflict, sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
-			Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"})
+			Hint: noPlacementHint(np)})
 	case errors.Is(err, scheduler.ErrInvalidRequest):
 		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
 	case errors.As(err, &qe):
@@ -270,7 +270,7 @@ func (s *Server) vmEstimate(w http.ResponseWriter, r *http.Request, req schedule
 	switch {
 	case errors.As(err, &np):
 		jsonapi.Write(w, http.StatusConflict, sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
-			Hint: "GET /fleet/capacity shows what fits now; ask for less, or relax node, node_selector or nested"})
+			Hint: noPlacementHint(np)})
 		return
 	case errors.Is(err, scheduler.ErrInvalidRequest):
 		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
