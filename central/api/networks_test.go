@@ -208,9 +208,17 @@ func TestTenantNetworksThroughCentral(t *testing.T) {
 	if s := subnetOf(launch(a.url, acme, map[string]any{"name": "a3", "image": "tiny"})); s != sa1 {
 		t.Fatalf("acme's subnet after a central restart: %s; want %s, the one in etcd", s, sa1)
 	}
+	// A dry run places like a launch and assigns no subnet: hooli's dry
+	// run leaves 10.230.2.0/24 for initech's launch.
+	_, hooli := fxTenant(t, a.url, "hooli", nil)
+	code, data = fxCall(t, "POST", a.url+"/fleet/vms?dry_run=true", hooli, map[string]any{"name": "h1", "image": "tiny", "node": "plain"})
+	if code != http.StatusConflict || !strings.Contains(string(data), "no tenant network plugin") {
+		t.Fatalf("dry run pinned to plain: %d %s; want 409 naming the missing network plugin", code, data)
+	}
+	fxMust(t, "POST", a.url+"/fleet/vms?dry_run=true", hooli, map[string]any{"name": "h1", "image": "tiny"}, http.StatusOK, nil)
 	_, initech := fxTenant(t, a.url, "initech", nil)
-	if s := subnetOf(launch(a.url, initech, map[string]any{"name": "i1", "image": "tiny"})); s == sa1 || s == sg1 {
-		t.Fatalf("initech's subnet %s after the restart is one already held (acme %s, globex %s)", s, sa1, sg1)
+	if s := subnetOf(launch(a.url, initech, map[string]any{"name": "i1", "image": "tiny"})); s != "10.230.2.0/24" {
+		t.Fatalf("initech's subnet %s after the restart and hooli's dry run; want 10.230.2.0/24, the lowest free (acme %s, globex %s)", s, sa1, sg1)
 	} else {
 		t.Logf("after the restart: acme %s, initech %s", sa1, s)
 	}
