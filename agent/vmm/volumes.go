@@ -34,10 +34,10 @@ const gib = int64(1) << 30
 
 // volumeRecord is <id>.json.
 type volumeRecord struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Tenant    string `json:"tenant,omitempty"`
-	SizeGiB   int64  `json:"size_gib"`
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Tenant    string    `json:"tenant,omitempty"`
+	SizeGiB   int64     `json:"size_gib"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
