@@ -3,12 +3,12 @@
 package qemu
 
 import (
-	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/fluxvm/fluxvm/guest/protocol"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
 // argValue returns the value after the first occurrence of flag.
