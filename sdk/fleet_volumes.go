@@ -77,8 +77,18 @@ func (f *FleetClient) ListVolumes(ctx context.Context, tenant string) (*FleetVol
 // CreateVolume makes a volume. Refusals: IsQuota (max_volume_gib),
 // IsConflict (the name is taken), 400 for a size outside 1-2048 GiB.
 func (f *FleetClient) CreateVolume(ctx context.Context, req FleetCreateVolumeRequest) (*FleetVolume, error) {
+	return f.CreateVolumeFor(ctx, "", req)
+}
+
+// CreateVolumeFor is CreateVolume for the operator on behalf of a tenant
+// (id or name; "" the operator's own), under its quota and names.
+func (f *FleetClient) CreateVolumeFor(ctx context.Context, tenant string, req FleetCreateVolumeRequest) (*FleetVolume, error) {
+	q := url.Values{}
+	if tenant != "" {
+		q.Set("tenant", tenant)
+	}
 	var out FleetVolume
-	if err := f.c.call(ctx, http.MethodPost, "/fleet/volumes", nil, req, &out); err != nil {
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/volumes", q, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -18,31 +18,42 @@ func volumeCaller(p Principal) volumes.Caller {
 	return volumes.Caller{Tenant: tenantID(p), Operator: p.Tenant == nil}
 }
 
-func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+// volumeTenant reads ?tenant=: the operator's choice of one tenant (its id;
+// "" when not given); a tenant may name only itself. False when answered.
+func (s *Server) volumeTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
 	p := PrincipalOf(r.Context())
 	q := r.URL.Query()
 	if len(q["tenant"]) > 1 {
 		jsonapi.WriteError(w, http.StatusBadRequest, "query parameter tenant is given more than once", "give one tenant id or name")
-		return
+		return "", false
 	}
-	ref, tenant := q.Get("tenant"), ""
+	ref := q.Get("tenant")
 	switch {
 	case p.Tenant != nil:
 		if ref != "" && ref != p.Tenant.ID && ref != p.Tenant.Name {
-			jsonapi.WriteError(w, http.StatusForbidden, "a tenant sees only its own volumes", "leave tenant= out (or give your own id or name)")
-			return
+			jsonapi.WriteError(w, http.StatusForbidden, "a tenant sees and makes only its own volumes", "leave tenant= out (or give your own id or name)")
+			return "", false
 		}
 	case ref != "":
 		t, err := s.findTenant(r.Context(), ref)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			jsonapi.WriteError(w, http.StatusNotFound, "no tenant "+jsonapi.Echo(ref), "fluxctl fleet tenants lists them")
-			return
+			return "", false
 		case err != nil:
 			s.storeError(w, "find tenant "+jsonapi.Echo(ref), err)
-			return
+			return "", false
 		}
-		tenant = t.ID
+		return t.ID, true
+	}
+	return "", true
+}
+
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalOf(r.Context())
+	tenant, ok := s.volumeTenant(w, r)
+	if !ok {
+		return
 	}
 	out, err := s.volumes.List(r.Context(), volumeCaller(p), tenant)
 	if err != nil {
@@ -58,7 +69,15 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
-	v, err := s.volumes.Create(r.Context(), volumeCaller(PrincipalOf(r.Context())), req)
+	tenant, ok := s.volumeTenant(w, r)
+	if !ok {
+		return
+	}
+	c := volumeCaller(PrincipalOf(r.Context()))
+	if c.Operator && tenant != "" {
+		c.Tenant = tenant // the operator makes one for a tenant: its quota and names apply
+	}
+	v, err := s.volumes.Create(r.Context(), c, req)
 	if err != nil {
 		s.volumeError(w, r, "create the volume", err)
 		return

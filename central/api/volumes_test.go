@@ -62,6 +62,16 @@ func TestVolumesThroughCentralKeepTheRules(t *testing.T) {
 	if len(list.Volumes) != 2 || !strings.HasSuffix(list.Volumes[0].Path, "/volumes/"+list.Volumes[0].ID+".raw") {
 		t.Fatalf("operator's list: %+v", list)
 	}
+	// The operator makes one for a tenant: the tenant's quota and names apply, and it is the tenant's.
+	snError(t, "POST", vols+"?tenant=acme", fxToken, map[string]any{"name": "op-made", "size_gib": 6}, http.StatusTooManyRequests, "max_volume_gib")
+	snError(t, "POST", vols+"?tenant=acme", fxToken, map[string]any{"name": "data", "size_gib": 1}, http.StatusConflict, "exists")
+	snError(t, "POST", vols+"?tenant="+acmeID, tokB, map[string]any{"name": "theirs", "size_gib": 1}, http.StatusForbidden, "own")
+	var opMade sdk.FleetVolume
+	fxMust(t, "POST", vols+"?tenant=acme", fxToken, map[string]any{"name": "op-made", "size_gib": 1}, http.StatusCreated, &opMade)
+	if opMade.Tenant != acmeID {
+		t.Fatalf("made by the operator for acme: %+v", opMade)
+	}
+	fxMust(t, "DELETE", vols+"/op-made", tokA, nil, http.StatusNoContent, nil)
 	// Another tenant: not found, by name or id.
 	for _, c := range []struct{ method, path string }{{"GET", "/data"}, {"GET", "/" + data.ID}, {"DELETE", "/data"}, {"POST", "/data/resize"}} {
 		snError(t, c.method, vols+c.path, tokB, map[string]any{"size_gib": 5}, http.StatusNotFound, "no volume")
@@ -109,7 +119,7 @@ func TestVolumesThroughCentralKeepTheRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 2 || recs[0].Name != "data" || recs[0].Live() || len(recs[0].Sizes) != 2 || recs[0].Sizes[1].GiB != 6 ||
+	if len(recs) != 3 || recs[0].Name != "data" || recs[0].Live() || len(recs[0].Sizes) != 2 || recs[0].Sizes[1].GiB != 6 ||
 		recs[0].Sizes[1].From.Before(recs[0].Sizes[0].From) {
 		t.Fatalf("records: %+v", recs)
 	}
