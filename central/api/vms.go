@@ -74,7 +74,8 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		s.vmEstimate(w, r, placeReq, pol, spec, req.TTLSeconds)
 		return
 	}
-	if s.claimFromPool(w, r, &body, spec, imageName, pol) { // warm pools (pools.go): hand out a warm VM if one fits
+	// A warm VM has no volumes: a launch with volumes always boots its own.
+	if len(body.Volumes) == 0 && s.claimFromPool(w, r, &body, spec, imageName, pol) { // warm pools (pools.go): hand out a warm VM if one fits
 		return
 	}
 
