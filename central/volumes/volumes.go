@@ -18,7 +18,6 @@ import (
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
-	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/hashicorp/go-hclog"
 )
@@ -427,13 +426,11 @@ func (s *Service) Resize(ctx context.Context, c Caller, nameOrID string, sizeGiB
 }
 
 // ForLaunch checks a launch's volumes (names or ids of the caller's) and
-// returns their node and ids: at most driver.MaxVolumes, all on one node
-// (409 otherwise), that node the one the launch names if it names one
-// (409), none in use by a VM (409, as its node says).
+// returns their node and ids: all on one node (409 otherwise), that node
+// the one the launch names if it names one (409), none in use by a VM (409,
+// as its node says). How many a launch may name is the API description's
+// to enforce (volumes maxItems: the driver contract's MaxVolumes).
 func (s *Service) ForLaunch(ctx context.Context, c Caller, names []string, node string) (string, []string, error) {
-	if len(names) > driver.MaxVolumes {
-		return "", nil, &Error{Kind: Invalid, Msg: fmt.Sprintf("%d volumes asked for: a VM takes at most %d", len(names), driver.MaxVolumes), Hint: "attach fewer volumes"}
-	}
 	var ids []string
 	var recs []*store.Volume
 	at := ""
