@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -147,4 +148,32 @@ func TestVolumesThroughCentralKeepTheRules(t *testing.T) {
 			t.Errorf("notification %s: %q", typ, seen[typ])
 		}
 	}
+}
+
+// TestLaunchWithVolumesBootsItsOwnVMEvenWithAWarmPool: a tenant whose pool
+// keeps a warm VM of the image and size it launches gets, for a launch with
+// a volume, a VM booted with the volume (a warm VM has none), and the pool's
+// VM stays warm.
+func TestLaunchWithVolumesBootsItsOwnVMEvenWithAWarmPool(t *testing.T) {
+	c := newFxCentral(t, fxStore(t, nil))
+	images, img := fxImages(t)
+	startFxNode(t, "sim-1", c.url, images, 8, 8192)
+	fxWaitUp(t, c.url, "sim-1")
+	fxMust(t, "PUT", c.url+"/fleet/images/tiny", fxToken, map[string]any{"guest_os": "linux", "image": img, "vcpus": 1, "memory_mib": 64}, http.StatusCreated, nil)
+	_, tok := fxTenant(t, c.url, "acme", nil)
+	fxMust(t, "POST", c.url+"/fleet/pools", tok, map[string]any{"name": "ci", "image": "tiny", "size": 1}, http.StatusCreated, nil)
+	stop := pxLoop(c)
+	fxWait(t, "pool ci warm", 20*time.Second, func() bool { return pxPoolStatus(t, c.url, tok, "ci").Warm == 1 })
+	stop()
+	var vol sdk.FleetVolume
+	fxMust(t, "POST", c.url+"/fleet/volumes", tok, map[string]any{"name": "data", "size_gib": 1}, http.StatusCreated, &vol)
+	var out pxCreated
+	fxMust(t, "POST", c.url+"/fleet/vms", tok, map[string]any{"name": "db", "image": "tiny", "volumes": []string{"data"}}, http.StatusCreated, &out)
+	if out.FromPool != "" || out.VM.Name != "db" || out.VM.Attributes["volumes"] != vol.ID {
+		t.Fatalf("a launch with a volume: from pool %q, name %s, attributes %v", out.FromPool, out.VM.Name, out.VM.Attributes)
+	}
+	if st := pxPoolStatus(t, c.url, tok, "ci"); st.Warm != 1 {
+		t.Fatalf("the pool after the launch: %+v, want its VM still warm", st)
+	}
+	snError(t, "POST", c.url+"/fleet/vms", tok, map[string]any{"name": "db-2", "pool": "ci", "volumes": []string{"data"}}, http.StatusBadRequest, "warm pool")
 }
