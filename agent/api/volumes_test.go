@@ -14,8 +14,9 @@ import (
 // volume is a sparse 0600 file under the state dir; names are unique; sizes
 // outside 1-2048 GiB and shrinking are 400; a VM created with the volume
 // gets it in its driver spec; while attached the volume refuses delete,
-// resize and a second VM (409, with a hint naming the VM); deleting the VM
-// frees it, and then it grows and is deleted.
+// resize and a second VM (409, with a hint naming the VM), and a clone of
+// the VM does not take it; deleting the VM frees it, and then it grows and
+// is deleted.
 func TestVolumesThroughTheAPI(t *testing.T) {
 	e := newEnv(t, nil)
 	post := func(path, body string, status int) resp {
@@ -62,6 +63,13 @@ func TestVolumesThroughTheAPI(t *testing.T) {
 		}
 	}
 	post("/v1/vms", `{"name": "nope", "image": "`+e.image+`", "vcpus": 1, "memory_mib": 256, "volumes": ["missing"]}`, 400)
+	// A clone does not take its source's volumes.
+	post("/v1/vms/"+vm.ID+"/snapshot", `{"tag": "s1"}`, 201)
+	clone := e.vm(req{method: "POST", path: "/v1/vms/" + vm.ID + "/clone", token: adminToken, body: []byte(`{"name": "user-copy", "snapshot": "s1"}`)}, 201)
+	if clone.Attributes["volumes"] != "" {
+		t.Errorf("the clone was given volumes %q", clone.Attributes["volumes"])
+	}
+	e.must(req{method: "DELETE", path: "/v1/vms/" + clone.ID, token: adminToken}, 204)
 
 	e.must(req{method: "DELETE", path: "/v1/vms/" + vm.ID, token: adminToken}, 204)
 	post("/v1/volumes/data/resize", `{"size_gib": 2}`, 400) // shrink
