@@ -46,11 +46,24 @@ type Snapshot struct {
 	Start, End                 time.Time
 }
 
+// Volume is a volume's row in central's records at one size: SizeGiB from
+// Start (its creation, or the resize to this size) to End (the next resize,
+// or its deletion; zero: still so). A volume that was resized is several
+// rows, one per size.
+type Volume struct {
+	// ID, Node and Name are the caller's to show; no charge depends on them.
+	// Tenant is "" for the operator's own volumes.
+	ID, Tenant, Node, Name string
+	SizeGiB                int64
+	Start, End             time.Time
+}
+
 // Rows are the ledger rows statements are computed from.
 type Rows struct {
 	VMs       []VM
 	Leases    []Lease
 	Snapshots []Snapshot
+	Volumes   []Volume
 }
 
 // Instants become Unix seconds at the first step of every computation. Unix()
@@ -90,6 +103,12 @@ func (v *VM) running(now int64) (start, end int64) {
 // while it is kept.
 func (s *Snapshot) kept(now int64) (start, end int64) {
 	return s.Start.Unix(), unixOr(s.End, now)
+}
+
+// kept is the time the volume had this size [start, end): to End, or to now
+// while it still has it.
+func (v *Volume) kept(now int64) (start, end int64) {
+	return v.Start.Unix(), unixOr(v.End, now)
 }
 
 // held is the time the tenant actually had the Mac: to ReleasedAt, or while

@@ -37,8 +37,8 @@ type Prices struct {
 	MacOSVMPerHour   Micros `json:"macos_vm_per_hour"`
 	// SnapshotGiBPerHour charges each GiB of a snapshot's size for as long
 	// as it is kept, on leased Macs too (a "Snapshot storage" line).
-	// VolumeGiBPerHour is accepted and stored so price lists need not change
-	// later, but nothing is charged for volumes yet.
+	// VolumeGiBPerHour charges each GiB of a volume for as long as it exists,
+	// attached or not, at its size of the moment (a "Volume storage" line).
 	SnapshotGiBPerHour Micros `json:"snapshot_gib_per_hour"`
 	VolumeGiBPerHour   Micros `json:"volume_gib_per_hour"`
 	// ChargeVMsOnLeasedMacs charges VM time on a Mac its tenant leases too; by

@@ -19,6 +19,8 @@ const (
 	KindMacOSVM = "macos_vm"
 	// KindSnapshot is snapshot storage: GiB-hours of snapshots' sizes.
 	KindSnapshot = "snapshot"
+	// KindVolume is volume storage: GiB-hours of volumes' sizes, attached or not.
+	KindVolume = "volume"
 )
 
 // Line is one charge on a statement: a lease, or one kind of VM time at one
@@ -101,6 +103,7 @@ type rows struct {
 	vms       []*VM
 	leases    []*Lease
 	snapshots []*Snapshot
+	volumes   []*Volume
 }
 
 // ComputeStatement is tenant's statement for the month that contains month, as
@@ -127,6 +130,11 @@ func ComputeStatementOf(tenant string, month time.Time, prices []PriceVersion, i
 	for i := range in.Snapshots {
 		if in.Snapshots[i].Tenant == tenant {
 			r.snapshots = append(r.snapshots, &in.Snapshots[i])
+		}
+	}
+	for i := range in.Volumes {
+		if in.Volumes[i].Tenant == tenant {
+			r.volumes = append(r.volumes, &in.Volumes[i])
 		}
 	}
 	st, _ := statement(tenant, monthStart(month), pricePeriods(prices), &r, now.Unix())
@@ -181,6 +189,12 @@ func ComputeStatementsOf(month time.Time, prices []PriceVersion, in Rows, now ti
 			r.snapshots = append(r.snapshots, &in.Snapshots[i])
 		}
 	}
+	for i := range in.Volumes {
+		if s, e := in.Volumes[i].kept(horizon); overlap(s, e, from, to) > 0 {
+			r := group(in.Volumes[i].Tenant)
+			r.volumes = append(r.volumes, &in.Volumes[i])
+		}
+	}
 	ps := pricePeriods(prices)
 	out := make([]Statement, 0, len(byTenant))
 	for tenant, r := range byTenant {
@@ -220,11 +234,14 @@ func statement(tenant string, ms time.Time, ps []pricePeriod, r *rows, now int64
 // maxSnapshotGiB bounds a snapshot row's size (central's store.MaxSnapshotGiB).
 const maxSnapshotGiB = 1 << 20
 
+// maxVolumeGiB bounds a volume row's size (sdk.MaxVolumeGiB, with room).
+const maxVolumeGiB = 1 << 20
+
 // span is a stretch [start, end) of Unix seconds.
 type span struct{ start, end int64 }
 
 // vmTotals is charged VM time, and snapshot storage, under one price period.
-type vmTotals struct{ secs, vcpuSecs, mibSecs, macOSSecs, snapGiBSecs int64 }
+type vmTotals struct{ secs, vcpuSecs, mibSecs, macOSSecs, snapGiBSecs, volGiBSecs int64 }
 
 const (
 	secondsPerHour    = 3600
@@ -337,6 +354,20 @@ func statementLines(r *rows, from, to int64, ps []pricePeriod, now int64) (lines
 		}
 	}
 
+	// Volumes are charged for the time they exist, attached or not, at the
+	// size of each stretch.
+	for _, v := range r.volumes {
+		start, stop := v.kept(now)
+		a, b := max(start, from), min(stop, end)
+		if b <= a {
+			continue
+		}
+		counted = true
+		for j := periodAt(ps, a); j < len(ps) && ps[j].from < b; j++ {
+			acc[j].volGiBSecs = satAdd(acc[j].volGiBSecs, overlap(a, b, ps[j].from, ps[j].to)*min(max(v.SizeGiB, 0), maxVolumeGiB))
+		}
+	}
+
 	kinds := []struct {
 		kind, desc, unit string
 		price            func(*Prices) Micros
@@ -348,6 +379,7 @@ func statementLines(r *rows, from, to int64, ps []pricePeriod, now int64) (lines
 		{KindMemory, "Memory", "GiB-hour", func(p *Prices) Micros { return p.MemoryGiBPerHour }, func(t *vmTotals) int64 { return t.mibSecs }, mibSecondsPerGiBH},
 		{KindMacOSVM, "macOS guest time", "hour", func(p *Prices) Micros { return p.MacOSVMPerHour }, func(t *vmTotals) int64 { return t.macOSSecs }, secondsPerHour},
 		{KindSnapshot, "Snapshot storage", "GiB-hour", func(p *Prices) Micros { return p.SnapshotGiBPerHour }, func(t *vmTotals) int64 { return t.snapGiBSecs }, secondsPerHour},
+		{KindVolume, "Volume storage", "GiB-hour", func(p *Prices) Micros { return p.VolumeGiBPerHour }, func(t *vmTotals) int64 { return t.volGiBSecs }, secondsPerHour},
 	}
 	for _, k := range kinds {
 		// Consecutive periods that charge the same for this kind make one line,

@@ -25,6 +25,8 @@ const (
 	NotifyVMSnapshot    = "vm.snapshot"    // a snapshot of a VM was taken through central
 	NotifyVMRestored    = "vm.restored"    // a VM was restored to a snapshot through central
 	NotifyVMCloned      = "vm.cloned"      // a VM was cloned through central (about the new VM)
+	NotifyVolumeCreated = "volume.created" // a volume was created through central
+	NotifyVolumeDeleted = "volume.deleted" // a volume was deleted through central
 	// NotifyWebhookTest is what POST /fleet/webhooks/{id}/test sends; it is
 	// not kept with the notifications and no filter excludes it.
 	NotifyWebhookTest = "webhook.test"
@@ -33,7 +35,7 @@ const (
 // NotificationTypes lists every type a webhook may filter on.
 var NotificationTypes = []string{NotifyVMCreated, NotifyVMDeleted, NotifyLeaseCreated, NotifyLeaseReleased, NotifyLeaseEnding,
 	NotifyLeaseEnded, NotifyBudgetNear, NotifyBudgetOver, NotifyNodeDown, NotifyNodeScrub, NotifyDrainDone,
-	NotifyVMSnapshot, NotifyVMRestored, NotifyVMCloned}
+	NotifyVMSnapshot, NotifyVMRestored, NotifyVMCloned, NotifyVolumeCreated, NotifyVolumeDeleted}
 
 // Notification is something that happened that a tenant or the operator
 // should hear about; it is what GET /fleet/notifications lists and the body

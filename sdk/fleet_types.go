@@ -106,6 +106,9 @@ type FleetCreateVMRequest struct {
 	// in ~/.ssh/authorized_keys of the catalog image's ssh_user; see
 	// CheckSSHAuthorizedKeys for the limits.
 	SSHAuthorizedKeys []string `json:"ssh_authorized_keys,omitempty"`
+	// Volumes are the names or ids of the tenant's volumes to attach (at
+	// most 2, each free): the VM is pinned to their node (docs/volumes.md).
+	Volumes []string `json:"volumes,omitempty"`
 }
 
 // Placement says why central put a VM where it did.

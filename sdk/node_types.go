@@ -84,6 +84,10 @@ type CreateVMRequest struct {
 	// SSHUser is the login the keys are for (central sends the catalog
 	// image's ssh_user); empty means DefaultSSHUser.
 	SSHUser string `json:"ssh_user,omitempty"`
+	// Volumes are the names or ids of node volumes (GET /v1/volumes) to
+	// attach, at most 2; each must be free (no other VM on the node names
+	// it). The node records their ids.
+	Volumes []string `json:"volumes,omitempty"`
 }
 
 // NodeHealth is GET /v1/health.

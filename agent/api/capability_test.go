@@ -37,7 +37,7 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 			Config: func(*basepb.ConfigSchemaResponse) ([]byte, error) { return []byte(`{}`), nil },
 		}
 	}
-	e := newEnvWith(t, nil, []pluginhost.Plugin{recorder("bare", ""), recorder("full", "pause,screenshot,input,exec,disk_snapshots,memory_snapshots,clones,port_forward")})
+	e := newEnvWith(t, nil, []pluginhost.Plugin{recorder("bare", ""), recorder("full", "pause,screenshot,input,exec,disk_snapshots,memory_snapshots,clones,port_forward,volumes")})
 	received := func(name string) []string {
 		data, err := os.ReadFile(filepath.Join(dir, name+".rpcs"))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -55,7 +55,7 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 	for _, d := range h.Drivers {
 		caps[d.Name] = d.Capabilities
 	}
-	if len(caps["bare"]) != 0 || !slices.Equal(caps["full"], []string{"clones", "disk_snapshots", "exec", "input", "memory_snapshots", "pause", "port_forward", "screenshot"}) {
+	if len(caps["bare"]) != 0 || !slices.Equal(caps["full"], []string{"clones", "disk_snapshots", "exec", "input", "memory_snapshots", "pause", "port_forward", "screenshot", "volumes"}) {
 		t.Fatalf("health lists capabilities %v", caps)
 	}
 
@@ -110,6 +110,14 @@ func TestOptionalCallsWithoutTheCapabilityNeverReachThePlugin(t *testing.T) {
 		t.Fatalf("after the refused calls the VM is %s, want running", vm.State)
 	}
 	e.must(req{method: "GET", path: "/v1/vms/" + bare.ID + "-clone", token: readOnlyToken}, 404) // the refused clone left no VM
+	// Volumes: a create that attaches one to a driver without the capability is refused before the plugin is asked.
+	e.must(req{method: "POST", path: "/v1/volumes", token: adminToken, body: []byte(`{"name": "data", "size_gib": 1}`)}, 201)
+	refused := e.must(req{method: "POST", path: "/v1/vms", token: adminToken,
+		body: []byte(`{"name": "vol-on-bare", "image": "` + e.image + `", "vcpus": 1, "memory_mib": 256, "driver": "bare", "volumes": ["data"]}`)}, 400)
+	if eb := refused.errorBody(t); !strings.Contains(eb.Error, "driver bare cannot attach volumes") || !strings.Contains(eb.Hint, "volumes capability") {
+		t.Errorf("a create with volumes on bare: %+v", eb)
+	}
+	e.must(req{method: "GET", path: "/v1/vms/vol-on-bare", token: readOnlyToken}, 404)
 
 	full := e.create("on-full", `, "driver": "full", "display": true`)
 	for _, c := range calls {

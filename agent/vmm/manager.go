@@ -71,6 +71,9 @@ type Options struct {
 	Now func() time.Time
 	// StopTimeout is how long a stop waits for a graceful shutdown (30s).
 	StopTimeout time.Duration
+	// VolumeDir holds the node's volumes (volumes.go); "volumes" next to
+	// the store when empty.
+	VolumeDir string
 }
 
 // Manager manages the node's VMs.
@@ -130,7 +133,9 @@ func (m *Manager) Create(ctx context.Context, req sdk.CreateVMRequest) (*sdk.VM,
 		return nil, err
 	}
 	return m.create(ctx, req, func(d driver.Driver, id string, net *pb.Network) error {
-		_, err := d.CreateVM(ctx, toSpec(id, req, net))
+		spec := toSpec(id, req, net)
+		spec.Volumes = m.volumeSpecs(req.Volumes)
+		_, err := d.CreateVM(ctx, spec)
 		if errors.Is(err, driver.ErrNotFound) {
 			return fail(driver.ErrInvalid, "check the path; images live under "+strings.Join(m.opts.AllowedImageDirs, ", "),
 				"create vm %s: %v", req.Name, err)
@@ -151,6 +156,10 @@ func (m *Manager) create(ctx context.Context, req sdk.CreateVMRequest, makeVM fu
 	d, err := m.opts.Drivers.Driver(drvName)
 	if err != nil {
 		return nil, driverErr(err, "create vm %s", req.Name)
+	}
+	if len(req.Volumes) > 0 && !m.claims(drvName, driver.CapVolumes) {
+		return nil, fail(driver.ErrInvalid, "run VMs with volumes on a driver that claims the volumes capability (GET /v1/health lists them)",
+			"driver %s cannot attach volumes", drvName)
 	}
 	spec, _ := json.Marshal(req)
 	now := m.opts.Now().UTC()
@@ -185,6 +194,10 @@ func (m *Manager) create(ctx context.Context, req sdk.CreateVMRequest, makeVM fu
 			"a VM named %q already exists on node %s", req.Name, m.opts.NodeName)
 	}
 	if err := m.checkCapacity(req); err != nil {
+		m.createMu.Unlock()
+		return nil, err
+	}
+	if err := m.claimVolumes(req); err != nil {
 		m.createMu.Unlock()
 		return nil, err
 	}
@@ -272,7 +285,10 @@ func (m *Manager) validate(req *sdk.CreateVMRequest) error {
 	if err := checkSSHKeys(req); err != nil {
 		return err
 	}
-	return m.checkImage(req.Image)
+	if err := m.checkImage(req.Image); err != nil {
+		return err
+	}
+	return m.resolveVolumes(req)
 }
 
 // maxEchoPath is how much of an image path a message repeats: more than a

@@ -99,7 +99,8 @@ func (m *Manager) Clone(ctx context.Context, id string, req sdk.CloneRequest) (*
 	if err := json.Unmarshal(src.Spec, &creq); err != nil {
 		return nil, fmt.Errorf("clone vm %s: read its spec: %w", src.Name, err)
 	}
-	creq.Name, creq.Driver, creq.TTLSeconds = req.Name, src.Driver, 0
+	// A clone never takes its source's volumes: a volume is one VM's at a time.
+	creq.Name, creq.Driver, creq.TTLSeconds, creq.Volumes = req.Name, src.Driver, 0, nil
 	if req.Labels != nil {
 		creq.Labels = req.Labels
 	}

@@ -111,6 +111,13 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Volumes of A and B on node-1 (which never answers: a change is a 502 after the access checks).
+	for _, v := range []struct{ tenant, id, name string }{{a.ID, "vol-00000000000a", "data-a"}, {b.ID, "vol-00000000000b", "data-b"}} {
+		if err := e.store.PutVolume(ctx, &store.Volume{FleetVolume: sdk.FleetVolume{ID: v.id, Name: v.name, Tenant: v.tenant, Node: "node-1",
+			SizeGiB: 1, CreatedAt: time.Now().UTC()}, Sizes: []store.VolumeSize{{GiB: 1, From: time.Now().UTC()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	node := func(action string) routeCase { return routeCase{own: "/fleet/nodes/node-ops/" + action} }
 	// Warm pools of A and B (nothing boots: no pool loop runs here).
 	for _, pl := range []store.Pool{{Pool: sdk.Pool{Name: "pool-a", Tenant: a.ID}}, {Pool: sdk.Pool{Name: "pool-b", Tenant: b.ID}},
@@ -221,6 +228,14 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			other: "/fleet/vms/node-1/vm-b/snapshots/snap-1/restore", foreign: 404},
 		"POST /fleet/vms/{node}/{id}/clone": {own: "/fleet/vms/node-1/vm-a/clone", other: "/fleet/vms/node-1/vm-b/clone",
 			body: `{"name": "vm-a-clone"}`, foreign: 404},
+		"GET /fleet/volumes": {own: "/fleet/volumes", tenantOK: 200},
+		// No such node: refused after the access checks (400).
+		"POST /fleet/volumes": {own: "/fleet/volumes", body: `{"name": "new-vol", "size_gib": 1, "node": "no-such-node"}`, tenantOK: 400},
+		// Another tenant's volume is "not found", as one that does not exist.
+		"GET /fleet/volumes/{name}":    {own: "/fleet/volumes/data-a", other: "/fleet/volumes/vol-00000000000b", foreign: 404, tenantOK: 200},
+		"DELETE /fleet/volumes/{name}": {own: "/fleet/volumes/data-a", other: "/fleet/volumes/vol-00000000000b", foreign: 404, tenantOK: 502},
+		"POST /fleet/volumes/{name}/resize": {own: "/fleet/volumes/data-a/resize", other: "/fleet/volumes/vol-00000000000b/resize",
+			body: `{"size_gib": 2}`, foreign: 404, tenantOK: 502},
 		"GET /fleet/tunnels":         {own: "/fleet/tunnels", tenantOK: 200},
 		"DELETE /fleet/tunnels/{id}": {own: "/fleet/tunnels/tun_000000000000", tenantOK: 404},
 		"GET /fleet/pools":           {own: "/fleet/pools", tenantOK: 200},

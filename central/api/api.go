@@ -35,6 +35,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/team"
 	"github.com/fluxvm/fluxvm/central/tunnels"
 	"github.com/fluxvm/fluxvm/central/vms"
+	"github.com/fluxvm/fluxvm/central/volumes"
 	"github.com/fluxvm/fluxvm/central/webhooks"
 	"github.com/fluxvm/fluxvm/central/webhooks/netguard"
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -194,6 +195,7 @@ type Server struct {
 	webhooks  *webhooks.Service
 	tunnels   *tunnels.Manager
 	snapshots *snapshots.Service
+	volumes   *volumes.Service
 	payments  *payments.Service
 	signup    *signup.Service
 	// pruned is when the leader last dropped old notifications (UnixNano).
@@ -245,6 +247,8 @@ func New(opts Options) *Server {
 	s.snapshots = snapshots.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("snapshots"))
 	s.snapshots.Notify = events
 	s.vms.Deleted = s.snapshots.VMDeleted // a snapshot is deleted with its VM
+	s.volumes = volumes.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("volumes"))
+	s.volumes.Notify = events
 	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s.metering,
 		Ending: s.leases, Notify: events, Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})
 	guard := opts.WebhookGuard

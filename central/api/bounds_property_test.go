@@ -290,7 +290,9 @@ func TestEveryWriteRouteKeepsNumbersInRange(t *testing.T) {
 			out := e.call(req{method: rt.Method, path: path, token: token, body: string(data)})
 			sent++
 			what := fmt.Sprintf("%s %s %s", rt.Method, path, data)
-			if out.status >= 500 {
+			if out.status >= 500 && !(rt.Path == "/fleet/volumes" && out.status == 502) {
+				// A volume create within range reaches mac-1, which is registered
+				// but never answers: that is a 502, by design.
 				t.Fatalf("%s -> %d %s", what, out.status, out.body)
 			}
 			if a.field != nil && !inRange(a.field.schema, a.value) {

@@ -13,6 +13,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/notify"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/webhooks"
+	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/schemas"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -202,6 +203,11 @@ func TestStoreRangesMatchTheDescription(t *testing.T) {
 		{"Notification.link.maxLength", maxLen("Notification", "link"), notify.MaxLinkLen},
 		{"NotificationList.notifications.maxItems", maxItems("NotificationList", "notifications"), maxNotificationLimit},
 		{"GET /fleet/notifications limit", *spec.Doc.Paths.Find("/fleet/notifications").Get.Parameters[0].Value.Schema.Value.Max, maxNotificationLimit},
+		{"FleetCreateVMRequest.volumes.maxItems", maxItems("FleetCreateVMRequest", "volumes"), driver.MaxVolumes},
+		{"FleetCreateVolumeRequest.size_gib", schema("FleetCreateVolumeRequest")["size_gib"], sdk.MaxVolumeGiB},
+		{"FleetCreateVolumeRequest.size_gib minimum", *spec.Doc.Components.Schemas["FleetCreateVolumeRequest"].Value.Properties["size_gib"].Value.Min, sdk.MinVolumeGiB},
+		{"FleetResizeVolumeRequest.size_gib", schema("FleetResizeVolumeRequest")["size_gib"], sdk.MaxVolumeGiB},
+		{"FleetResizeVolumeRequest.size_gib minimum", *spec.Doc.Components.Schemas["FleetResizeVolumeRequest"].Value.Properties["size_gib"].Value.Min, sdk.MinVolumeGiB},
 	} {
 		if c.spec != c.code {
 			t.Errorf("%s: the description's maximum is %s, the store's %s", c.what, fmt.Sprint(c.spec), fmt.Sprint(c.code))

@@ -104,6 +104,12 @@ func Routes() []Route {
 		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}/snapshots/{name}", Action: "delete snapshot", Access: Tenant, Role: Member, handler: h((*Server).deleteSnapshot)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/snapshots/{name}/restore", Action: "restore vm", Access: Tenant, Role: Member, handler: h((*Server).restoreSnapshot)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/clone", Action: "clone vm", Access: Tenant, Role: Member, handler: h((*Server).cloneVM)},
+		// Volumes (docs/volumes.md).
+		{Method: "GET", Path: "/fleet/volumes", Access: Tenant, Role: Viewer, handler: h((*Server).listVolumes)},
+		{Method: "POST", Path: "/fleet/volumes", Action: "create volume", Access: Tenant, Role: Member, handler: h((*Server).createVolume)},
+		{Method: "GET", Path: "/fleet/volumes/{name}", Access: Tenant, Role: Viewer, handler: h((*Server).getVolume)},
+		{Method: "DELETE", Path: "/fleet/volumes/{name}", Action: "delete volume", Access: Tenant, Role: Member, handler: h((*Server).deleteVolume)},
+		{Method: "POST", Path: "/fleet/volumes/{name}/resize", Action: "resize volume", Access: Tenant, Role: Member, handler: h((*Server).resizeVolume)},
 		{Method: "GET", Path: "/fleet/tunnels", Access: Tenant, Role: Viewer, handler: h((*Server).listTunnels)},
 		{Method: "DELETE", Path: "/fleet/tunnels/{id}", Action: "close tunnel", Access: Tenant, Role: Admin, handler: h((*Server).closeTunnel)},
 

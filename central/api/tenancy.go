@@ -298,6 +298,16 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("delete them first (DELETE /fleet/pools/{name}?tenant=%s deletes a pool and its idle VMs), then its VMs, then retry", t.ID))
 		return
 	}
+	vols, err := s.volumes.TenantVolumes(r.Context(), t.ID)
+	if err != nil {
+		s.storeError(w, "read the volumes of tenant "+t.Name, err)
+		return
+	}
+	if len(vols) > 0 {
+		jsonapi.WriteError(w, http.StatusConflict, fmt.Sprintf("tenant %s has volumes: %s", t.Name, strings.Join(vols, ", ")),
+			fmt.Sprintf("delete them first (DELETE /fleet/volumes/{name}; GET /fleet/volumes?tenant=%s lists them), then retry", t.ID))
+		return
+	}
 	u, err := s.opts.Store.TenantUsage(r.Context(), t.ID)
 	if err != nil {
 		s.storeError(w, "read the usage of tenant "+t.Name, err)

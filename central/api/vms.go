@@ -39,6 +39,11 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
+	if len(body.Volumes) > 0 && (body.Reschedulable || body.Pool != "") {
+		jsonapi.WriteError(w, http.StatusBadRequest, "a VM with volumes cannot be reschedulable or come from a warm pool: its volumes stay on their node",
+			`leave "reschedulable" and "pool" out, or launch without volumes`)
+		return
+	}
 	if !s.poolDefaults(w, r, &body) { // warm pools (pools.go): "pool" fills image and size
 		return
 	}
@@ -47,6 +52,15 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.refusal(w, err)
 		return
+	}
+	if len(body.Volumes) > 0 {
+		// Volumes pin the VM to their node, before anything is reserved.
+		node, ids, err := s.volumes.ForLaunch(r.Context(), volumeCaller(p), body.Volumes, req.Node)
+		if err != nil {
+			s.volumeError(w, r, "check the volumes", err)
+			return
+		}
+		req.Node, spec.Volumes = node, ids
 	}
 	pol, err := s.opts.Store.GetPolicy(r.Context())
 	if err != nil {
@@ -63,7 +77,8 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		s.vmEstimate(w, r, placeReq, pol, spec, req.TTLSeconds)
 		return
 	}
-	if s.claimFromPool(w, r, &body, spec, imageName, pol) { // warm pools (pools.go): hand out a warm VM if one fits
+	// A warm VM has no volumes: a launch with volumes always boots its own.
+	if len(body.Volumes) == 0 && s.claimFromPool(w, r, &body, spec, imageName, pol) { // warm pools (pools.go): hand out a warm VM if one fits
 		return
 	}
 

@@ -38,6 +38,8 @@ type Store interface {
 	ListLeases(ctx context.Context, keep func(*store.Lease) bool) ([]store.Lease, error)
 	// ListSnapshotRecords reads the snapshot records keep accepts.
 	ListSnapshotRecords(ctx context.Context, keep func(*store.Snapshot) bool) ([]store.Snapshot, error)
+	// ListVolumes reads the volume records keep accepts.
+	ListVolumes(ctx context.Context, keep func(*store.Volume) bool) ([]store.Volume, error)
 	// GetEntry reads one ledger entry.
 	GetEntry(ctx context.Context, id string) (*store.LedgerEntry, error)
 }
@@ -341,6 +343,20 @@ func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.
 		rows.Snapshots = append(rows.Snapshots, billing.Snapshot{ID: sn.ID, Tenant: sn.Tenant, Node: sn.Node, VM: sn.VM, Name: sn.Name,
 			SizeGiB: sn.SizeGiB, Start: sn.TakenAt, End: end})
 	}
+	// A volume counts from its creation (a pending one is not yet made)
+	// until its deletion, at each size it had.
+	vs, err := s.st.ListVolumes(ctx, func(v *store.Volume) bool {
+		if v.Tenant == "" || tenant != "" && v.Tenant != tenant || v.Pending || !v.CreatedAt.Before(to) {
+			return false
+		}
+		return v.Live() || v.DeletedAt.After(from)
+	})
+	if err != nil {
+		return rows, nil, err
+	}
+	for _, v := range vs {
+		rows.Volumes = append(rows.Volumes, billingVolumes(&v)...)
+	}
 	names := map[string]string{}
 	ts, err := s.st.ListTenants(ctx)
 	if err != nil {
@@ -365,7 +381,30 @@ func (s *Service) billingRows(ctx context.Context, tenant string, from, to time.
 			names[sn.Tenant] = sn.Tenant
 		}
 	}
+	for _, v := range rows.Volumes {
+		if names[v.Tenant] == "" {
+			names[v.Tenant] = v.Tenant
+		}
+	}
 	return rows, names, nil
+}
+
+// billingVolumes is a volume record as package billing's rows, one per size
+// it had: each to the next size's start, the last to its deletion.
+func billingVolumes(v *store.Volume) []billing.Volume {
+	sizes := v.Sizes
+	if len(sizes) == 0 { // a record without its history: its size from its creation
+		sizes = []store.VolumeSize{{GiB: v.SizeGiB, From: v.CreatedAt}}
+	}
+	out := make([]billing.Volume, 0, len(sizes))
+	for i, sz := range sizes {
+		end := v.DeletedAt
+		if i+1 < len(sizes) {
+			end = sizes[i+1].From
+		}
+		out = append(out, billing.Volume{ID: v.ID, Tenant: v.Tenant, Node: v.Node, Name: v.Name, SizeGiB: sz.GiB, Start: sz.From, End: end})
+	}
+	return out
 }
 
 // billingVM is a ledger entry as package billing's row.

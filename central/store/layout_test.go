@@ -102,6 +102,10 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 		ID: NewSnapshotID(), Tenant: acme.ID, CreatedAt: now}, 20); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.AddVolume(ctx, &Volume{FleetVolume: sdk.FleetVolume{ID: NewVolumeID(), Name: "data", Tenant: acme.ID, Node: "n1", SizeGiB: 1,
+		CreatedAt: now}, Sizes: []VolumeSize{{GiB: 1, From: now}}}, 0); err != nil {
+		t.Fatal(err)
+	}
 	l, err := s.Campaign(ctx, "loops")
 	if err != nil {
 		t.Fatal(err)

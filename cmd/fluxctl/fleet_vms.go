@@ -384,6 +384,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
   fluxctl fleet launch ci-7 --image debian-minimal --vcpus 2 --memory-gib 4 --ttl 8h --label job=7 --wait
   fluxctl fleet launch --pool ci
   fluxctl fleet launch web-1 --image debian-minimal --ssh-key ~/.ssh/id_ed25519.pub --wait
+  fluxctl fleet launch db-1 --image debian-minimal --volume pg-data
   fluxctl fleet create --spec macos-ci.yaml --ttl 2h`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
@@ -498,6 +499,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 	fl.Float64Var(&memoryGiB, "memory-gib", 0, "memory in GiB, e.g. 4 or 0.5 (default: the image's)")
 	fl.DurationVar(&ttl, "ttl", 0, "delete the VM after this long, e.g. 8h (0: keep it)")
 	fl.StringVar(&req.Node, "node", "", "pin the VM to this node (placement rules still apply)")
+	fl.StringArrayVar(&req.Volumes, "volume", nil, "attach this volume of yours (repeatable, at most 2; the VM runs on their node; fluxctl fleet volumes lists them)")
 	fl.BoolVar(&req.Display, "display", false, "give the VM a display (fluxctl fleet screen shows it; macOS guests always have one)")
 	fl.StringArrayVar(&labels, "label", nil, "a KEY=VALUE label (repeatable)")
 	fl.BoolVar(&wait, "wait", false, "wait until the guest agent is ready")
@@ -569,6 +571,7 @@ func withFlags(c *cobra.Command, spec, flags sdk.FleetCreateVMRequest) sdk.Fleet
 		{"node", func() { out.Node = flags.Node }},
 		{"display", func() { out.Display = flags.Display }},
 		{"ssh-key", func() { out.SSHAuthorizedKeys = flags.SSHAuthorizedKeys }},
+		{"volume", func() { out.Volumes = flags.Volumes }},
 		{"label", func() {
 			out.Labels = maps.Clone(spec.Labels)
 			if out.Labels == nil {

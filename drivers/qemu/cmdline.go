@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fluxvm/fluxvm/guest/protocol"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
 // Machine types the driver runs.
@@ -49,7 +50,9 @@ type launch struct {
 	// AgentPort is the virtio-serial port name the guest agent listens on.
 	AgentPort string
 	// Disk is the overlay disk; empty for none.
-	Disk    string
+	Disk string
+	// Volumes are raw files attached after Disk, serial = volume id.
+	Volumes []*pb.Volume
 	Display bool
 	// Network is "none", "user" or "tap"; MAC is the NIC's address for
 	// "user" and "tap"; Tap is the tap device's name for "tap".
@@ -103,6 +106,12 @@ func (l launch) args() []string {
 		if l.Kernel == "" {
 			a[len(a)-1] += ",bootindex=0"
 		}
+	}
+	for i, v := range l.Volumes {
+		node := "vol" + strconv.Itoa(i)
+		a = append(a,
+			"-blockdev", "driver=raw,node-name="+node+",file.driver=file,file.filename="+optPath(v.GetPath()),
+			"-device", "virtio-blk"+dev+",drive="+node+",serial="+v.GetId())
 	}
 	if l.Network == "user" {
 		a = append(a,

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fluxvm/fluxvm/guest/protocol"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
 // argValue returns the value after the first occurrence of flag.
@@ -209,5 +210,35 @@ func TestArgsTapNetworkOpensThePluginsTap(t *testing.T) {
 	}
 	if devices := argValues(a, "-device"); !slices.Contains(devices, "virtio-net-device,netdev=n0,mac=02:aa:bb:cc:dd:ee") {
 		t.Errorf("devices %q lack the virtio-net NIC on the tap", devices)
+	}
+}
+
+// TestArgsAttachVolumesAsRawDisksWithTheirIDAsSerial: each volume is a raw
+// blockdev after the VM's own disk, on the machine's virtio-blk device, with
+// the volume id as serial (what the guest's /dev/disk/by-id link is named
+// after) and a comma in its path doubled.
+func TestArgsAttachVolumesAsRawDisksWithTheirIDAsSerial(t *testing.T) {
+	for _, machine := range []string{machineMicrovm, machinePC} {
+		l := baseLaunch()
+		l.Machine = machine
+		l.Volumes = []*pb.Volume{{Id: "vol-0123456789ab", Path: "/s/volumes/vol-0123456789ab.raw"}, {Id: "vol-2", Path: "/s/vol,2.raw"}}
+		a := l.args()
+		dev := "virtio-blk-device"
+		if machine == machinePC {
+			dev = "virtio-blk-pci"
+		}
+		blockdevs := argValues(a, "-blockdev")
+		wantBlock := []string{"driver=qcow2,node-name=disk0,file.driver=file,file.filename=/s/vms/web-1/overlay.qcow2",
+			"driver=raw,node-name=vol0,file.driver=file,file.filename=/s/volumes/vol-0123456789ab.raw",
+			"driver=raw,node-name=vol1,file.driver=file,file.filename=/s/vol,,2.raw"}
+		if !slices.Equal(blockdevs, wantBlock) {
+			t.Errorf("%s: blockdevs = %q, want %q", machine, blockdevs, wantBlock)
+		}
+		devices := argValues(a, "-device")
+		for _, want := range []string{dev + ",drive=vol0,serial=vol-0123456789ab", dev + ",drive=vol1,serial=vol-2"} {
+			if !slices.Contains(devices, want) {
+				t.Errorf("%s: devices %q lack %q", machine, devices, want)
+			}
+		}
 	}
 }

@@ -132,6 +132,8 @@ func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		Clones:          true,
 		// Host forwards of user-mode networking (forward.go).
 		PortForward: true,
+		// Raw files as extra virtio-blk disks (cmdline.go).
+		Volumes: true,
 	}, nil
 }
 

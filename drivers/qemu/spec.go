@@ -74,6 +74,9 @@ func validateSpec(ctx context.Context, cfg Config, spec *pb.VMSpec) (*vmRecord, 
 	if m := hostMemoryMiB(); m > 0 && spec.MemoryMib > m {
 		return nil, "", driver.Errorf(driver.ErrNoCapacity, "vm %s: memory_mib %d is more than this host's %d MiB", spec.Id, spec.MemoryMib, m)
 	}
+	if err := driver.CheckVolumes(spec); err != nil {
+		return nil, "", err
+	}
 	rec := &vmRecord{Machine: cfg.Machine, AgentPort: "org.fluxvm.agent", CreatedAt: time.Now().UnixNano()}
 	switch spec.GetNetwork().GetMode() {
 	case pb.NetworkMode_NETWORK_MODE_UNSPECIFIED, pb.NetworkMode_NETWORK_MODE_NONE:

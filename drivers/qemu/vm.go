@@ -299,6 +299,7 @@ func (v *vm) launch(accel string) launch {
 		Initrd:    v.rec.Initrd,
 		AgentPort: v.rec.AgentPort,
 		Disk:      v.rec.Disk,
+		Volumes:   v.spec.GetVolumes(),
 		Display:   v.spec.Display,
 		Network:   "none",
 		MAC:       v.rec.MAC,

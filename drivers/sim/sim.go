@@ -239,6 +239,7 @@ func (d *Driver) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		MemorySnapshots: true,
 		Clones:          true,
 		PortForward:     true,
+		Volumes:         true,
 	}, nil
 }
 

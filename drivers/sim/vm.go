@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fluxvm/fluxvm/plugins/base"
@@ -248,6 +249,10 @@ func (d *Driver) statusLocked(v *vm) *pb.VMStatus {
 			"console_log": filepath.Join(v.dir, "console.log"),
 		},
 	}
+	if ids := volumeIDs(v.spec); ids != "" {
+		// What a real driver would attach, for tests that check the agent passed it on.
+		st.Attributes["volumes"] = ids
+	}
 	switch v.rec.State {
 	case stateCreated:
 		st.State = pb.VMState_VM_STATE_CREATED
@@ -273,6 +278,9 @@ func (e *exitRecord) pb() *pb.ExitResult {
 func (d *Driver) validateSpecLocked(spec *pb.VMSpec) (vmConfig, error) {
 	var vc vmConfig
 	if err := checkID(spec.Id); err != nil {
+		return vc, err
+	}
+	if err := driver.CheckVolumes(spec); err != nil {
 		return vc, err
 	}
 	if spec.Vcpus < 1 {
@@ -739,4 +747,13 @@ func (d *Driver) transition(id, from, to string, event pb.EventType, msg string)
 	d.publishLocked(id, event, msg)
 	d.log.Info("sim: "+msg, "vm", id)
 	return nil
+}
+
+// volumeIDs lists the spec's volume ids, comma-separated.
+func volumeIDs(spec *pb.VMSpec) string {
+	ids := make([]string, 0, len(spec.GetVolumes()))
+	for _, v := range spec.GetVolumes() {
+		ids = append(ids, v.GetId())
+	}
+	return strings.Join(ids, ",")
 }

@@ -81,6 +81,9 @@ func RunInit(ctx context.Context) error {
 		if err := mods.load(LateModulesFile); err != nil {
 			errs = append(errs, err)
 		}
+		if err := LinkDisks("/sys/block", "/dev"); err != nil {
+			errs = append(errs, err)
+		}
 		err := errors.Join(errs...)
 		if err != nil {
 			logf("%v", err)
@@ -103,6 +106,7 @@ func RunInit(ctx context.Context) error {
 		ManageNetwork: true,
 		Reaper:        reaper,
 		Setup:         setup,
+		LinkDisks:     func() error { return LinkDisks("/sys/block", "/dev") },
 	})
 	for ctx.Err() == nil {
 		path := waitForPort(ctx, logf)

@@ -41,6 +41,10 @@ type Options struct {
 	// network requests wait for it (in order: the connection reads nothing else
 	// meanwhile) and fail with its error; ping, signal, shutdown and reboot do not wait.
 	Setup *Setup
+	// LinkDisks, when set, makes /dev/disk/by-id links of the guest's disks
+	// (LinkDisks): before every exec, so a command finds its volumes by id,
+	// and on a disks request. Nil answers disks requests with an error.
+	LinkDisks func() error
 }
 
 // Server serves agent requests. One Server may serve several connections in turn.
@@ -140,6 +144,11 @@ func (s *Server) handle(ctx context.Context, ss *session, req protocol.Request) 
 			reply(err)
 			return
 		}
+		if s.opts.LinkDisks != nil {
+			if err := s.opts.LinkDisks(); err != nil {
+				s.logf("%v", err)
+			}
+		}
 		s.startExec(ctx, ss, req.ID, req.Exec)
 	case protocol.OpSignal:
 		reply(s.signal(ss, req.Signal))
@@ -170,6 +179,12 @@ func (s *Server) handle(ctx context.Context, ss *session, req protocol.Request) 
 			return
 		}
 		reply(s.configureNetwork(ctx, req.Network))
+	case protocol.OpDisks:
+		if s.opts.LinkDisks == nil {
+			reply(errors.New("disk links are disabled: the agent does not run as the guest's init"))
+			return
+		}
+		reply(s.opts.LinkDisks())
 	default:
 		reply(fmt.Errorf("unknown op %q", req.Op))
 	}

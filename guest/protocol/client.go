@@ -325,3 +325,8 @@ func (c *Client) simple(ctx context.Context, req Request, dropIsOK bool) error {
 		}
 	}
 }
+
+// LinkDisks has the guest (re)make /dev/disk/by-id/virtio-<serial> links of its disks.
+func (c *Client) LinkDisks(ctx context.Context) error {
+	return c.simple(ctx, Request{Op: OpDisks}, false)
+}

@@ -41,6 +41,7 @@ const (
 	OpShutdown = "shutdown" // sync and power off; answered by "ok" (the connection then drops)
 	OpReboot   = "reboot"   // sync and restart; answered by "ok"
 	OpNetwork  = "network"  // configure interfaces, DNS and hostname; answered by "ok"
+	OpDisks    = "disks"    // (re)make /dev/disk/by-id/virtio-<serial> links; answered by "ok"
 )
 
 // Message types the guest sends.

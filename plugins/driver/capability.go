@@ -22,11 +22,12 @@ const (
 	CapMemorySnapshots Capability = "memory_snapshots" // SnapshotVM (memory), ListSnapshots, DeleteSnapshot, RestoreVM
 	CapClones          Capability = "clones"           // CloneVM
 	CapPortForward     Capability = "port_forward"     // ForwardPort
+	CapVolumes         Capability = "volumes"          // VMSpec.volumes in CreateVM
 )
 
 // Capabilities returns every capability of the contract, sorted by name.
 func Capabilities() []Capability {
-	return []Capability{CapClones, CapDiskSnapshots, CapExec, CapInput, CapMemorySnapshots, CapPause, CapPortForward, CapScreenshot}
+	return []Capability{CapClones, CapDiskSnapshots, CapExec, CapInput, CapMemorySnapshots, CapPause, CapPortForward, CapScreenshot, CapVolumes}
 }
 
 // ClaimedBy reports whether caps claims c.
@@ -48,6 +49,8 @@ func (c Capability) ClaimedBy(caps *pb.CapabilitiesResponse) bool {
 		return caps.GetClones()
 	case CapPortForward:
 		return caps.GetPortForward()
+	case CapVolumes:
+		return caps.GetVolumes()
 	}
 	return false
 }
@@ -80,6 +83,8 @@ func (c Capability) cannot() string {
 		return "cannot clone VMs"
 	case CapPortForward:
 		return "cannot forward guest ports"
+	case CapVolumes:
+		return "cannot attach volumes"
 	}
 	return fmt.Sprintf("does not know capability %q", string(c))
 }

@@ -13,6 +13,8 @@ package driver
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"time"
 
@@ -186,7 +188,8 @@ func CheckSnapshotTag(tag string) error {
 // CloneSpec is the spec of a clone of the VM with spec src, as CloneVM asks
 // for it: the source's, under the request's id, with the request's name,
 // labels and network where it sets them, and never the source's MAC (empty,
-// so that the driver picks one for the clone, unless the request names one).
+// so that the driver picks one for the clone, unless the request names one),
+// and never the source's volumes (a volume is attached to one VM at a time).
 func CloneSpec(src *pb.VMSpec, req *pb.CloneVMRequest) *pb.VMSpec {
 	spec := proto.Clone(src).(*pb.VMSpec)
 	spec.Id = req.GetId()
@@ -201,5 +204,44 @@ func CloneSpec(src *pb.VMSpec, req *pb.CloneVMRequest) *pb.VMSpec {
 	} else if spec.Network != nil {
 		spec.Network.Mac = ""
 	}
+	spec.Volumes = nil
 	return spec
+}
+
+// MaxVolumes is the most volumes one VM may have (VMSpec.volumes).
+const MaxVolumes = 2
+
+// volumeID is a volume id a disk serial can carry: virtio-blk keeps 20 bytes.
+var volumeID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,19}$`)
+
+// CheckVolumes checks a spec's volumes against the contract: at most
+// MaxVolumes, each with a valid id and an absolute path to an existing
+// regular file, no id or path twice. A driver calls it in CreateVM when it
+// claims the volumes capability.
+func CheckVolumes(spec *pb.VMSpec) error {
+	vols := spec.GetVolumes()
+	if len(vols) > MaxVolumes {
+		return Errorf(ErrInvalid, "vm %s: %d volumes, more than the %d a VM may have", spec.GetId(), len(vols), MaxVolumes)
+	}
+	seen := map[string]bool{}
+	for _, v := range vols {
+		if !volumeID.MatchString(v.GetId()) {
+			return Errorf(ErrInvalid, "vm %s: volume id %q is not 1-20 of [a-z0-9-] (it is the disk serial)", spec.GetId(), v.GetId())
+		}
+		if !filepath.IsAbs(v.GetPath()) {
+			return Errorf(ErrInvalid, "vm %s: volume %s: path %q is not absolute", spec.GetId(), v.GetId(), v.GetPath())
+		}
+		if seen["id:"+v.GetId()] || seen["path:"+filepath.Clean(v.GetPath())] {
+			return Errorf(ErrInvalid, "vm %s: volume %s is named twice", spec.GetId(), v.GetId())
+		}
+		seen["id:"+v.GetId()], seen["path:"+filepath.Clean(v.GetPath())] = true, true
+		fi, err := os.Stat(v.GetPath())
+		if err != nil {
+			return Errorf(ErrNotFound, "vm %s: volume %s: %v", spec.GetId(), v.GetId(), err)
+		}
+		if !fi.Mode().IsRegular() {
+			return Errorf(ErrInvalid, "vm %s: volume %s: %s is not a regular file", spec.GetId(), v.GetId(), v.GetPath())
+		}
+	}
+	return nil
 }

@@ -88,6 +88,9 @@ func Run(t *testing.T, h Harness) {
 	if s.caps.PortForward {
 		t.Run("PortForward", s.testPortForward)
 	}
+	if s.caps.Volumes {
+		t.Run("Volumes", s.testVolumes)
+	}
 	t.Run("RecoverRefusesBadHandles", s.testBadHandles)
 	t.Run("DestroyWorksWhenProcessIsGone", s.testDestroyAfterCrash)
 }
@@ -930,5 +933,75 @@ func (s *suite) testPortForward(t *testing.T) {
 	}
 	if _, err := p.ForwardPort(ctx, spec.Id, port); !errors.Is(err, driver.ErrState) {
 		t.Errorf("ForwardPort of a stopped VM = %v, want ErrState", err)
+	}
+}
+
+// testVolumes checks capability volumes: a spec's volumes are refused when
+// malformed (bad id, relative path, twice, too many) or missing (NOT_FOUND);
+// a VM with a volume keeps it in its spec, starts, and (with exec) its guest
+// sees a disk whose serial is the volume id; destroying the VM leaves the
+// volume's file as it was.
+func (s *suite) testVolumes(t *testing.T) {
+	p := s.launch(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "vol.raw")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(file, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	const volID = "vol-0123456789ab"
+	bad := []struct {
+		name string
+		vols []*pb.Volume
+		want error
+	}{
+		{"id longer than a serial", []*pb.Volume{{Id: "vol-0123456789abcdef0", Path: file}}, driver.ErrInvalid},
+		{"id with capitals", []*pb.Volume{{Id: "Vol-1", Path: file}}, driver.ErrInvalid},
+		{"relative path", []*pb.Volume{{Id: volID, Path: "vol.raw"}}, driver.ErrInvalid},
+		{"named twice", []*pb.Volume{{Id: volID, Path: file}, {Id: "vol-2", Path: file}}, driver.ErrInvalid},
+		{"too many", []*pb.Volume{{Id: "v1", Path: file}, {Id: "v2", Path: file + "2"}, {Id: "v3", Path: file + "3"}}, driver.ErrInvalid},
+		{"missing file", []*pb.Volume{{Id: volID, Path: filepath.Join(dir, "none.raw")}}, driver.ErrNotFound},
+		{"a directory", []*pb.Volume{{Id: volID, Path: dir}}, driver.ErrInvalid},
+	}
+	for _, c := range bad {
+		spec := s.h.Spec(vmID("vbad"))
+		spec.Volumes = c.vols
+		if _, err := p.CreateVM(ctx, spec); !errors.Is(err, c.want) {
+			t.Errorf("CreateVM with volumes (%s) = %v, want %v", c.name, err, c.want)
+			_ = p.DestroyVM(ctx, spec.Id, true)
+		}
+	}
+	spec := s.h.Spec(vmID("vol"))
+	spec.Volumes = []*pb.Volume{{Id: volID, Path: file}}
+	if _, err := p.CreateVM(ctx, spec); err != nil {
+		t.Fatalf("CreateVM with a volume: %v", err)
+	}
+	t.Cleanup(func() { _ = s.launch(t).DestroyVM(context.Background(), spec.Id, true) })
+	st, err := p.InspectVM(ctx, spec.Id)
+	if err != nil {
+		t.Fatalf("InspectVM: %v", err)
+	}
+	if v := st.GetSpec().GetVolumes(); len(v) != 1 || v[0].GetId() != volID || v[0].GetPath() != file {
+		t.Errorf("InspectVM spec volumes = %v, want [%s %s]", v, volID, file)
+	}
+	if _, _, err := p.StartVM(ctx, spec.Id); err != nil {
+		t.Fatalf("StartVM with a volume: %v", err)
+	}
+	s.waitReady(t, p, spec.Id)
+	if s.caps.Exec {
+		var out, errOut bytes.Buffer
+		code, err := p.Exec(ctx, &pb.ExecRequest{Id: spec.Id, Command: &pb.ExecRequest_Shell{Shell: "cat /sys/block/vd*/serial; echo"}}, &out, &errOut)
+		if err != nil || code != 0 || !strings.Contains(out.String(), volID) {
+			t.Errorf("guest disk serials = %d, %v, %q (stderr %q); want one to be %s", code, err, out.String(), errOut.String(), volID)
+		}
+	}
+	if err := p.DestroyVM(ctx, spec.Id, true); err != nil {
+		t.Fatalf("DestroyVM: %v", err)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Size() != 64<<20 {
+		t.Errorf("the volume's file after DestroyVM: %v, %v; want it kept at 64 MiB", fi, err)
 	}
 }

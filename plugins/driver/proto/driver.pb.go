@@ -558,7 +558,11 @@ type CapabilitiesResponse struct {
 	Clones bool `protobuf:"varint,10,opt,name=clones,proto3" json:"clones,omitempty"`
 	// ForwardPort (added to version 3 later; older plugins lack the field,
 	// which reads as false).
-	PortForward   bool `protobuf:"varint,11,opt,name=port_forward,json=portForward,proto3" json:"port_forward,omitempty"`
+	PortForward bool `protobuf:"varint,11,opt,name=port_forward,json=portForward,proto3" json:"port_forward,omitempty"`
+	// VMSpec.volumes: the driver attaches each volume as an extra disk (added
+	// to version 3 later; older plugins lack the field, which reads as false,
+	// and the agent then refuses a create with volumes itself).
+	Volumes       bool `protobuf:"varint,12,opt,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -659,6 +663,13 @@ func (x *CapabilitiesResponse) GetClones() bool {
 func (x *CapabilitiesResponse) GetPortForward() bool {
 	if x != nil {
 		return x.PortForward
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetVolumes() bool {
+	if x != nil {
+		return x.Volumes
 	}
 	return false
 }
@@ -855,8 +866,14 @@ type VMSpec struct {
 	// Driver-specific fields as a JSON object; the driver documents them and
 	// refuses unknown ones with INVALID_ARGUMENT.
 	DriverConfigJson []byte `protobuf:"bytes,10,opt,name=driver_config_json,json=driverConfigJson,proto3" json:"driver_config_json,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Capability "volumes": extra disks that outlive the VM, in this order
+	// after the VM's own disk. Empty unless the driver claims volumes; a driver
+	// that does not claim it answers a spec with volumes INVALID_ARGUMENT.
+	// At most 2 (QEMU's microvm has 8 virtio transports, and a VM with a
+	// display and a network uses 6 of them); distinct ids and paths.
+	Volumes       []*Volume `protobuf:"bytes,11,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VMSpec) Reset() {
@@ -959,6 +976,76 @@ func (x *VMSpec) GetDriverConfigJson() []byte {
 	return nil
 }
 
+func (x *VMSpec) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// Volume is an extra disk of a VM (capability "volumes"): a raw file on the
+// host that the agent made and keeps after the VM is gone. The driver
+// attaches it read-write as it is (no overlay, no copy), with the id as the
+// disk's serial so the guest finds it by id (/dev/disk/by-id/virtio-<id>)
+// whatever order its disks come in. The driver never creates, resizes or
+// deletes the file, and assumes no other VM uses it (the agent sees to that).
+// CreateVM fails with NOT_FOUND when the file does not exist and
+// INVALID_ARGUMENT for an id that is not 1-20 of [a-z0-9-] (virtio-blk
+// carries 20 bytes of serial) or a path that is not absolute.
+type Volume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The disk serial the guest sees: 1-20 of [a-z0-9-], e.g. "vol-0123456789ab".
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Absolute path of the raw (sparse) file.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_driver_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_driver_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_driver_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Volume) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Volume) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 type Network struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Mode  NetworkMode            `protobuf:"varint,1,opt,name=mode,proto3,enum=fluxvm.driver.v2.NetworkMode" json:"mode,omitempty"`
@@ -983,7 +1070,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_driver_proto_msgTypes[6]
+	mi := &file_driver_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1082,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[6]
+	mi := &file_driver_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1095,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{6}
+	return file_driver_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Network) GetMode() NetworkMode {
@@ -1073,7 +1160,7 @@ type VMStatus struct {
 
 func (x *VMStatus) Reset() {
 	*x = VMStatus{}
-	mi := &file_driver_proto_msgTypes[7]
+	mi := &file_driver_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1172,7 @@ func (x *VMStatus) String() string {
 func (*VMStatus) ProtoMessage() {}
 
 func (x *VMStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[7]
+	mi := &file_driver_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1185,7 @@ func (x *VMStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VMStatus.ProtoReflect.Descriptor instead.
 func (*VMStatus) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{7}
+	return file_driver_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VMStatus) GetId() string {
@@ -1169,7 +1256,7 @@ type ExitResult struct {
 
 func (x *ExitResult) Reset() {
 	*x = ExitResult{}
-	mi := &file_driver_proto_msgTypes[8]
+	mi := &file_driver_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1268,7 @@ func (x *ExitResult) String() string {
 func (*ExitResult) ProtoMessage() {}
 
 func (x *ExitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[8]
+	mi := &file_driver_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1281,7 @@ func (x *ExitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitResult.ProtoReflect.Descriptor instead.
 func (*ExitResult) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{8}
+	return file_driver_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExitResult) GetReason() ExitReason {
@@ -1235,7 +1322,7 @@ type Handle struct {
 
 func (x *Handle) Reset() {
 	*x = Handle{}
-	mi := &file_driver_proto_msgTypes[9]
+	mi := &file_driver_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1334,7 @@ func (x *Handle) String() string {
 func (*Handle) ProtoMessage() {}
 
 func (x *Handle) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[9]
+	mi := &file_driver_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1347,7 @@ func (x *Handle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handle.ProtoReflect.Descriptor instead.
 func (*Handle) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{9}
+	return file_driver_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Handle) GetVersion() uint32 {
@@ -1300,7 +1387,7 @@ type CreateVMRequest struct {
 
 func (x *CreateVMRequest) Reset() {
 	*x = CreateVMRequest{}
-	mi := &file_driver_proto_msgTypes[10]
+	mi := &file_driver_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1399,7 @@ func (x *CreateVMRequest) String() string {
 func (*CreateVMRequest) ProtoMessage() {}
 
 func (x *CreateVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[10]
+	mi := &file_driver_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1412,7 @@ func (x *CreateVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVMRequest.ProtoReflect.Descriptor instead.
 func (*CreateVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{10}
+	return file_driver_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateVMRequest) GetSpec() *VMSpec {
@@ -1344,7 +1431,7 @@ type CreateVMResponse struct {
 
 func (x *CreateVMResponse) Reset() {
 	*x = CreateVMResponse{}
-	mi := &file_driver_proto_msgTypes[11]
+	mi := &file_driver_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1443,7 @@ func (x *CreateVMResponse) String() string {
 func (*CreateVMResponse) ProtoMessage() {}
 
 func (x *CreateVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[11]
+	mi := &file_driver_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1456,7 @@ func (x *CreateVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVMResponse.ProtoReflect.Descriptor instead.
 func (*CreateVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{11}
+	return file_driver_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateVMResponse) GetStatus() *VMStatus {
@@ -1388,7 +1475,7 @@ type StartVMRequest struct {
 
 func (x *StartVMRequest) Reset() {
 	*x = StartVMRequest{}
-	mi := &file_driver_proto_msgTypes[12]
+	mi := &file_driver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1487,7 @@ func (x *StartVMRequest) String() string {
 func (*StartVMRequest) ProtoMessage() {}
 
 func (x *StartVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[12]
+	mi := &file_driver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1500,7 @@ func (x *StartVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartVMRequest.ProtoReflect.Descriptor instead.
 func (*StartVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{12}
+	return file_driver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartVMRequest) GetId() string {
@@ -1433,7 +1520,7 @@ type StartVMResponse struct {
 
 func (x *StartVMResponse) Reset() {
 	*x = StartVMResponse{}
-	mi := &file_driver_proto_msgTypes[13]
+	mi := &file_driver_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1532,7 @@ func (x *StartVMResponse) String() string {
 func (*StartVMResponse) ProtoMessage() {}
 
 func (x *StartVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[13]
+	mi := &file_driver_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1545,7 @@ func (x *StartVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartVMResponse.ProtoReflect.Descriptor instead.
 func (*StartVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{13}
+	return file_driver_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartVMResponse) GetHandle() *Handle {
@@ -1484,7 +1571,7 @@ type RecoverVMRequest struct {
 
 func (x *RecoverVMRequest) Reset() {
 	*x = RecoverVMRequest{}
-	mi := &file_driver_proto_msgTypes[14]
+	mi := &file_driver_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1583,7 @@ func (x *RecoverVMRequest) String() string {
 func (*RecoverVMRequest) ProtoMessage() {}
 
 func (x *RecoverVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[14]
+	mi := &file_driver_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1596,7 @@ func (x *RecoverVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverVMRequest.ProtoReflect.Descriptor instead.
 func (*RecoverVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{14}
+	return file_driver_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RecoverVMRequest) GetHandle() *Handle {
@@ -1528,7 +1615,7 @@ type RecoverVMResponse struct {
 
 func (x *RecoverVMResponse) Reset() {
 	*x = RecoverVMResponse{}
-	mi := &file_driver_proto_msgTypes[15]
+	mi := &file_driver_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1627,7 @@ func (x *RecoverVMResponse) String() string {
 func (*RecoverVMResponse) ProtoMessage() {}
 
 func (x *RecoverVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[15]
+	mi := &file_driver_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1640,7 @@ func (x *RecoverVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverVMResponse.ProtoReflect.Descriptor instead.
 func (*RecoverVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{15}
+	return file_driver_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RecoverVMResponse) GetStatus() *VMStatus {
@@ -1572,7 +1659,7 @@ type WaitVMRequest struct {
 
 func (x *WaitVMRequest) Reset() {
 	*x = WaitVMRequest{}
-	mi := &file_driver_proto_msgTypes[16]
+	mi := &file_driver_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1671,7 @@ func (x *WaitVMRequest) String() string {
 func (*WaitVMRequest) ProtoMessage() {}
 
 func (x *WaitVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[16]
+	mi := &file_driver_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1684,7 @@ func (x *WaitVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitVMRequest.ProtoReflect.Descriptor instead.
 func (*WaitVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{16}
+	return file_driver_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WaitVMRequest) GetId() string {
@@ -1616,7 +1703,7 @@ type WaitVMResponse struct {
 
 func (x *WaitVMResponse) Reset() {
 	*x = WaitVMResponse{}
-	mi := &file_driver_proto_msgTypes[17]
+	mi := &file_driver_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1715,7 @@ func (x *WaitVMResponse) String() string {
 func (*WaitVMResponse) ProtoMessage() {}
 
 func (x *WaitVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[17]
+	mi := &file_driver_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1728,7 @@ func (x *WaitVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitVMResponse.ProtoReflect.Descriptor instead.
 func (*WaitVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{17}
+	return file_driver_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WaitVMResponse) GetExit() *ExitResult {
@@ -1660,7 +1747,7 @@ type WaitReadyRequest struct {
 
 func (x *WaitReadyRequest) Reset() {
 	*x = WaitReadyRequest{}
-	mi := &file_driver_proto_msgTypes[18]
+	mi := &file_driver_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1759,7 @@ func (x *WaitReadyRequest) String() string {
 func (*WaitReadyRequest) ProtoMessage() {}
 
 func (x *WaitReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[18]
+	mi := &file_driver_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1772,7 @@ func (x *WaitReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReadyRequest.ProtoReflect.Descriptor instead.
 func (*WaitReadyRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{18}
+	return file_driver_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WaitReadyRequest) GetId() string {
@@ -1705,7 +1792,7 @@ type WaitReadyResponse struct {
 
 func (x *WaitReadyResponse) Reset() {
 	*x = WaitReadyResponse{}
-	mi := &file_driver_proto_msgTypes[19]
+	mi := &file_driver_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1804,7 @@ func (x *WaitReadyResponse) String() string {
 func (*WaitReadyResponse) ProtoMessage() {}
 
 func (x *WaitReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[19]
+	mi := &file_driver_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1817,7 @@ func (x *WaitReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitReadyResponse.ProtoReflect.Descriptor instead.
 func (*WaitReadyResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{19}
+	return file_driver_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitReadyResponse) GetGuest() map[string]string {
@@ -1751,7 +1838,7 @@ type StopVMRequest struct {
 
 func (x *StopVMRequest) Reset() {
 	*x = StopVMRequest{}
-	mi := &file_driver_proto_msgTypes[20]
+	mi := &file_driver_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1850,7 @@ func (x *StopVMRequest) String() string {
 func (*StopVMRequest) ProtoMessage() {}
 
 func (x *StopVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[20]
+	mi := &file_driver_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1863,7 @@ func (x *StopVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopVMRequest.ProtoReflect.Descriptor instead.
 func (*StopVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{20}
+	return file_driver_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StopVMRequest) GetId() string {
@@ -1802,7 +1889,7 @@ type StopVMResponse struct {
 
 func (x *StopVMResponse) Reset() {
 	*x = StopVMResponse{}
-	mi := &file_driver_proto_msgTypes[21]
+	mi := &file_driver_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1901,7 @@ func (x *StopVMResponse) String() string {
 func (*StopVMResponse) ProtoMessage() {}
 
 func (x *StopVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[21]
+	mi := &file_driver_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1914,7 @@ func (x *StopVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopVMResponse.ProtoReflect.Descriptor instead.
 func (*StopVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{21}
+	return file_driver_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StopVMResponse) GetExit() *ExitResult {
@@ -1847,7 +1934,7 @@ type DestroyVMRequest struct {
 
 func (x *DestroyVMRequest) Reset() {
 	*x = DestroyVMRequest{}
-	mi := &file_driver_proto_msgTypes[22]
+	mi := &file_driver_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1946,7 @@ func (x *DestroyVMRequest) String() string {
 func (*DestroyVMRequest) ProtoMessage() {}
 
 func (x *DestroyVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[22]
+	mi := &file_driver_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1959,7 @@ func (x *DestroyVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyVMRequest.ProtoReflect.Descriptor instead.
 func (*DestroyVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{22}
+	return file_driver_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DestroyVMRequest) GetId() string {
@@ -1897,7 +1984,7 @@ type DestroyVMResponse struct {
 
 func (x *DestroyVMResponse) Reset() {
 	*x = DestroyVMResponse{}
-	mi := &file_driver_proto_msgTypes[23]
+	mi := &file_driver_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +1996,7 @@ func (x *DestroyVMResponse) String() string {
 func (*DestroyVMResponse) ProtoMessage() {}
 
 func (x *DestroyVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[23]
+	mi := &file_driver_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2009,7 @@ func (x *DestroyVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyVMResponse.ProtoReflect.Descriptor instead.
 func (*DestroyVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{23}
+	return file_driver_proto_rawDescGZIP(), []int{24}
 }
 
 type InspectVMRequest struct {
@@ -1934,7 +2021,7 @@ type InspectVMRequest struct {
 
 func (x *InspectVMRequest) Reset() {
 	*x = InspectVMRequest{}
-	mi := &file_driver_proto_msgTypes[24]
+	mi := &file_driver_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2033,7 @@ func (x *InspectVMRequest) String() string {
 func (*InspectVMRequest) ProtoMessage() {}
 
 func (x *InspectVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[24]
+	mi := &file_driver_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2046,7 @@ func (x *InspectVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectVMRequest.ProtoReflect.Descriptor instead.
 func (*InspectVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{24}
+	return file_driver_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InspectVMRequest) GetId() string {
@@ -1978,7 +2065,7 @@ type InspectVMResponse struct {
 
 func (x *InspectVMResponse) Reset() {
 	*x = InspectVMResponse{}
-	mi := &file_driver_proto_msgTypes[25]
+	mi := &file_driver_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2077,7 @@ func (x *InspectVMResponse) String() string {
 func (*InspectVMResponse) ProtoMessage() {}
 
 func (x *InspectVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[25]
+	mi := &file_driver_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2090,7 @@ func (x *InspectVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectVMResponse.ProtoReflect.Descriptor instead.
 func (*InspectVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{25}
+	return file_driver_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InspectVMResponse) GetStatus() *VMStatus {
@@ -2021,7 +2108,7 @@ type ListVMsRequest struct {
 
 func (x *ListVMsRequest) Reset() {
 	*x = ListVMsRequest{}
-	mi := &file_driver_proto_msgTypes[26]
+	mi := &file_driver_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2120,7 @@ func (x *ListVMsRequest) String() string {
 func (*ListVMsRequest) ProtoMessage() {}
 
 func (x *ListVMsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[26]
+	mi := &file_driver_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2133,7 @@ func (x *ListVMsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVMsRequest.ProtoReflect.Descriptor instead.
 func (*ListVMsRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{26}
+	return file_driver_proto_rawDescGZIP(), []int{27}
 }
 
 type ListVMsResponse struct {
@@ -2058,7 +2145,7 @@ type ListVMsResponse struct {
 
 func (x *ListVMsResponse) Reset() {
 	*x = ListVMsResponse{}
-	mi := &file_driver_proto_msgTypes[27]
+	mi := &file_driver_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2157,7 @@ func (x *ListVMsResponse) String() string {
 func (*ListVMsResponse) ProtoMessage() {}
 
 func (x *ListVMsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[27]
+	mi := &file_driver_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2170,7 @@ func (x *ListVMsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVMsResponse.ProtoReflect.Descriptor instead.
 func (*ListVMsResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{27}
+	return file_driver_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListVMsResponse) GetVms() []*VMStatus {
@@ -2101,7 +2188,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_driver_proto_msgTypes[28]
+	mi := &file_driver_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2200,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[28]
+	mi := &file_driver_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2213,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{28}
+	return file_driver_proto_rawDescGZIP(), []int{29}
 }
 
 type Event struct {
@@ -2142,7 +2229,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_driver_proto_msgTypes[29]
+	mi := &file_driver_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2241,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[29]
+	mi := &file_driver_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2254,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{29}
+	return file_driver_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Event) GetVmId() string {
@@ -2208,7 +2295,7 @@ type ConsoleLogRequest struct {
 
 func (x *ConsoleLogRequest) Reset() {
 	*x = ConsoleLogRequest{}
-	mi := &file_driver_proto_msgTypes[30]
+	mi := &file_driver_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2307,7 @@ func (x *ConsoleLogRequest) String() string {
 func (*ConsoleLogRequest) ProtoMessage() {}
 
 func (x *ConsoleLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[30]
+	mi := &file_driver_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2320,7 @@ func (x *ConsoleLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleLogRequest.ProtoReflect.Descriptor instead.
 func (*ConsoleLogRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{30}
+	return file_driver_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ConsoleLogRequest) GetId() string {
@@ -2259,7 +2346,7 @@ type ConsoleLogResponse struct {
 
 func (x *ConsoleLogResponse) Reset() {
 	*x = ConsoleLogResponse{}
-	mi := &file_driver_proto_msgTypes[31]
+	mi := &file_driver_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2358,7 @@ func (x *ConsoleLogResponse) String() string {
 func (*ConsoleLogResponse) ProtoMessage() {}
 
 func (x *ConsoleLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[31]
+	mi := &file_driver_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2371,7 @@ func (x *ConsoleLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleLogResponse.ProtoReflect.Descriptor instead.
 func (*ConsoleLogResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{31}
+	return file_driver_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ConsoleLogResponse) GetData() []byte {
@@ -2303,7 +2390,7 @@ type PauseVMRequest struct {
 
 func (x *PauseVMRequest) Reset() {
 	*x = PauseVMRequest{}
-	mi := &file_driver_proto_msgTypes[32]
+	mi := &file_driver_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2402,7 @@ func (x *PauseVMRequest) String() string {
 func (*PauseVMRequest) ProtoMessage() {}
 
 func (x *PauseVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[32]
+	mi := &file_driver_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2415,7 @@ func (x *PauseVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseVMRequest.ProtoReflect.Descriptor instead.
 func (*PauseVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{32}
+	return file_driver_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PauseVMRequest) GetId() string {
@@ -2346,7 +2433,7 @@ type PauseVMResponse struct {
 
 func (x *PauseVMResponse) Reset() {
 	*x = PauseVMResponse{}
-	mi := &file_driver_proto_msgTypes[33]
+	mi := &file_driver_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2445,7 @@ func (x *PauseVMResponse) String() string {
 func (*PauseVMResponse) ProtoMessage() {}
 
 func (x *PauseVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[33]
+	mi := &file_driver_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2458,7 @@ func (x *PauseVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseVMResponse.ProtoReflect.Descriptor instead.
 func (*PauseVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{33}
+	return file_driver_proto_rawDescGZIP(), []int{34}
 }
 
 type ResumeVMRequest struct {
@@ -2383,7 +2470,7 @@ type ResumeVMRequest struct {
 
 func (x *ResumeVMRequest) Reset() {
 	*x = ResumeVMRequest{}
-	mi := &file_driver_proto_msgTypes[34]
+	mi := &file_driver_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2482,7 @@ func (x *ResumeVMRequest) String() string {
 func (*ResumeVMRequest) ProtoMessage() {}
 
 func (x *ResumeVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[34]
+	mi := &file_driver_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2495,7 @@ func (x *ResumeVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeVMRequest.ProtoReflect.Descriptor instead.
 func (*ResumeVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{34}
+	return file_driver_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResumeVMRequest) GetId() string {
@@ -2426,7 +2513,7 @@ type ResumeVMResponse struct {
 
 func (x *ResumeVMResponse) Reset() {
 	*x = ResumeVMResponse{}
-	mi := &file_driver_proto_msgTypes[35]
+	mi := &file_driver_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2525,7 @@ func (x *ResumeVMResponse) String() string {
 func (*ResumeVMResponse) ProtoMessage() {}
 
 func (x *ResumeVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[35]
+	mi := &file_driver_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2538,7 @@ func (x *ResumeVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeVMResponse.ProtoReflect.Descriptor instead.
 func (*ResumeVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{35}
+	return file_driver_proto_rawDescGZIP(), []int{36}
 }
 
 type ScreenshotRequest struct {
@@ -2463,7 +2550,7 @@ type ScreenshotRequest struct {
 
 func (x *ScreenshotRequest) Reset() {
 	*x = ScreenshotRequest{}
-	mi := &file_driver_proto_msgTypes[36]
+	mi := &file_driver_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2562,7 @@ func (x *ScreenshotRequest) String() string {
 func (*ScreenshotRequest) ProtoMessage() {}
 
 func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[36]
+	mi := &file_driver_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2575,7 @@ func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
 func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{36}
+	return file_driver_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScreenshotRequest) GetId() string {
@@ -2509,7 +2596,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_driver_proto_msgTypes[37]
+	mi := &file_driver_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2608,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[37]
+	mi := &file_driver_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2621,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{37}
+	return file_driver_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ScreenshotResponse) GetPng() []byte {
@@ -2569,7 +2656,7 @@ type Point struct {
 
 func (x *Point) Reset() {
 	*x = Point{}
-	mi := &file_driver_proto_msgTypes[38]
+	mi := &file_driver_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2668,7 @@ func (x *Point) String() string {
 func (*Point) ProtoMessage() {}
 
 func (x *Point) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[38]
+	mi := &file_driver_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2681,7 @@ func (x *Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Point.ProtoReflect.Descriptor instead.
 func (*Point) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{38}
+	return file_driver_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Point) GetX() int32 {
@@ -2623,7 +2710,7 @@ type KeyChord struct {
 
 func (x *KeyChord) Reset() {
 	*x = KeyChord{}
-	mi := &file_driver_proto_msgTypes[39]
+	mi := &file_driver_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2722,7 @@ func (x *KeyChord) String() string {
 func (*KeyChord) ProtoMessage() {}
 
 func (x *KeyChord) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[39]
+	mi := &file_driver_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2735,7 @@ func (x *KeyChord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyChord.ProtoReflect.Descriptor instead.
 func (*KeyChord) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{39}
+	return file_driver_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KeyChord) GetKeys() []string {
@@ -2668,7 +2755,7 @@ type Click struct {
 
 func (x *Click) Reset() {
 	*x = Click{}
-	mi := &file_driver_proto_msgTypes[40]
+	mi := &file_driver_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2767,7 @@ func (x *Click) String() string {
 func (*Click) ProtoMessage() {}
 
 func (x *Click) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[40]
+	mi := &file_driver_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2780,7 @@ func (x *Click) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Click.ProtoReflect.Descriptor instead.
 func (*Click) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{40}
+	return file_driver_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Click) GetButton() MouseButton {
@@ -2720,7 +2807,7 @@ type Scroll struct {
 
 func (x *Scroll) Reset() {
 	*x = Scroll{}
-	mi := &file_driver_proto_msgTypes[41]
+	mi := &file_driver_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2819,7 @@ func (x *Scroll) String() string {
 func (*Scroll) ProtoMessage() {}
 
 func (x *Scroll) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[41]
+	mi := &file_driver_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2832,7 @@ func (x *Scroll) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scroll.ProtoReflect.Descriptor instead.
 func (*Scroll) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{41}
+	return file_driver_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Scroll) GetDy() int32 {
@@ -2772,7 +2859,7 @@ type InputAction struct {
 
 func (x *InputAction) Reset() {
 	*x = InputAction{}
-	mi := &file_driver_proto_msgTypes[42]
+	mi := &file_driver_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2871,7 @@ func (x *InputAction) String() string {
 func (*InputAction) ProtoMessage() {}
 
 func (x *InputAction) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[42]
+	mi := &file_driver_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2884,7 @@ func (x *InputAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputAction.ProtoReflect.Descriptor instead.
 func (*InputAction) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{42}
+	return file_driver_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InputAction) GetAction() isInputAction_Action {
@@ -2898,7 +2985,7 @@ type SendInputRequest struct {
 
 func (x *SendInputRequest) Reset() {
 	*x = SendInputRequest{}
-	mi := &file_driver_proto_msgTypes[43]
+	mi := &file_driver_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +2997,7 @@ func (x *SendInputRequest) String() string {
 func (*SendInputRequest) ProtoMessage() {}
 
 func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[43]
+	mi := &file_driver_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3010,7 @@ func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputRequest.ProtoReflect.Descriptor instead.
 func (*SendInputRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{43}
+	return file_driver_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SendInputRequest) GetId() string {
@@ -2948,7 +3035,7 @@ type SendInputResponse struct {
 
 func (x *SendInputResponse) Reset() {
 	*x = SendInputResponse{}
-	mi := &file_driver_proto_msgTypes[44]
+	mi := &file_driver_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3047,7 @@ func (x *SendInputResponse) String() string {
 func (*SendInputResponse) ProtoMessage() {}
 
 func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[44]
+	mi := &file_driver_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3060,7 @@ func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputResponse.ProtoReflect.Descriptor instead.
 func (*SendInputResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{44}
+	return file_driver_proto_rawDescGZIP(), []int{45}
 }
 
 // Argv is a program and its arguments, run without a shell.
@@ -2986,7 +3073,7 @@ type Argv struct {
 
 func (x *Argv) Reset() {
 	*x = Argv{}
-	mi := &file_driver_proto_msgTypes[45]
+	mi := &file_driver_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3085,7 @@ func (x *Argv) String() string {
 func (*Argv) ProtoMessage() {}
 
 func (x *Argv) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[45]
+	mi := &file_driver_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3098,7 @@ func (x *Argv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Argv.ProtoReflect.Descriptor instead.
 func (*Argv) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{45}
+	return file_driver_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Argv) GetArgs() []string {
@@ -3042,7 +3129,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_driver_proto_msgTypes[46]
+	mi := &file_driver_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3141,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[46]
+	mi := &file_driver_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3154,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{46}
+	return file_driver_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExecRequest) GetId() string {
@@ -3163,7 +3250,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_driver_proto_msgTypes[47]
+	mi := &file_driver_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3262,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[47]
+	mi := &file_driver_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3275,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{47}
+	return file_driver_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ExecResponse) GetOutput() isExecResponse_Output {
@@ -3267,7 +3354,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_driver_proto_msgTypes[48]
+	mi := &file_driver_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3366,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[48]
+	mi := &file_driver_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3379,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{48}
+	return file_driver_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Snapshot) GetTag() string {
@@ -3342,7 +3429,7 @@ type SnapshotVMRequest struct {
 
 func (x *SnapshotVMRequest) Reset() {
 	*x = SnapshotVMRequest{}
-	mi := &file_driver_proto_msgTypes[49]
+	mi := &file_driver_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3441,7 @@ func (x *SnapshotVMRequest) String() string {
 func (*SnapshotVMRequest) ProtoMessage() {}
 
 func (x *SnapshotVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[49]
+	mi := &file_driver_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3454,7 @@ func (x *SnapshotVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVMRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{49}
+	return file_driver_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotVMRequest) GetId() string {
@@ -3400,7 +3487,7 @@ type SnapshotVMResponse struct {
 
 func (x *SnapshotVMResponse) Reset() {
 	*x = SnapshotVMResponse{}
-	mi := &file_driver_proto_msgTypes[50]
+	mi := &file_driver_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3499,7 @@ func (x *SnapshotVMResponse) String() string {
 func (*SnapshotVMResponse) ProtoMessage() {}
 
 func (x *SnapshotVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[50]
+	mi := &file_driver_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3512,7 @@ func (x *SnapshotVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotVMResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{50}
+	return file_driver_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotVMResponse) GetSnapshot() *Snapshot {
@@ -3444,7 +3531,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_driver_proto_msgTypes[51]
+	mi := &file_driver_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3456,7 +3543,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[51]
+	mi := &file_driver_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3469,7 +3556,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{51}
+	return file_driver_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListSnapshotsRequest) GetId() string {
@@ -3488,7 +3575,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_driver_proto_msgTypes[52]
+	mi := &file_driver_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3587,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[52]
+	mi := &file_driver_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3600,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{52}
+	return file_driver_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -3533,7 +3620,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_driver_proto_msgTypes[53]
+	mi := &file_driver_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3545,7 +3632,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[53]
+	mi := &file_driver_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3558,7 +3645,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{53}
+	return file_driver_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteSnapshotRequest) GetId() string {
@@ -3583,7 +3670,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_driver_proto_msgTypes[54]
+	mi := &file_driver_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3595,7 +3682,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[54]
+	mi := &file_driver_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3608,7 +3695,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{54}
+	return file_driver_proto_rawDescGZIP(), []int{55}
 }
 
 type RestoreVMRequest struct {
@@ -3621,7 +3708,7 @@ type RestoreVMRequest struct {
 
 func (x *RestoreVMRequest) Reset() {
 	*x = RestoreVMRequest{}
-	mi := &file_driver_proto_msgTypes[55]
+	mi := &file_driver_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3720,7 @@ func (x *RestoreVMRequest) String() string {
 func (*RestoreVMRequest) ProtoMessage() {}
 
 func (x *RestoreVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[55]
+	mi := &file_driver_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3733,7 @@ func (x *RestoreVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreVMRequest.ProtoReflect.Descriptor instead.
 func (*RestoreVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{55}
+	return file_driver_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RestoreVMRequest) GetId() string {
@@ -3672,7 +3759,7 @@ type RestoreVMResponse struct {
 
 func (x *RestoreVMResponse) Reset() {
 	*x = RestoreVMResponse{}
-	mi := &file_driver_proto_msgTypes[56]
+	mi := &file_driver_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3771,7 @@ func (x *RestoreVMResponse) String() string {
 func (*RestoreVMResponse) ProtoMessage() {}
 
 func (x *RestoreVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[56]
+	mi := &file_driver_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3784,7 @@ func (x *RestoreVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreVMResponse.ProtoReflect.Descriptor instead.
 func (*RestoreVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{56}
+	return file_driver_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RestoreVMResponse) GetStatus() *VMStatus {
@@ -3728,7 +3815,7 @@ type CloneVMRequest struct {
 
 func (x *CloneVMRequest) Reset() {
 	*x = CloneVMRequest{}
-	mi := &file_driver_proto_msgTypes[57]
+	mi := &file_driver_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3827,7 @@ func (x *CloneVMRequest) String() string {
 func (*CloneVMRequest) ProtoMessage() {}
 
 func (x *CloneVMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[57]
+	mi := &file_driver_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3840,7 @@ func (x *CloneVMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneVMRequest.ProtoReflect.Descriptor instead.
 func (*CloneVMRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{57}
+	return file_driver_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CloneVMRequest) GetSourceId() string {
@@ -3807,7 +3894,7 @@ type CloneVMResponse struct {
 
 func (x *CloneVMResponse) Reset() {
 	*x = CloneVMResponse{}
-	mi := &file_driver_proto_msgTypes[58]
+	mi := &file_driver_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +3906,7 @@ func (x *CloneVMResponse) String() string {
 func (*CloneVMResponse) ProtoMessage() {}
 
 func (x *CloneVMResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[58]
+	mi := &file_driver_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +3919,7 @@ func (x *CloneVMResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneVMResponse.ProtoReflect.Descriptor instead.
 func (*CloneVMResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{58}
+	return file_driver_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CloneVMResponse) GetStatus() *VMStatus {
@@ -3853,7 +3940,7 @@ type ForwardPortRequest struct {
 
 func (x *ForwardPortRequest) Reset() {
 	*x = ForwardPortRequest{}
-	mi := &file_driver_proto_msgTypes[59]
+	mi := &file_driver_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +3952,7 @@ func (x *ForwardPortRequest) String() string {
 func (*ForwardPortRequest) ProtoMessage() {}
 
 func (x *ForwardPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[59]
+	mi := &file_driver_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +3965,7 @@ func (x *ForwardPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardPortRequest.ProtoReflect.Descriptor instead.
 func (*ForwardPortRequest) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{59}
+	return file_driver_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ForwardPortRequest) GetId() string {
@@ -3906,7 +3993,7 @@ type ForwardPortResponse struct {
 
 func (x *ForwardPortResponse) Reset() {
 	*x = ForwardPortResponse{}
-	mi := &file_driver_proto_msgTypes[60]
+	mi := &file_driver_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +4005,7 @@ func (x *ForwardPortResponse) String() string {
 func (*ForwardPortResponse) ProtoMessage() {}
 
 func (x *ForwardPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_driver_proto_msgTypes[60]
+	mi := &file_driver_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4018,7 @@ func (x *ForwardPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardPortResponse.ProtoReflect.Descriptor instead.
 func (*ForwardPortResponse) Descriptor() ([]byte, []int) {
-	return file_driver_proto_rawDescGZIP(), []int{60}
+	return file_driver_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ForwardPortResponse) GetAddress() string {
@@ -3946,7 +4033,7 @@ var File_driver_proto protoreflect.FileDescriptor
 const file_driver_proto_rawDesc = "" +
 	"\n" +
 	"\fdriver.proto\x12\x10fluxvm.driver.v2\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xdb\x02\n" +
+	"\x13CapabilitiesRequest\"\xf5\x02\n" +
 	"\x14CapabilitiesResponse\x12\x14\n" +
 	"\x05pause\x18\x01 \x01(\bR\x05pause\x12\x1e\n" +
 	"\n" +
@@ -3960,7 +4047,8 @@ const file_driver_proto_rawDesc = "" +
 	"\x10memory_snapshots\x18\t \x01(\bR\x0fmemorySnapshots\x12\x16\n" +
 	"\x06clones\x18\n" +
 	" \x01(\bR\x06clones\x12!\n" +
-	"\fport_forward\x18\v \x01(\bR\vportForwardJ\x04\b\x05\x10\x06\"\x14\n" +
+	"\fport_forward\x18\v \x01(\bR\vportForward\x12\x18\n" +
+	"\avolumes\x18\f \x01(\bR\avolumesJ\x04\b\x05\x10\x06\"\x14\n" +
 	"\x12FingerprintRequest\"\xba\x02\n" +
 	"\x13FingerprintResponse\x120\n" +
 	"\x06health\x18\x01 \x01(\x0e2\x18.fluxvm.driver.v2.HealthR\x06health\x12 \n" +
@@ -3977,7 +4065,7 @@ const file_driver_proto_rawDesc = "" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x1f\n" +
 	"\vmacos_slots\x18\x03 \x01(\x03R\n" +
-	"macosSlots\"\xa3\x03\n" +
+	"macosSlots\"\xd7\x03\n" +
 	"\x06VMSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x124\n" +
@@ -3990,10 +4078,14 @@ const file_driver_proto_rawDesc = "" +
 	"\anetwork\x18\b \x01(\v2\x19.fluxvm.driver.v2.NetworkR\anetwork\x12<\n" +
 	"\x06labels\x18\t \x03(\v2$.fluxvm.driver.v2.VMSpec.LabelsEntryR\x06labels\x12,\n" +
 	"\x12driver_config_json\x18\n" +
-	" \x01(\fR\x10driverConfigJson\x1a9\n" +
+	" \x01(\fR\x10driverConfigJson\x122\n" +
+	"\avolumes\x18\v \x03(\v2\x18.fluxvm.driver.v2.VolumeR\avolumes\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\",\n" +
+	"\x06Volume\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xaa\x01\n" +
 	"\aNetwork\x121\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1d.fluxvm.driver.v2.NetworkModeR\x04mode\x12\x10\n" +
 	"\x03tap\x18\x02 \x01(\tR\x03tap\x12\x10\n" +
@@ -4261,7 +4353,7 @@ func file_driver_proto_rawDescGZIP() []byte {
 }
 
 var file_driver_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_driver_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_driver_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_driver_proto_goTypes = []any{
 	(Health)(0),                    // 0: fluxvm.driver.v2.Health
 	(GuestOS)(0),                   // 1: fluxvm.driver.v2.GuestOS
@@ -4276,161 +4368,163 @@ var file_driver_proto_goTypes = []any{
 	(*FingerprintResponse)(nil),    // 10: fluxvm.driver.v2.FingerprintResponse
 	(*Resources)(nil),              // 11: fluxvm.driver.v2.Resources
 	(*VMSpec)(nil),                 // 12: fluxvm.driver.v2.VMSpec
-	(*Network)(nil),                // 13: fluxvm.driver.v2.Network
-	(*VMStatus)(nil),               // 14: fluxvm.driver.v2.VMStatus
-	(*ExitResult)(nil),             // 15: fluxvm.driver.v2.ExitResult
-	(*Handle)(nil),                 // 16: fluxvm.driver.v2.Handle
-	(*CreateVMRequest)(nil),        // 17: fluxvm.driver.v2.CreateVMRequest
-	(*CreateVMResponse)(nil),       // 18: fluxvm.driver.v2.CreateVMResponse
-	(*StartVMRequest)(nil),         // 19: fluxvm.driver.v2.StartVMRequest
-	(*StartVMResponse)(nil),        // 20: fluxvm.driver.v2.StartVMResponse
-	(*RecoverVMRequest)(nil),       // 21: fluxvm.driver.v2.RecoverVMRequest
-	(*RecoverVMResponse)(nil),      // 22: fluxvm.driver.v2.RecoverVMResponse
-	(*WaitVMRequest)(nil),          // 23: fluxvm.driver.v2.WaitVMRequest
-	(*WaitVMResponse)(nil),         // 24: fluxvm.driver.v2.WaitVMResponse
-	(*WaitReadyRequest)(nil),       // 25: fluxvm.driver.v2.WaitReadyRequest
-	(*WaitReadyResponse)(nil),      // 26: fluxvm.driver.v2.WaitReadyResponse
-	(*StopVMRequest)(nil),          // 27: fluxvm.driver.v2.StopVMRequest
-	(*StopVMResponse)(nil),         // 28: fluxvm.driver.v2.StopVMResponse
-	(*DestroyVMRequest)(nil),       // 29: fluxvm.driver.v2.DestroyVMRequest
-	(*DestroyVMResponse)(nil),      // 30: fluxvm.driver.v2.DestroyVMResponse
-	(*InspectVMRequest)(nil),       // 31: fluxvm.driver.v2.InspectVMRequest
-	(*InspectVMResponse)(nil),      // 32: fluxvm.driver.v2.InspectVMResponse
-	(*ListVMsRequest)(nil),         // 33: fluxvm.driver.v2.ListVMsRequest
-	(*ListVMsResponse)(nil),        // 34: fluxvm.driver.v2.ListVMsResponse
-	(*EventsRequest)(nil),          // 35: fluxvm.driver.v2.EventsRequest
-	(*Event)(nil),                  // 36: fluxvm.driver.v2.Event
-	(*ConsoleLogRequest)(nil),      // 37: fluxvm.driver.v2.ConsoleLogRequest
-	(*ConsoleLogResponse)(nil),     // 38: fluxvm.driver.v2.ConsoleLogResponse
-	(*PauseVMRequest)(nil),         // 39: fluxvm.driver.v2.PauseVMRequest
-	(*PauseVMResponse)(nil),        // 40: fluxvm.driver.v2.PauseVMResponse
-	(*ResumeVMRequest)(nil),        // 41: fluxvm.driver.v2.ResumeVMRequest
-	(*ResumeVMResponse)(nil),       // 42: fluxvm.driver.v2.ResumeVMResponse
-	(*ScreenshotRequest)(nil),      // 43: fluxvm.driver.v2.ScreenshotRequest
-	(*ScreenshotResponse)(nil),     // 44: fluxvm.driver.v2.ScreenshotResponse
-	(*Point)(nil),                  // 45: fluxvm.driver.v2.Point
-	(*KeyChord)(nil),               // 46: fluxvm.driver.v2.KeyChord
-	(*Click)(nil),                  // 47: fluxvm.driver.v2.Click
-	(*Scroll)(nil),                 // 48: fluxvm.driver.v2.Scroll
-	(*InputAction)(nil),            // 49: fluxvm.driver.v2.InputAction
-	(*SendInputRequest)(nil),       // 50: fluxvm.driver.v2.SendInputRequest
-	(*SendInputResponse)(nil),      // 51: fluxvm.driver.v2.SendInputResponse
-	(*Argv)(nil),                   // 52: fluxvm.driver.v2.Argv
-	(*ExecRequest)(nil),            // 53: fluxvm.driver.v2.ExecRequest
-	(*ExecResponse)(nil),           // 54: fluxvm.driver.v2.ExecResponse
-	(*Snapshot)(nil),               // 55: fluxvm.driver.v2.Snapshot
-	(*SnapshotVMRequest)(nil),      // 56: fluxvm.driver.v2.SnapshotVMRequest
-	(*SnapshotVMResponse)(nil),     // 57: fluxvm.driver.v2.SnapshotVMResponse
-	(*ListSnapshotsRequest)(nil),   // 58: fluxvm.driver.v2.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),  // 59: fluxvm.driver.v2.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),  // 60: fluxvm.driver.v2.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil), // 61: fluxvm.driver.v2.DeleteSnapshotResponse
-	(*RestoreVMRequest)(nil),       // 62: fluxvm.driver.v2.RestoreVMRequest
-	(*RestoreVMResponse)(nil),      // 63: fluxvm.driver.v2.RestoreVMResponse
-	(*CloneVMRequest)(nil),         // 64: fluxvm.driver.v2.CloneVMRequest
-	(*CloneVMResponse)(nil),        // 65: fluxvm.driver.v2.CloneVMResponse
-	(*ForwardPortRequest)(nil),     // 66: fluxvm.driver.v2.ForwardPortRequest
-	(*ForwardPortResponse)(nil),    // 67: fluxvm.driver.v2.ForwardPortResponse
-	nil,                            // 68: fluxvm.driver.v2.FingerprintResponse.AttributesEntry
-	nil,                            // 69: fluxvm.driver.v2.VMSpec.LabelsEntry
-	nil,                            // 70: fluxvm.driver.v2.VMStatus.AttributesEntry
-	nil,                            // 71: fluxvm.driver.v2.WaitReadyResponse.GuestEntry
-	nil,                            // 72: fluxvm.driver.v2.CloneVMRequest.LabelsEntry
+	(*Volume)(nil),                 // 13: fluxvm.driver.v2.Volume
+	(*Network)(nil),                // 14: fluxvm.driver.v2.Network
+	(*VMStatus)(nil),               // 15: fluxvm.driver.v2.VMStatus
+	(*ExitResult)(nil),             // 16: fluxvm.driver.v2.ExitResult
+	(*Handle)(nil),                 // 17: fluxvm.driver.v2.Handle
+	(*CreateVMRequest)(nil),        // 18: fluxvm.driver.v2.CreateVMRequest
+	(*CreateVMResponse)(nil),       // 19: fluxvm.driver.v2.CreateVMResponse
+	(*StartVMRequest)(nil),         // 20: fluxvm.driver.v2.StartVMRequest
+	(*StartVMResponse)(nil),        // 21: fluxvm.driver.v2.StartVMResponse
+	(*RecoverVMRequest)(nil),       // 22: fluxvm.driver.v2.RecoverVMRequest
+	(*RecoverVMResponse)(nil),      // 23: fluxvm.driver.v2.RecoverVMResponse
+	(*WaitVMRequest)(nil),          // 24: fluxvm.driver.v2.WaitVMRequest
+	(*WaitVMResponse)(nil),         // 25: fluxvm.driver.v2.WaitVMResponse
+	(*WaitReadyRequest)(nil),       // 26: fluxvm.driver.v2.WaitReadyRequest
+	(*WaitReadyResponse)(nil),      // 27: fluxvm.driver.v2.WaitReadyResponse
+	(*StopVMRequest)(nil),          // 28: fluxvm.driver.v2.StopVMRequest
+	(*StopVMResponse)(nil),         // 29: fluxvm.driver.v2.StopVMResponse
+	(*DestroyVMRequest)(nil),       // 30: fluxvm.driver.v2.DestroyVMRequest
+	(*DestroyVMResponse)(nil),      // 31: fluxvm.driver.v2.DestroyVMResponse
+	(*InspectVMRequest)(nil),       // 32: fluxvm.driver.v2.InspectVMRequest
+	(*InspectVMResponse)(nil),      // 33: fluxvm.driver.v2.InspectVMResponse
+	(*ListVMsRequest)(nil),         // 34: fluxvm.driver.v2.ListVMsRequest
+	(*ListVMsResponse)(nil),        // 35: fluxvm.driver.v2.ListVMsResponse
+	(*EventsRequest)(nil),          // 36: fluxvm.driver.v2.EventsRequest
+	(*Event)(nil),                  // 37: fluxvm.driver.v2.Event
+	(*ConsoleLogRequest)(nil),      // 38: fluxvm.driver.v2.ConsoleLogRequest
+	(*ConsoleLogResponse)(nil),     // 39: fluxvm.driver.v2.ConsoleLogResponse
+	(*PauseVMRequest)(nil),         // 40: fluxvm.driver.v2.PauseVMRequest
+	(*PauseVMResponse)(nil),        // 41: fluxvm.driver.v2.PauseVMResponse
+	(*ResumeVMRequest)(nil),        // 42: fluxvm.driver.v2.ResumeVMRequest
+	(*ResumeVMResponse)(nil),       // 43: fluxvm.driver.v2.ResumeVMResponse
+	(*ScreenshotRequest)(nil),      // 44: fluxvm.driver.v2.ScreenshotRequest
+	(*ScreenshotResponse)(nil),     // 45: fluxvm.driver.v2.ScreenshotResponse
+	(*Point)(nil),                  // 46: fluxvm.driver.v2.Point
+	(*KeyChord)(nil),               // 47: fluxvm.driver.v2.KeyChord
+	(*Click)(nil),                  // 48: fluxvm.driver.v2.Click
+	(*Scroll)(nil),                 // 49: fluxvm.driver.v2.Scroll
+	(*InputAction)(nil),            // 50: fluxvm.driver.v2.InputAction
+	(*SendInputRequest)(nil),       // 51: fluxvm.driver.v2.SendInputRequest
+	(*SendInputResponse)(nil),      // 52: fluxvm.driver.v2.SendInputResponse
+	(*Argv)(nil),                   // 53: fluxvm.driver.v2.Argv
+	(*ExecRequest)(nil),            // 54: fluxvm.driver.v2.ExecRequest
+	(*ExecResponse)(nil),           // 55: fluxvm.driver.v2.ExecResponse
+	(*Snapshot)(nil),               // 56: fluxvm.driver.v2.Snapshot
+	(*SnapshotVMRequest)(nil),      // 57: fluxvm.driver.v2.SnapshotVMRequest
+	(*SnapshotVMResponse)(nil),     // 58: fluxvm.driver.v2.SnapshotVMResponse
+	(*ListSnapshotsRequest)(nil),   // 59: fluxvm.driver.v2.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 60: fluxvm.driver.v2.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 61: fluxvm.driver.v2.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 62: fluxvm.driver.v2.DeleteSnapshotResponse
+	(*RestoreVMRequest)(nil),       // 63: fluxvm.driver.v2.RestoreVMRequest
+	(*RestoreVMResponse)(nil),      // 64: fluxvm.driver.v2.RestoreVMResponse
+	(*CloneVMRequest)(nil),         // 65: fluxvm.driver.v2.CloneVMRequest
+	(*CloneVMResponse)(nil),        // 66: fluxvm.driver.v2.CloneVMResponse
+	(*ForwardPortRequest)(nil),     // 67: fluxvm.driver.v2.ForwardPortRequest
+	(*ForwardPortResponse)(nil),    // 68: fluxvm.driver.v2.ForwardPortResponse
+	nil,                            // 69: fluxvm.driver.v2.FingerprintResponse.AttributesEntry
+	nil,                            // 70: fluxvm.driver.v2.VMSpec.LabelsEntry
+	nil,                            // 71: fluxvm.driver.v2.VMStatus.AttributesEntry
+	nil,                            // 72: fluxvm.driver.v2.WaitReadyResponse.GuestEntry
+	nil,                            // 73: fluxvm.driver.v2.CloneVMRequest.LabelsEntry
 }
 var file_driver_proto_depIdxs = []int32{
 	1,  // 0: fluxvm.driver.v2.CapabilitiesResponse.guest_os:type_name -> fluxvm.driver.v2.GuestOS
 	0,  // 1: fluxvm.driver.v2.FingerprintResponse.health:type_name -> fluxvm.driver.v2.Health
-	68, // 2: fluxvm.driver.v2.FingerprintResponse.attributes:type_name -> fluxvm.driver.v2.FingerprintResponse.AttributesEntry
+	69, // 2: fluxvm.driver.v2.FingerprintResponse.attributes:type_name -> fluxvm.driver.v2.FingerprintResponse.AttributesEntry
 	11, // 3: fluxvm.driver.v2.FingerprintResponse.resources:type_name -> fluxvm.driver.v2.Resources
 	1,  // 4: fluxvm.driver.v2.VMSpec.guest_os:type_name -> fluxvm.driver.v2.GuestOS
-	13, // 5: fluxvm.driver.v2.VMSpec.network:type_name -> fluxvm.driver.v2.Network
-	69, // 6: fluxvm.driver.v2.VMSpec.labels:type_name -> fluxvm.driver.v2.VMSpec.LabelsEntry
-	2,  // 7: fluxvm.driver.v2.Network.mode:type_name -> fluxvm.driver.v2.NetworkMode
-	3,  // 8: fluxvm.driver.v2.VMStatus.state:type_name -> fluxvm.driver.v2.VMState
-	15, // 9: fluxvm.driver.v2.VMStatus.exit:type_name -> fluxvm.driver.v2.ExitResult
-	70, // 10: fluxvm.driver.v2.VMStatus.attributes:type_name -> fluxvm.driver.v2.VMStatus.AttributesEntry
-	12, // 11: fluxvm.driver.v2.VMStatus.spec:type_name -> fluxvm.driver.v2.VMSpec
-	4,  // 12: fluxvm.driver.v2.ExitResult.reason:type_name -> fluxvm.driver.v2.ExitReason
-	12, // 13: fluxvm.driver.v2.CreateVMRequest.spec:type_name -> fluxvm.driver.v2.VMSpec
-	14, // 14: fluxvm.driver.v2.CreateVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
-	16, // 15: fluxvm.driver.v2.StartVMResponse.handle:type_name -> fluxvm.driver.v2.Handle
-	14, // 16: fluxvm.driver.v2.StartVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
-	16, // 17: fluxvm.driver.v2.RecoverVMRequest.handle:type_name -> fluxvm.driver.v2.Handle
-	14, // 18: fluxvm.driver.v2.RecoverVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
-	15, // 19: fluxvm.driver.v2.WaitVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
-	71, // 20: fluxvm.driver.v2.WaitReadyResponse.guest:type_name -> fluxvm.driver.v2.WaitReadyResponse.GuestEntry
-	15, // 21: fluxvm.driver.v2.StopVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
-	14, // 22: fluxvm.driver.v2.InspectVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
-	14, // 23: fluxvm.driver.v2.ListVMsResponse.vms:type_name -> fluxvm.driver.v2.VMStatus
-	5,  // 24: fluxvm.driver.v2.Event.type:type_name -> fluxvm.driver.v2.EventType
-	6,  // 25: fluxvm.driver.v2.Click.button:type_name -> fluxvm.driver.v2.MouseButton
-	45, // 26: fluxvm.driver.v2.Click.at:type_name -> fluxvm.driver.v2.Point
-	46, // 27: fluxvm.driver.v2.InputAction.key:type_name -> fluxvm.driver.v2.KeyChord
-	45, // 28: fluxvm.driver.v2.InputAction.move:type_name -> fluxvm.driver.v2.Point
-	47, // 29: fluxvm.driver.v2.InputAction.click:type_name -> fluxvm.driver.v2.Click
-	48, // 30: fluxvm.driver.v2.InputAction.scroll:type_name -> fluxvm.driver.v2.Scroll
-	49, // 31: fluxvm.driver.v2.SendInputRequest.actions:type_name -> fluxvm.driver.v2.InputAction
-	52, // 32: fluxvm.driver.v2.ExecRequest.argv:type_name -> fluxvm.driver.v2.Argv
-	3,  // 33: fluxvm.driver.v2.Snapshot.vm_state:type_name -> fluxvm.driver.v2.VMState
-	55, // 34: fluxvm.driver.v2.SnapshotVMResponse.snapshot:type_name -> fluxvm.driver.v2.Snapshot
-	55, // 35: fluxvm.driver.v2.ListSnapshotsResponse.snapshots:type_name -> fluxvm.driver.v2.Snapshot
-	14, // 36: fluxvm.driver.v2.RestoreVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
-	13, // 37: fluxvm.driver.v2.CloneVMRequest.network:type_name -> fluxvm.driver.v2.Network
-	72, // 38: fluxvm.driver.v2.CloneVMRequest.labels:type_name -> fluxvm.driver.v2.CloneVMRequest.LabelsEntry
-	14, // 39: fluxvm.driver.v2.CloneVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
-	7,  // 40: fluxvm.driver.v2.Driver.Capabilities:input_type -> fluxvm.driver.v2.CapabilitiesRequest
-	9,  // 41: fluxvm.driver.v2.Driver.Fingerprint:input_type -> fluxvm.driver.v2.FingerprintRequest
-	17, // 42: fluxvm.driver.v2.Driver.CreateVM:input_type -> fluxvm.driver.v2.CreateVMRequest
-	19, // 43: fluxvm.driver.v2.Driver.StartVM:input_type -> fluxvm.driver.v2.StartVMRequest
-	21, // 44: fluxvm.driver.v2.Driver.RecoverVM:input_type -> fluxvm.driver.v2.RecoverVMRequest
-	23, // 45: fluxvm.driver.v2.Driver.WaitVM:input_type -> fluxvm.driver.v2.WaitVMRequest
-	25, // 46: fluxvm.driver.v2.Driver.WaitReady:input_type -> fluxvm.driver.v2.WaitReadyRequest
-	27, // 47: fluxvm.driver.v2.Driver.StopVM:input_type -> fluxvm.driver.v2.StopVMRequest
-	29, // 48: fluxvm.driver.v2.Driver.DestroyVM:input_type -> fluxvm.driver.v2.DestroyVMRequest
-	31, // 49: fluxvm.driver.v2.Driver.InspectVM:input_type -> fluxvm.driver.v2.InspectVMRequest
-	33, // 50: fluxvm.driver.v2.Driver.ListVMs:input_type -> fluxvm.driver.v2.ListVMsRequest
-	35, // 51: fluxvm.driver.v2.Driver.Events:input_type -> fluxvm.driver.v2.EventsRequest
-	37, // 52: fluxvm.driver.v2.Driver.ConsoleLog:input_type -> fluxvm.driver.v2.ConsoleLogRequest
-	39, // 53: fluxvm.driver.v2.Driver.PauseVM:input_type -> fluxvm.driver.v2.PauseVMRequest
-	41, // 54: fluxvm.driver.v2.Driver.ResumeVM:input_type -> fluxvm.driver.v2.ResumeVMRequest
-	43, // 55: fluxvm.driver.v2.Driver.Screenshot:input_type -> fluxvm.driver.v2.ScreenshotRequest
-	50, // 56: fluxvm.driver.v2.Driver.SendInput:input_type -> fluxvm.driver.v2.SendInputRequest
-	53, // 57: fluxvm.driver.v2.Driver.Exec:input_type -> fluxvm.driver.v2.ExecRequest
-	56, // 58: fluxvm.driver.v2.Driver.SnapshotVM:input_type -> fluxvm.driver.v2.SnapshotVMRequest
-	58, // 59: fluxvm.driver.v2.Driver.ListSnapshots:input_type -> fluxvm.driver.v2.ListSnapshotsRequest
-	60, // 60: fluxvm.driver.v2.Driver.DeleteSnapshot:input_type -> fluxvm.driver.v2.DeleteSnapshotRequest
-	62, // 61: fluxvm.driver.v2.Driver.RestoreVM:input_type -> fluxvm.driver.v2.RestoreVMRequest
-	64, // 62: fluxvm.driver.v2.Driver.CloneVM:input_type -> fluxvm.driver.v2.CloneVMRequest
-	66, // 63: fluxvm.driver.v2.Driver.ForwardPort:input_type -> fluxvm.driver.v2.ForwardPortRequest
-	8,  // 64: fluxvm.driver.v2.Driver.Capabilities:output_type -> fluxvm.driver.v2.CapabilitiesResponse
-	10, // 65: fluxvm.driver.v2.Driver.Fingerprint:output_type -> fluxvm.driver.v2.FingerprintResponse
-	18, // 66: fluxvm.driver.v2.Driver.CreateVM:output_type -> fluxvm.driver.v2.CreateVMResponse
-	20, // 67: fluxvm.driver.v2.Driver.StartVM:output_type -> fluxvm.driver.v2.StartVMResponse
-	22, // 68: fluxvm.driver.v2.Driver.RecoverVM:output_type -> fluxvm.driver.v2.RecoverVMResponse
-	24, // 69: fluxvm.driver.v2.Driver.WaitVM:output_type -> fluxvm.driver.v2.WaitVMResponse
-	26, // 70: fluxvm.driver.v2.Driver.WaitReady:output_type -> fluxvm.driver.v2.WaitReadyResponse
-	28, // 71: fluxvm.driver.v2.Driver.StopVM:output_type -> fluxvm.driver.v2.StopVMResponse
-	30, // 72: fluxvm.driver.v2.Driver.DestroyVM:output_type -> fluxvm.driver.v2.DestroyVMResponse
-	32, // 73: fluxvm.driver.v2.Driver.InspectVM:output_type -> fluxvm.driver.v2.InspectVMResponse
-	34, // 74: fluxvm.driver.v2.Driver.ListVMs:output_type -> fluxvm.driver.v2.ListVMsResponse
-	36, // 75: fluxvm.driver.v2.Driver.Events:output_type -> fluxvm.driver.v2.Event
-	38, // 76: fluxvm.driver.v2.Driver.ConsoleLog:output_type -> fluxvm.driver.v2.ConsoleLogResponse
-	40, // 77: fluxvm.driver.v2.Driver.PauseVM:output_type -> fluxvm.driver.v2.PauseVMResponse
-	42, // 78: fluxvm.driver.v2.Driver.ResumeVM:output_type -> fluxvm.driver.v2.ResumeVMResponse
-	44, // 79: fluxvm.driver.v2.Driver.Screenshot:output_type -> fluxvm.driver.v2.ScreenshotResponse
-	51, // 80: fluxvm.driver.v2.Driver.SendInput:output_type -> fluxvm.driver.v2.SendInputResponse
-	54, // 81: fluxvm.driver.v2.Driver.Exec:output_type -> fluxvm.driver.v2.ExecResponse
-	57, // 82: fluxvm.driver.v2.Driver.SnapshotVM:output_type -> fluxvm.driver.v2.SnapshotVMResponse
-	59, // 83: fluxvm.driver.v2.Driver.ListSnapshots:output_type -> fluxvm.driver.v2.ListSnapshotsResponse
-	61, // 84: fluxvm.driver.v2.Driver.DeleteSnapshot:output_type -> fluxvm.driver.v2.DeleteSnapshotResponse
-	63, // 85: fluxvm.driver.v2.Driver.RestoreVM:output_type -> fluxvm.driver.v2.RestoreVMResponse
-	65, // 86: fluxvm.driver.v2.Driver.CloneVM:output_type -> fluxvm.driver.v2.CloneVMResponse
-	67, // 87: fluxvm.driver.v2.Driver.ForwardPort:output_type -> fluxvm.driver.v2.ForwardPortResponse
-	64, // [64:88] is the sub-list for method output_type
-	40, // [40:64] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	14, // 5: fluxvm.driver.v2.VMSpec.network:type_name -> fluxvm.driver.v2.Network
+	70, // 6: fluxvm.driver.v2.VMSpec.labels:type_name -> fluxvm.driver.v2.VMSpec.LabelsEntry
+	13, // 7: fluxvm.driver.v2.VMSpec.volumes:type_name -> fluxvm.driver.v2.Volume
+	2,  // 8: fluxvm.driver.v2.Network.mode:type_name -> fluxvm.driver.v2.NetworkMode
+	3,  // 9: fluxvm.driver.v2.VMStatus.state:type_name -> fluxvm.driver.v2.VMState
+	16, // 10: fluxvm.driver.v2.VMStatus.exit:type_name -> fluxvm.driver.v2.ExitResult
+	71, // 11: fluxvm.driver.v2.VMStatus.attributes:type_name -> fluxvm.driver.v2.VMStatus.AttributesEntry
+	12, // 12: fluxvm.driver.v2.VMStatus.spec:type_name -> fluxvm.driver.v2.VMSpec
+	4,  // 13: fluxvm.driver.v2.ExitResult.reason:type_name -> fluxvm.driver.v2.ExitReason
+	12, // 14: fluxvm.driver.v2.CreateVMRequest.spec:type_name -> fluxvm.driver.v2.VMSpec
+	15, // 15: fluxvm.driver.v2.CreateVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	17, // 16: fluxvm.driver.v2.StartVMResponse.handle:type_name -> fluxvm.driver.v2.Handle
+	15, // 17: fluxvm.driver.v2.StartVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	17, // 18: fluxvm.driver.v2.RecoverVMRequest.handle:type_name -> fluxvm.driver.v2.Handle
+	15, // 19: fluxvm.driver.v2.RecoverVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	16, // 20: fluxvm.driver.v2.WaitVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
+	72, // 21: fluxvm.driver.v2.WaitReadyResponse.guest:type_name -> fluxvm.driver.v2.WaitReadyResponse.GuestEntry
+	16, // 22: fluxvm.driver.v2.StopVMResponse.exit:type_name -> fluxvm.driver.v2.ExitResult
+	15, // 23: fluxvm.driver.v2.InspectVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	15, // 24: fluxvm.driver.v2.ListVMsResponse.vms:type_name -> fluxvm.driver.v2.VMStatus
+	5,  // 25: fluxvm.driver.v2.Event.type:type_name -> fluxvm.driver.v2.EventType
+	6,  // 26: fluxvm.driver.v2.Click.button:type_name -> fluxvm.driver.v2.MouseButton
+	46, // 27: fluxvm.driver.v2.Click.at:type_name -> fluxvm.driver.v2.Point
+	47, // 28: fluxvm.driver.v2.InputAction.key:type_name -> fluxvm.driver.v2.KeyChord
+	46, // 29: fluxvm.driver.v2.InputAction.move:type_name -> fluxvm.driver.v2.Point
+	48, // 30: fluxvm.driver.v2.InputAction.click:type_name -> fluxvm.driver.v2.Click
+	49, // 31: fluxvm.driver.v2.InputAction.scroll:type_name -> fluxvm.driver.v2.Scroll
+	50, // 32: fluxvm.driver.v2.SendInputRequest.actions:type_name -> fluxvm.driver.v2.InputAction
+	53, // 33: fluxvm.driver.v2.ExecRequest.argv:type_name -> fluxvm.driver.v2.Argv
+	3,  // 34: fluxvm.driver.v2.Snapshot.vm_state:type_name -> fluxvm.driver.v2.VMState
+	56, // 35: fluxvm.driver.v2.SnapshotVMResponse.snapshot:type_name -> fluxvm.driver.v2.Snapshot
+	56, // 36: fluxvm.driver.v2.ListSnapshotsResponse.snapshots:type_name -> fluxvm.driver.v2.Snapshot
+	15, // 37: fluxvm.driver.v2.RestoreVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	14, // 38: fluxvm.driver.v2.CloneVMRequest.network:type_name -> fluxvm.driver.v2.Network
+	73, // 39: fluxvm.driver.v2.CloneVMRequest.labels:type_name -> fluxvm.driver.v2.CloneVMRequest.LabelsEntry
+	15, // 40: fluxvm.driver.v2.CloneVMResponse.status:type_name -> fluxvm.driver.v2.VMStatus
+	7,  // 41: fluxvm.driver.v2.Driver.Capabilities:input_type -> fluxvm.driver.v2.CapabilitiesRequest
+	9,  // 42: fluxvm.driver.v2.Driver.Fingerprint:input_type -> fluxvm.driver.v2.FingerprintRequest
+	18, // 43: fluxvm.driver.v2.Driver.CreateVM:input_type -> fluxvm.driver.v2.CreateVMRequest
+	20, // 44: fluxvm.driver.v2.Driver.StartVM:input_type -> fluxvm.driver.v2.StartVMRequest
+	22, // 45: fluxvm.driver.v2.Driver.RecoverVM:input_type -> fluxvm.driver.v2.RecoverVMRequest
+	24, // 46: fluxvm.driver.v2.Driver.WaitVM:input_type -> fluxvm.driver.v2.WaitVMRequest
+	26, // 47: fluxvm.driver.v2.Driver.WaitReady:input_type -> fluxvm.driver.v2.WaitReadyRequest
+	28, // 48: fluxvm.driver.v2.Driver.StopVM:input_type -> fluxvm.driver.v2.StopVMRequest
+	30, // 49: fluxvm.driver.v2.Driver.DestroyVM:input_type -> fluxvm.driver.v2.DestroyVMRequest
+	32, // 50: fluxvm.driver.v2.Driver.InspectVM:input_type -> fluxvm.driver.v2.InspectVMRequest
+	34, // 51: fluxvm.driver.v2.Driver.ListVMs:input_type -> fluxvm.driver.v2.ListVMsRequest
+	36, // 52: fluxvm.driver.v2.Driver.Events:input_type -> fluxvm.driver.v2.EventsRequest
+	38, // 53: fluxvm.driver.v2.Driver.ConsoleLog:input_type -> fluxvm.driver.v2.ConsoleLogRequest
+	40, // 54: fluxvm.driver.v2.Driver.PauseVM:input_type -> fluxvm.driver.v2.PauseVMRequest
+	42, // 55: fluxvm.driver.v2.Driver.ResumeVM:input_type -> fluxvm.driver.v2.ResumeVMRequest
+	44, // 56: fluxvm.driver.v2.Driver.Screenshot:input_type -> fluxvm.driver.v2.ScreenshotRequest
+	51, // 57: fluxvm.driver.v2.Driver.SendInput:input_type -> fluxvm.driver.v2.SendInputRequest
+	54, // 58: fluxvm.driver.v2.Driver.Exec:input_type -> fluxvm.driver.v2.ExecRequest
+	57, // 59: fluxvm.driver.v2.Driver.SnapshotVM:input_type -> fluxvm.driver.v2.SnapshotVMRequest
+	59, // 60: fluxvm.driver.v2.Driver.ListSnapshots:input_type -> fluxvm.driver.v2.ListSnapshotsRequest
+	61, // 61: fluxvm.driver.v2.Driver.DeleteSnapshot:input_type -> fluxvm.driver.v2.DeleteSnapshotRequest
+	63, // 62: fluxvm.driver.v2.Driver.RestoreVM:input_type -> fluxvm.driver.v2.RestoreVMRequest
+	65, // 63: fluxvm.driver.v2.Driver.CloneVM:input_type -> fluxvm.driver.v2.CloneVMRequest
+	67, // 64: fluxvm.driver.v2.Driver.ForwardPort:input_type -> fluxvm.driver.v2.ForwardPortRequest
+	8,  // 65: fluxvm.driver.v2.Driver.Capabilities:output_type -> fluxvm.driver.v2.CapabilitiesResponse
+	10, // 66: fluxvm.driver.v2.Driver.Fingerprint:output_type -> fluxvm.driver.v2.FingerprintResponse
+	19, // 67: fluxvm.driver.v2.Driver.CreateVM:output_type -> fluxvm.driver.v2.CreateVMResponse
+	21, // 68: fluxvm.driver.v2.Driver.StartVM:output_type -> fluxvm.driver.v2.StartVMResponse
+	23, // 69: fluxvm.driver.v2.Driver.RecoverVM:output_type -> fluxvm.driver.v2.RecoverVMResponse
+	25, // 70: fluxvm.driver.v2.Driver.WaitVM:output_type -> fluxvm.driver.v2.WaitVMResponse
+	27, // 71: fluxvm.driver.v2.Driver.WaitReady:output_type -> fluxvm.driver.v2.WaitReadyResponse
+	29, // 72: fluxvm.driver.v2.Driver.StopVM:output_type -> fluxvm.driver.v2.StopVMResponse
+	31, // 73: fluxvm.driver.v2.Driver.DestroyVM:output_type -> fluxvm.driver.v2.DestroyVMResponse
+	33, // 74: fluxvm.driver.v2.Driver.InspectVM:output_type -> fluxvm.driver.v2.InspectVMResponse
+	35, // 75: fluxvm.driver.v2.Driver.ListVMs:output_type -> fluxvm.driver.v2.ListVMsResponse
+	37, // 76: fluxvm.driver.v2.Driver.Events:output_type -> fluxvm.driver.v2.Event
+	39, // 77: fluxvm.driver.v2.Driver.ConsoleLog:output_type -> fluxvm.driver.v2.ConsoleLogResponse
+	41, // 78: fluxvm.driver.v2.Driver.PauseVM:output_type -> fluxvm.driver.v2.PauseVMResponse
+	43, // 79: fluxvm.driver.v2.Driver.ResumeVM:output_type -> fluxvm.driver.v2.ResumeVMResponse
+	45, // 80: fluxvm.driver.v2.Driver.Screenshot:output_type -> fluxvm.driver.v2.ScreenshotResponse
+	52, // 81: fluxvm.driver.v2.Driver.SendInput:output_type -> fluxvm.driver.v2.SendInputResponse
+	55, // 82: fluxvm.driver.v2.Driver.Exec:output_type -> fluxvm.driver.v2.ExecResponse
+	58, // 83: fluxvm.driver.v2.Driver.SnapshotVM:output_type -> fluxvm.driver.v2.SnapshotVMResponse
+	60, // 84: fluxvm.driver.v2.Driver.ListSnapshots:output_type -> fluxvm.driver.v2.ListSnapshotsResponse
+	62, // 85: fluxvm.driver.v2.Driver.DeleteSnapshot:output_type -> fluxvm.driver.v2.DeleteSnapshotResponse
+	64, // 86: fluxvm.driver.v2.Driver.RestoreVM:output_type -> fluxvm.driver.v2.RestoreVMResponse
+	66, // 87: fluxvm.driver.v2.Driver.CloneVM:output_type -> fluxvm.driver.v2.CloneVMResponse
+	68, // 88: fluxvm.driver.v2.Driver.ForwardPort:output_type -> fluxvm.driver.v2.ForwardPortResponse
+	65, // [65:89] is the sub-list for method output_type
+	41, // [41:65] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_driver_proto_init() }
@@ -4438,18 +4532,18 @@ func file_driver_proto_init() {
 	if File_driver_proto != nil {
 		return
 	}
-	file_driver_proto_msgTypes[42].OneofWrappers = []any{
+	file_driver_proto_msgTypes[43].OneofWrappers = []any{
 		(*InputAction_Key)(nil),
 		(*InputAction_Text)(nil),
 		(*InputAction_Move)(nil),
 		(*InputAction_Click)(nil),
 		(*InputAction_Scroll)(nil),
 	}
-	file_driver_proto_msgTypes[46].OneofWrappers = []any{
+	file_driver_proto_msgTypes[47].OneofWrappers = []any{
 		(*ExecRequest_Argv)(nil),
 		(*ExecRequest_Shell)(nil),
 	}
-	file_driver_proto_msgTypes[47].OneofWrappers = []any{
+	file_driver_proto_msgTypes[48].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_ExitCode)(nil),
@@ -4460,7 +4554,7 @@ func file_driver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_driver_proto_rawDesc), len(file_driver_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

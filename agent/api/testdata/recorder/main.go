@@ -45,8 +45,8 @@ func (r *recorder) Capabilities(ctx context.Context) (*pb.CapabilitiesResponse, 
 	claims := func(c driver.Capability) bool { return slices.Contains(r.claims, string(c)) }
 	caps.Pause, caps.Screenshot, caps.Input, caps.Exec =
 		claims(driver.CapPause), claims(driver.CapScreenshot), claims(driver.CapInput), claims(driver.CapExec)
-	caps.DiskSnapshots, caps.MemorySnapshots, caps.Clones, caps.PortForward =
-		claims(driver.CapDiskSnapshots), claims(driver.CapMemorySnapshots), claims(driver.CapClones), claims(driver.CapPortForward)
+	caps.DiskSnapshots, caps.MemorySnapshots, caps.Clones, caps.PortForward, caps.Volumes =
+		claims(driver.CapDiskSnapshots), claims(driver.CapMemorySnapshots), claims(driver.CapClones), claims(driver.CapPortForward), claims(driver.CapVolumes)
 	return caps, nil
 }
 
