@@ -83,7 +83,11 @@ type Manager struct {
 	createMu sync.Mutex // serialises name and capacity checks
 	mu       sync.Mutex
 	vmLocks  map[string]*sync.Mutex
-	ready    map[string]bool               // guest agent answered since the last start
+	ready    map[string]bool // guest agent answered since the last start
+	// keysDue holds the VMs whose SSH keys are not installed since the last
+	// start: they do not read as ready, whatever the driver says, until the
+	// keys are in (or failed).
+	keysDue  map[string]bool
 	watching map[string]context.CancelFunc // readiness watchers
 }
 
@@ -103,6 +107,7 @@ func New(opts Options) *Manager {
 		opts: opts, log: opts.Logger,
 		vmLocks:  map[string]*sync.Mutex{},
 		ready:    map[string]bool{},
+		keysDue:  map[string]bool{},
 		watching: map[string]context.CancelFunc{},
 	}
 }
@@ -431,12 +436,14 @@ func (m *Manager) start(ctx context.Context, d driver.Driver, rec *store.VM) err
 // started (or was recovered).
 func (m *Manager) watchReady(id string, d driver.Driver) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	keysDue := m.hasSSHKeys(id)
 	m.mu.Lock()
 	if old, ok := m.watching[id]; ok {
 		old()
 	}
 	m.watching[id] = cancel
 	m.ready[id] = false
+	m.keysDue[id] = keysDue
 	m.mu.Unlock()
 	go func() {
 		defer cancel()
@@ -455,6 +462,7 @@ func (m *Manager) watchReady(id string, d driver.Driver) {
 		}
 		m.mu.Lock()
 		m.ready[id] = true
+		delete(m.keysDue, id)
 		m.mu.Unlock()
 		m.event(id, "guest-ready", fmt.Sprintf("guest agent %s answered", guest["agent_version"]))
 	}()
@@ -467,6 +475,7 @@ func (m *Manager) stopWatching(id string) {
 		delete(m.watching, id)
 	}
 	m.ready[id] = false
+	delete(m.keysDue, id)
 	m.mu.Unlock()
 }
 
@@ -552,7 +561,7 @@ func (m *Manager) view(ctx context.Context, rec *store.VM) *sdk.VM {
 		}
 	}
 	m.mu.Lock()
-	v.AgentReady = (m.ready[rec.ID] || st.AgentReady) && v.State == sdk.StateRunning
+	v.AgentReady = (m.ready[rec.ID] || st.AgentReady && !m.keysDue[rec.ID]) && v.State == sdk.StateRunning
 	m.mu.Unlock()
 	return v
 }

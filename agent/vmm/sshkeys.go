@@ -39,6 +39,16 @@ func checkSSHKeys(req *sdk.CreateVMRequest) error {
 	return nil
 }
 
+// hasSSHKeys reports whether VM id was created with SSH keys to install.
+func (m *Manager) hasSSHKeys(id string) bool {
+	rec, err := m.opts.Store.GetVM(id)
+	if err != nil {
+		return false
+	}
+	var req sdk.CreateVMRequest
+	return json.Unmarshal(rec.Spec, &req) == nil && len(req.SSHAuthorizedKeys) > 0
+}
+
 // installSSHKeys installs the keys of VM id's create request for its login
 // in the guest, which forgets them when it restarts (its root is an
 // initramfs): it runs at every readiness. No keys, nothing to do.
