@@ -135,16 +135,26 @@ func Launch(opts ...Option) (*Fleet, error) {
 		}
 	}()
 
-	caddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	f.URL = "http://" + caddr
 	f.bin = bin
-	f.centralArgs = []string{"central", "-token", f.OperatorToken,
-		"-listen", caddr, "-state-dir", filepath.Join(dir, "central"), "-heartbeat-secs", "1"}
-	if err := f.startCentral(); err != nil {
-		return nil, err
+	// A free port can be taken between freeAddr closing it and central
+	// listening (by another test, or by central's own embedded etcd): then
+	// central says so and exits, and another port is tried.
+	for attempt := 1; ; attempt++ {
+		caddr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		f.URL = "http://" + caddr
+		f.centralArgs = []string{"central", "-token", f.OperatorToken,
+			"-listen", caddr, "-state-dir", filepath.Join(dir, "central"), "-heartbeat-secs", "1"}
+		err = f.startCentral()
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+		f.central.stop()
 	}
 
 	images := filepath.Join(dir, "images")
