@@ -328,14 +328,14 @@ func TestListTunnelsShowsOpenOnesAndCloseTunnelEndsOne(t *testing.T) {
 	}
 	defer c.Close()
 	roundTrip(t, c, []byte("hello"))
-	// Central counts the bytes as it relays them: the echo may reach the
-	// client a moment before the count is read.
+	// Central counts the bytes each way once it has written them on: the
+	// echo may reach the client a moment before either count is taken.
 	var list *sdk.TunnelList
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if list, err = fc.ListTunnels(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Tunnels) != 1 || list.Tunnels[0].BytesFromVM == 5 || time.Now().After(deadline) {
+		if len(list.Tunnels) != 1 || list.Tunnels[0].BytesFromVM == 5 && list.Tunnels[0].BytesToVM == 5 || time.Now().After(deadline) {
 			break
 		}
 	}

@@ -370,11 +370,13 @@ func (t *Tunnel) copy(dst, src net.Conn, count *atomic.Int64, srcGone, srcBroke,
 		n, err := src.Read(buf)
 		if n > 0 {
 			t.lastActive.Store(t.m.opts.Now().UnixNano())
+			// Counted as read, before the write: whoever sees the bytes
+			// arrive (an echo, a reply) finds them in the count already.
+			count.Add(int64(n))
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				t.end(dstGone)
 				return
 			}
-			count.Add(int64(n))
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {

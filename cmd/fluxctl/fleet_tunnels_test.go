@@ -171,7 +171,7 @@ func TestTunnelStdioRelaysAndSaysWhyCentralEndedIt(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		list := c.run(t, "fleet", "tunnels", "-o", "json").ok(t, "tunnels -o json").stdout
 		tl = decode[sdk.TunnelList](t, "tunnels", list)
-		if len(tl.Tunnels) != 1 || tl.Tunnels[0].BytesFromVM == 25 || time.Now().After(deadline) {
+		if len(tl.Tunnels) != 1 || tl.Tunnels[0].BytesFromVM == 25 && tl.Tunnels[0].BytesToVM == 25 || time.Now().After(deadline) {
 			break
 		}
 	}
