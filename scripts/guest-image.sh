@@ -39,7 +39,7 @@ MODULES="$PORT_MODULES $LATE_MODULES $DISPLAY_MODULES"
 # packages) except those in SSH_LIB_PKGS, which a host without them may lack. The cache
 # directory is named after openssh-server's version and these lists.
 SSH_PKGS="openssh-server openssh-sftp-server rsync"
-SSH_LIB_PKGS="libwrap0 libpopt0 libxxhash0"
+SSH_LIB_PKGS="libwrap0 libnsl2 libtirpc3 libtirpc-common libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libcom-err2 libpopt0 libxxhash0"
 SSH_LIST_HASH=$(echo "$SSH_PKGS $SSH_LIB_PKGS" | sha256sum | cut -c1-12)
 
 say() { echo "guest-image: $*"; }
