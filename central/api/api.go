@@ -28,6 +28,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/pools"
+	"github.com/fluxvm/fluxvm/central/previews"
 	"github.com/fluxvm/fluxvm/central/reconciler"
 	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/central/snapshots"
@@ -194,6 +195,7 @@ type Server struct {
 	sessions  *identity.Sessions
 	webhooks  *webhooks.Service
 	tunnels   *tunnels.Manager
+	previews  *previews.Service
 	snapshots *snapshots.Service
 	volumes   *volumes.Service
 	payments  *payments.Service
@@ -234,6 +236,7 @@ func New(opts Options) *Server {
 				opts.Activity.Append(e)
 			}
 		}})
+	s.previews = previews.New(previews.Options{Store: opts.Store, Client: s.nodes.Client, Now: opts.Now, Logger: opts.Logger.Named("previews")})
 	s.sessions = identity.NewSessions(opts.Store, opts.SessionTTL, opts.Now, s.isOperatorEmail, opts.Logger)
 	if u, err := url.Parse(opts.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
 		s.publicOrigin = u.Scheme + "://" + u.Host
