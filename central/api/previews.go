@@ -124,7 +124,7 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalOf(r.Context())
 	if p.User != "" {
 		jsonapi.WriteError(w, http.StatusForbidden, "a preview is not served to a console session",
-			"send a bearer token or an API key (fluxctl fleet preview-get, or curl -H 'Authorization: Bearer ...')")
+			"send a bearer token or an API key (curl -H 'Authorization: Bearer ...', or sdk.FleetClient.DoPreview); browsers are not served previews yet")
 		return
 	}
 	id := mux.Vars(r)["id"]
