@@ -46,6 +46,11 @@ func newPvGuest(t *testing.T) *pvGuest {
 			}
 		}
 		w.Header().Set("Content-Type", "text/plain")
+		if r.URL.Path == "/len" {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "%d bytes", n)
+			return
+		}
 		fmt.Fprintf(w, "dev server at %s", r.URL.Path)
 	}))
 	t.Cleanup(srv.Close)
@@ -150,6 +155,12 @@ func TestPreviewThroughCentralAndTheNodeChannel(t *testing.T) {
 		if h.Get("Authorization") != "" || h.Get("Cookie") != "" || h.Get("X-Fluxvm-Console") != "" || h.Get("X-Custom") != "kept" || u != "/app/page?x=1" {
 			t.Fatalf("%s: the guest saw %s with %v", m, u, h)
 		}
+	}
+	// A body of unknown length over central's 1 MiB for JSON bodies
+	// reaches the guest whole: previews' bodies are not read on the way.
+	big := strings.Repeat("b", 3<<20)
+	if code, body := pvDo(t, "PUT", url+p.Path+"len", io.MultiReader(strings.NewReader(big)), http.Header{"Authorization": {"Bearer " + tokA}}); code != 200 || body != fmt.Sprintf("%d bytes", len(big)) {
+		t.Fatalf("a 3 MiB body of unknown length: %d %q", code, body)
 	}
 	resp, err := fc.DoPreview(t.Context(), p.ID, "GET", "/sdk", nil, nil)
 	if err != nil {
