@@ -249,7 +249,10 @@ func New(opts Options) *Server {
 	s.vms.Notify, s.launch.Notify, s.drainer.Notify, s.leases.Notify = events, events, events, events
 	s.snapshots = snapshots.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("snapshots"))
 	s.snapshots.Notify = events
-	s.vms.Deleted = s.snapshots.VMDeleted // a snapshot is deleted with its VM
+	s.vms.Deleted = func(ctx context.Context, node, vmID string) { // snapshots and previews end with their VM
+		s.snapshots.VMDeleted(ctx, node, vmID)
+		s.previews.VMDeleted(ctx, node, vmID)
+	}
 	s.volumes = volumes.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("volumes"))
 	s.volumes.Notify = events
 	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s.metering,

@@ -91,7 +91,7 @@ func pvDo(t *testing.T, method, url string, body io.Reader, header http.Header) 
 // WebSocket goes both ways through it; the listing shows it to its tenant
 // only; another tenant gets 404 for using, opening on, or closing acme's
 // VM; bad ports are 400 and 403; a stopped VM makes it 404 at once; a
-// closed preview is 404.
+// closed preview is 404; deleting the VM drops its previews.
 func TestPreviewThroughCentralAndTheNodeChannel(t *testing.T) {
 	url, _ := tnCentral(t)
 	images, img := fxImages(t)
@@ -242,5 +242,13 @@ func TestPreviewThroughCentralAndTheNodeChannel(t *testing.T) {
 	}
 	if code, _ := pvDo(t, "GET", url+q.Path, nil, http.Header{"Authorization": {"Bearer " + tokA}}); code != http.StatusNotFound {
 		t.Fatalf("a closed preview: %d, want 404", code)
+	}
+
+	// Deleting the VM through central drops its previews with it.
+	fxMust(t, "POST", vmPath, tokA, map[string]any{"port": 8080}, http.StatusCreated, nil)
+	fxMust(t, "DELETE", url+"/fleet/vms/sim-1/"+vm.VM.ID, tokA, nil, http.StatusNoContent, nil)
+	fxMust(t, "GET", url+"/fleet/previews", tokA, nil, http.StatusOK, &list)
+	if len(list.Previews) != 0 {
+		t.Fatalf("the deleted VM's previews are still listed: %+v", list.Previews)
 	}
 }

@@ -277,6 +277,22 @@ func (s *Service) drop(ctx context.Context, rec *store.Preview, reason string) {
 	s.log.Info("preview closed", "id", rec.ID, "tenant", rec.TenantName, "vm", rec.VMName, "node", rec.Node, "port", rec.Port, "reason", reason)
 }
 
+// VMDeleted drops the previews of a VM central deleted (central/vms calls
+// it), and ends their requests on this central. A store that does not
+// answer leaves them: their next request finds the VM gone.
+func (s *Service) VMDeleted(ctx context.Context, node, vmID string) {
+	recs, err := s.opts.Store.ListPreviewRecords(ctx)
+	if err != nil {
+		s.log.Warn("cannot list previews to drop a deleted vm's", "node", node, "error", err)
+		return
+	}
+	for i := range recs {
+		if recs[i].Node == node && recs[i].VM == vmID {
+			s.drop(ctx, &recs[i], "the vm was deleted")
+		}
+	}
+}
+
 // Close closes the VM's previews that the caller may reach: the one of
 // port, or all of them when port is 0. It returns the ones closed; none is
 // ErrNotFound.

@@ -440,7 +440,7 @@ func TestOpenRefusesEveryBadInput(t *testing.T) {
 
 // TestAnotherTenantsPreviewIsNotFound: another tenant can neither use,
 // list nor close acme's preview, and learns nothing of it; a read-only
-// key is refused; the operator reaches it.
+// key is refused; the operator reaches it; VMDeleted drops it.
 func TestAnotherTenantsPreviewIsNotFound(t *testing.T) {
 	f := newFixture(t)
 	p := f.open(8080)
@@ -475,6 +475,11 @@ func TestAnotherTenantsPreviewIsNotFound(t *testing.T) {
 	}
 	if list, _ := f.svc.List(ctx, op); len(list) != 1 {
 		t.Errorf("the operator lists %d previews, want 1", len(list))
+	}
+	// Central deleting the VM drops its previews at once.
+	f.svc.VMDeleted(ctx, "n1", f.vm.ID)
+	if list, _ := f.svc.List(ctx, op); len(list) != 0 {
+		t.Errorf("after VMDeleted the operator lists %+v", list)
 	}
 }
 
