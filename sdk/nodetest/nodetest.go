@@ -41,9 +41,10 @@ type Node struct {
 type Option func(*options)
 
 type options struct {
-	qemuImage  string
-	adminToken string
-	simImage   string
+	qemuImage    string
+	adminToken   string
+	simImage     string
+	portForwards map[string]string
 }
 
 // WithAdminToken has the node accept token as an admin token (Node.AdminToken),
@@ -56,6 +57,13 @@ func WithAdminToken(token string) Option {
 // allow its directory, so that one create spec fits several nodes.
 func WithImage(image string) Option {
 	return func(o *options) { o.simImage = image }
+}
+
+// WithSimPortForwards gives the sim driver port_forwards: guest TCP port ->
+// a host address that stands for it, so tunnels (and previews) reach a
+// server the test runs.
+func WithSimPortForwards(forwards map[string]string) Option {
+	return func(o *options) { o.portForwards = forwards }
 }
 
 // WithQEMU runs the built-in qemu driver (TCG, no acceleration probe)
@@ -105,6 +113,19 @@ func Start(t testing.TB, opts ...Option) *Node {
 	plugin := `plugin "sim" {
   config { boot_delay_ms = 100 }
 }`
+	if len(o.portForwards) > 0 {
+		forwards := ""
+		for p, addr := range o.portForwards {
+			forwards += fmt.Sprintf("\n      %q = %q", p, addr)
+		}
+		plugin = `plugin "sim" {
+  config {
+    boot_delay_ms = 100
+    port_forwards = {` + forwards + `
+    }
+  }
+}`
+	}
 	if o.qemuImage != "" {
 		n.Image = o.qemuImage
 		images = filepath.Dir(o.qemuImage)
