@@ -40,6 +40,12 @@ type host struct {
 // writing exit.json). The process is started detached by the plugin, so the
 // VM outlives plugin and agent.
 func RunHost(ctx context.Context, workspace string, newMachine NewMachineFunc, logf func(string, ...any)) error {
+	return runHost(ctx, workspace, newMachine, logf, 30*time.Second)
+}
+
+// runHost is RunHost with the grace period a guest has to power off once
+// ctx ends (SIGTERM) before it is stopped by force.
+func runHost(ctx context.Context, workspace string, newMachine NewMachineFunc, logf func(string, ...any), grace time.Duration) error {
 	var cfg HostConfig
 	if err := readJSON(filepath.Join(workspace, hostFile), &cfg); err != nil {
 		return fmt.Errorf("vz host: read config: %w", err)
@@ -70,7 +76,7 @@ func RunHost(ctx context.Context, workspace string, newMachine NewMachineFunc, l
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	h := &host{cfg: &cfg, ws: workspace, ln: ln, m: m, instance: hex.EncodeToString(nonce[:]), logf: logf, done: make(chan struct{})}
-	if err := m.Start(ctx); err != nil {
+	if err := m.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("vz host: vm %s: start: %w", cfg.VMID, err)
 	}
 	if cfg.RestoreFrom != "" {
@@ -81,7 +87,12 @@ func RunHost(ctx context.Context, workspace string, newMachine NewMachineFunc, l
 	logf("vm %s running (instance %s, pid %d)", cfg.VMID, h.instance, os.Getpid())
 	go h.watch()
 	go h.serve(ln)
-	<-h.done
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		logf("vm %s: signalled: powering off (stopped by force after %v)", cfg.VMID, grace)
+		_, _ = h.stop(context.Background(), hostRequest{Op: opStop, TimeoutMS: grace.Milliseconds()})
+	}
 	// Let the waiters' replies go out before the process ends.
 	time.Sleep(100 * time.Millisecond)
 	h.mu.Lock()

@@ -56,10 +56,10 @@ type HostConfig struct {
 	Disk string `json:"disk"`
 	// EFIVars is a Linux guest's EFI variable store (made when missing).
 	EFIVars string `json:"efi_vars,omitempty"`
-	// HardwareModel, MachineID and AuxStorage are a macOS guest's platform
-	// files: the hardware model comes from the image (a clone keeps its
-	// source's), the machine identifier is the VM's own (made when missing),
-	// the auxiliary storage is cloned from the image.
+	// HardwareModel and AuxStorage are a macOS guest's platform files, from
+	// the image (a clone keeps its source's). MachineID is the VM's own
+	// machine identifier, either kind of guest (made at first start, never
+	// copied to a clone; a saved state restores only into the same one).
 	HardwareModel string `json:"hardware_model,omitempty"`
 	MachineID     string `json:"machine_id,omitempty"`
 	AuxStorage    string `json:"aux_storage,omitempty"`
@@ -136,6 +136,7 @@ func translate(spec *pb.VMSpec, ws string, os_ pb.GuestOS) (*HostConfig, error) 
 	case pb.GuestOS_GUEST_OS_LINUX:
 		cfg.GuestOS = "linux"
 		cfg.EFIVars = filepath.Join(ws, efiVarsName)
+		cfg.MachineID = filepath.Join(ws, machineIDName)
 	case pb.GuestOS_GUEST_OS_MACOS:
 		cfg.GuestOS = "macos"
 		cfg.HardwareModel = filepath.Join(ws, hwModelName)

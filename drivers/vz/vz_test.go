@@ -322,7 +322,7 @@ func TestTranslateSpecToHostConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hc.GuestOS != "linux" || hc.CPUs != 2 || hc.MemoryMiB != 1024 || hc.EFIVars != ws+"/"+efiVarsName || hc.MachineID != "" ||
+	if hc.GuestOS != "linux" || hc.CPUs != 2 || hc.MemoryMiB != 1024 || hc.EFIVars != ws+"/"+efiVarsName || hc.MachineID != ws+"/"+machineIDName ||
 		hc.MAC != "52:54:00:aa:bb:cc" || hc.Socket != ws+"/"+socketName || hc.AgentPort != AgentPort {
 		t.Errorf("linux host config = %+v", hc)
 	}
