@@ -62,13 +62,21 @@ type listed struct {
 	Error      *struct{ Err string }
 }
 
+// Report is what Check found.
+type Report struct {
+	// Problems are the type errors in the matched packages, sorted by file
+	// and line; errors inside their dependencies are not theirs to fix and
+	// are left out.
+	Problems []Problem
+	// Files are the matched packages' files that were checked, so a caller
+	// can see that build tags picked the files it meant.
+	Files []string
+}
+
 // Check type-checks the packages matched by patterns (run from dir) and
-// everything they import, for darwin/arm64 with cgo. It returns the type
-// errors found in the matched packages themselves, sorted by file and line;
-// errors inside their dependencies are not theirs to fix and are left out.
-// An error return means the check could not run (go list failed, a file did
-// not parse).
-func Check(ctx context.Context, dir string, patterns ...string) ([]Problem, error) {
+// everything they import, for darwin/arm64 with cgo. An error return means
+// the check could not run (go list failed, a file did not parse).
+func Check(ctx context.Context, dir string, patterns ...string) (*Report, error) {
 	pkgs, err := list(ctx, dir, patterns)
 	if err != nil {
 		return nil, err
@@ -76,6 +84,7 @@ func Check(ctx context.Context, dir string, patterns ...string) ([]Problem, erro
 	fset := token.NewFileSet()
 	checked := map[string]*types.Package{"unsafe": types.Unsafe}
 	var problems []Problem
+	var checkedFiles []string
 	for _, p := range pkgs {
 		if p.ImportPath == "unsafe" {
 			continue
@@ -90,6 +99,9 @@ func Check(ctx context.Context, dir string, patterns ...string) ([]Problem, erro
 				return nil, fmt.Errorf("darwincheck: parse %s: %w", filepath.Join(p.Dir, name), err)
 			}
 			files = append(files, f)
+			if !p.DepOnly {
+				checkedFiles = append(checkedFiles, filepath.Join(p.Dir, name))
+			}
 		}
 		var pkgProblems []Problem
 		conf := types.Config{
@@ -123,7 +135,7 @@ func Check(ctx context.Context, dir string, patterns ...string) ([]Problem, erro
 		}
 		return problems[i].Line < problems[j].Line
 	})
-	return problems, nil
+	return &Report{Problems: problems, Files: checkedFiles}, nil
 }
 
 // list runs go list -deps for darwin/arm64 with cgo; it prints dependencies

@@ -19,17 +19,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: check-darwin PACKAGE...")
 		os.Exit(2)
 	}
-	problems, err := darwincheck.Check(context.Background(), ".", os.Args[1:]...)
+	report, err := darwincheck.Check(context.Background(), ".", os.Args[1:]...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	for _, p := range problems {
+	for _, p := range report.Problems {
 		fmt.Println(p)
 	}
-	if len(problems) > 0 {
-		fmt.Fprintf(os.Stderr, "check-darwin: %d type errors for %s/%s\n", len(problems), darwincheck.GOOS, darwincheck.GOARCH)
+	if len(report.Problems) > 0 {
+		fmt.Printf("check-darwin: %d type errors for %s/%s\n", len(report.Problems), darwincheck.GOOS, darwincheck.GOARCH)
 		os.Exit(1)
 	}
-	fmt.Printf("check-darwin: %v type-check for %s/%s with cgo\n", os.Args[1:], darwincheck.GOOS, darwincheck.GOARCH)
+	fmt.Printf("check-darwin: %d files of %v type-check for %s/%s with cgo\n", len(report.Files), os.Args[1:], darwincheck.GOOS, darwincheck.GOARCH)
 }
