@@ -10,6 +10,7 @@
 //	fluxvm-agent plugin sim               the simulated driver plugin
 //	fluxvm-agent plugin vz                the Virtualization framework driver plugin (macOS on Apple silicon; elsewhere it reports why it cannot run)
 //	fluxvm-agent vz-host -workspace DIR   one vz VM's host process (the vz plugin starts it)
+//	fluxvm-agent vz-install -ipsw F -out DIR   make a macOS image for the vz driver from a restore image
 //	fluxvm-agent plugin netns             the network plugin (Linux; the node agent starts it for plugin "netns" {})
 package main
 
@@ -67,6 +68,8 @@ func main() {
 		os.Exit(runPlugin(os.Args[2:]))
 	case "vz-host":
 		os.Exit(vz.HostMain(os.Args[2:], os.Stderr))
+	case "vz-install":
+		os.Exit(vz.InstallMain(os.Args[2:], os.Stderr))
 	case "version", "-version", "--version":
 		fmt.Println("fluxvm-agent", version)
 	case "-h", "-help", "--help", "help":
@@ -89,6 +92,7 @@ func usage() {
   fluxvm-agent dev [-state-dir DIR] [-reset] [-listen ADDR] [-node-listen ADDR]
   fluxvm-agent plugin NAME
   fluxvm-agent vz-host -workspace DIR   (started by the vz plugin: one VM's host process)
+  fluxvm-agent vz-install -ipsw RESTORE.ipsw -out DIR [-disk-gib N]   (macOS: make a macOS image for vz)
   fluxvm-agent version
 
 built-in plugins: %v

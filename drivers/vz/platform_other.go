@@ -3,6 +3,7 @@
 package vz
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -21,4 +22,9 @@ func hostPlatform() Platform {
 // newMachine cannot make a VM in this build.
 func newMachine(*HostConfig) (Machine, error) {
 	return nil, errors.New(hostPlatform().Why)
+}
+
+// installMacOS cannot install macOS in this build.
+func installMacOS(context.Context, string, string, int64, func(string, ...any)) error {
+	return errors.New(hostPlatform().Why)
 }

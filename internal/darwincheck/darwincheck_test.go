@@ -96,7 +96,7 @@ func TestVZDriverAndHostProcessTypeCheckForDarwin(t *testing.T) {
 	for _, f := range report.Files {
 		names = append(names, filepath.Base(f))
 	}
-	for _, want := range []string{"machine_darwin.go", "clone_darwin.go", "hostmain.go"} {
+	for _, want := range []string{"machine_darwin.go", "install_darwin.go", "clone_darwin.go", "hostmain.go"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("%s was not checked (checked: %v)", want, names)
 		}
