@@ -42,6 +42,21 @@ func (s *slots) take(id string) error {
 	return nil
 }
 
+// reset sets the limit and the VMs that hold slots (a plugin's SetConfig,
+// from the host processes it found running).
+func (s *slots) reset(max int, held map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.max, s.held = max, held
+}
+
+// hold marks vm id as holding a slot whatever the limit: it runs already.
+func (s *slots) hold(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held[id] = true
+}
+
 // release gives vm id's slot back (a no-op when it holds none).
 func (s *slots) release(id string) {
 	s.mu.Lock()

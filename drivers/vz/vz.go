@@ -188,7 +188,7 @@ func (d *Driver) SetConfig(ctx context.Context, req *basepb.SetConfigRequest) er
 	if err := os.MkdirAll(filepath.Join(dir, "vms"), 0o700); err != nil {
 		return fmt.Errorf("vz: create state dir: %w", err)
 	}
-	s := newSlots(int(c.MacOSSlots))
+	held := map[string]bool{}
 	entries, _ := os.ReadDir(filepath.Join(dir, "vms"))
 	for _, e := range entries {
 		ws := filepath.Join(dir, "vms", e.Name())
@@ -200,7 +200,7 @@ func (d *Driver) SetConfig(ctx context.Context, req *basepb.SetConfigRequest) er
 		h, err := hostClient{socket: filepath.Join(ws, socketName)}.hello(hctx)
 		cancel()
 		if err == nil && h.VMID == e.Name() {
-			s.held[e.Name()] = true
+			held[e.Name()] = true
 		}
 	}
 	d.mu.Lock()
@@ -208,7 +208,8 @@ func (d *Driver) SetConfig(ctx context.Context, req *basepb.SetConfigRequest) er
 		d.mu.Unlock()
 		return driver.Errorf(driver.ErrInvalid, "vz config: state_dir changed from %s to %s while this plugin holds VMs", d.stateDir, dir)
 	}
-	d.cfg, d.stateDir, d.slots = c, dir, s
+	d.cfg, d.stateDir = c, dir
+	d.slots.reset(int(c.MacOSSlots), held)
 	d.notifyLocked()
 	d.mu.Unlock()
 	return nil
@@ -665,9 +666,7 @@ func (d *Driver) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus, err
 		return nil, driver.Errorf(driver.ErrState, "vm %s: socket %s serves host-process instance %s (pid %d), not the recorded %s (pid %d): refusing it", h.VmId, st.Socket, hello.Instance, hello.PID, st.Instance, st.PID)
 	}
 	if v.cfg.GuestOS == "macos" {
-		d.slots.mu.Lock()
-		d.slots.held[v.id] = true // it runs: the slot is held whatever the count says
-		d.slots.mu.Unlock()
+		d.slots.hold(v.id) // it runs: the slot is held whatever the count says
 		d.notify()
 	}
 	if _, err := d.attach(v, hello); err != nil {
