@@ -14,7 +14,7 @@ import (
 func hostPlatform() Platform {
 	why := fmt.Sprintf("the vz driver needs macOS on Apple silicon (darwin/arm64) and a build with cgo; this fluxvm-agent was built for %s/%s", runtime.GOOS, runtime.GOARCH)
 	if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
-		why = "this fluxvm-agent was built without cgo (CGO_ENABLED=0), which the vz driver needs: build it on the Mac with CGO_ENABLED=1 (docs/mac.md)"
+		why = "this fluxvm-agent for darwin/arm64 was built without cgo (CGO_ENABLED=0), which the vz driver needs: build it on the Mac with CGO_ENABLED=1 (docs/mac.md)"
 	}
 	return Platform{Usable: false, Why: why}
 }
