@@ -460,3 +460,48 @@ func FuzzDecodeHandle(f *testing.F) {
 }
 
 func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }
+
+// A host process told to end (SIGTERM: its context) presses the power
+// button, lets the guest power off, records it and removes its socket.
+func TestHostPowersOffWhenSignalled(t *testing.T) {
+	dirs := newTestDirs(t)
+	ws := filepath.Join(dirs.state, "vms", "sig")
+	if err := os.MkdirAll(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := translate(dirs.linuxSpec("sig"), ws, pb.GuestOS_GUEST_OS_LINUX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cloneFile(dirs.linuxImage, hc.Disk); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(filepath.Join(ws, hostFile), hc); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- runHost(ctx, ws, newFakeVM, t.Logf, 5*time.Second) }()
+	c := hostClient{socket: hc.Socket}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if h, err := c.hello(t.Context()); err == nil && h.State == MachineRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the host process never answered hello with a running VM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("runHost: %v", err)
+	}
+	var ex hostExit
+	if err := readJSON(filepath.Join(ws, exitFile), &ex); err != nil || ex.Reason != "stopped" {
+		t.Errorf("exit record = %+v, %v; want stopped (the guest powered off, not killed)", ex, err)
+	}
+	if _, err := os.Stat(hc.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket still there after the host process ended: %v", err)
+	}
+}
