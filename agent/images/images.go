@@ -53,6 +53,9 @@ type Error struct {
 func (e *Error) Error() string { return e.Msg }
 
 func fail(status int, hint, format string, args ...any) *Error {
+	if hint == "" {
+		hint = "docs/images.md says what a FluxVM image in a registry looks like"
+	}
 	return &Error{Status: status, Msg: fmt.Sprintf(format, args...), Hint: hint}
 }
 
