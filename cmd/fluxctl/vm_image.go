@@ -15,9 +15,9 @@ import (
 // never comes from a flag (shell history, ps): from stdin or the
 // environment.
 type registryFlags struct {
-	username string
-	passwordStdin   bool
-	insecure        bool
+	username      string
+	passwordStdin bool
+	insecure      bool
 }
 
 func (f *registryFlags) add(c *cobra.Command) {
