@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -104,7 +103,7 @@ func (s *server) pushImage(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("image push", "ref", jsonapi.Echo(req.Ref), "image", jsonapi.Echo(req.Image))
 	s.imageStream(w, r, "push", func(emit func(sdk.ImageProgress)) (sdk.ImageProgress, error) {
-		digest, err := p.Run(context.WithoutCancel(r.Context()), emit)
+		digest, err := p.Run(r.Context(), emit)
 		return sdk.ImageProgress{Digest: digest}, err
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
@@ -389,6 +390,26 @@ func FuzzCheckFileName(f *testing.F) {
 		}
 		if filepath.Join("/bundle", s) != "/bundle/"+s || filepath.Dir(filepath.Join("/bundle", s)) != "/bundle" {
 			t.Fatalf("checkFileName passed %q, which leaves the bundle directory", s)
+		}
+	})
+}
+
+// FuzzCheckLayers: whatever manifest a registry sends, parsing and checking
+// it does not panic, and every layer it lets through has a plain file name,
+// a sha256 digest and a size in range.
+func FuzzCheckLayers(f *testing.F) {
+	f.Add([]byte(`{"schemaVersion":2,"layers":[{"mediaType":"` + sdk.ImageKernelMediaType + `","size":3,"digest":"sha256:` + strings.Repeat("a", 64) + `","annotations":{"org.opencontainers.image.title":"vmlinux"}}]}`))
+	f.Add([]byte(`{"schemaVersion":2,"layers":[{"mediaType":"x","size":-1,"digest":"md5:00","annotations":{"org.opencontainers.image.title":"../x"}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := v1.ParseManifest(bytes.NewReader(data))
+		if err != nil || checkLayers(m.Layers) != nil {
+			return
+		}
+		for _, l := range m.Layers {
+			title := l.Annotations[sdk.ImageTitleAnnotation]
+			if checkFileName(title) != nil || l.Digest.Algorithm != "sha256" || l.Size < 0 || l.Size > maxBlobBytes {
+				t.Fatalf("checkLayers passed layer %+v", l)
+			}
 		}
 	})
 }
