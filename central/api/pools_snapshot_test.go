@@ -142,8 +142,8 @@ func TestSnapshotPoolHoldsOneSavedGuestAndClaimsResumeIt(t *testing.T) {
 	ram := allocatedMiB(t, ramFile)
 	t.Logf("snapshot pool of 5: 1 saved guest (%s, stopped: 0 MiB resident), its RAM file %d MiB on disk; two resumed copies hold %d MiB resident",
 		templ.Name, ram, rss)
-	if s := status(); s.Warm != 1 {
-		t.Errorf("after two claims the pool has %d warm members, want its template still", s.Warm)
+	if s := status(); s.Warm != 1 || s.Target != 1 {
+		t.Errorf("after two claims the pool has %d warm members and target %d, want its template still, and 1", s.Warm, s.Target)
 	}
 
 	// A copy is the claimer's: its fleet view lists it.

@@ -337,6 +337,9 @@ func (s *Service) Status(ctx context.Context, pool *store.Pool) (*Status, error)
 	recent := recentClaims(ms, s.now())
 	out := &Status{Target: target(pool, recent), RecentClaims: recent, Members: ms}
 	out.Growing = out.Target > pool.Size
+	if pool.Mode == ModeSnapshot {
+		out.Target, out.Growing = snapshotTarget(pool), false
+	}
 	for _, m := range ms {
 		switch m.State {
 		case store.MemberWarm:
