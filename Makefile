@@ -64,6 +64,8 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 2s ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkHeartbeat2000Nodes -benchtime 1x ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkWarmPoolClaimVsCold -benchtime 5x -timeout 15m ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkRestoreVsCold -benchtime 12x -timeout 30m ./drivers/qemu/
+	$(GO) test -run '^$$' -bench BenchmarkSnapshotPoolClaimVsCold -benchtime 10x -timeout 30m ./central/api/
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./billing/
 	$(GO) test -run '^$$' -bench BenchmarkBillingStatements -benchtime 3x ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkStatementAmongAMillionRows -benchtime 20x -timeout 30m ./central/api/

@@ -33,6 +33,8 @@ type Node struct {
 	// node's allowed image dir (the sim driver only needs it to exist), or
 	// the guest image directory given to WithQEMU.
 	Image string
+	// ImageDir is the node's image directory: where pulls land.
+	ImageDir string
 	// Dir holds the config, the state dir, the images and the node's log.
 	Dir string
 }
@@ -126,16 +128,20 @@ func Start(t testing.TB, opts ...Option) *Node {
   }
 }`
 	}
+	allowed := fmt.Sprintf("%q", images)
 	if o.qemuImage != "" {
+		// The node's own directory comes first: images pulled through
+		// the node API land there, not in the shared guest image cache.
 		n.Image = o.qemuImage
-		images = filepath.Dir(o.qemuImage)
+		allowed = fmt.Sprintf("%q, %q", images, filepath.Dir(o.qemuImage))
 		plugin = fmt.Sprintf(`plugin "qemu" {
   config {
     accel      = "tcg"
-    image_dirs = [%q]
+    image_dirs = [%s]
   }
-}`, images)
+}`, allowed)
 	}
+	n.ImageDir = images
 	addr := freeAddr(t)
 	n.URL = "http://" + addr
 	cfg := fmt.Sprintf(`name = "test-node"
@@ -145,9 +151,9 @@ tokens {
   admin     = [%q]
   read_only = [%q]
 }
-policy { allowed_image_dirs = [%q] }
+policy { allowed_image_dirs = [%s] }
 %s
-`, filepath.Join(dir, "state"), addr, n.AdminToken, n.ReadOnlyToken, images, plugin)
+`, filepath.Join(dir, "state"), addr, n.AdminToken, n.ReadOnlyToken, allowed, plugin)
 	cfgPath := filepath.Join(dir, "node.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
