@@ -1,0 +1,146 @@
+// Small building blocks every page uses: data loading, sheets, errors.
+import { ComponentChildren } from "preact";
+import { useEffect, useRef, useState, useCallback } from "preact/hooks";
+import { get, APIError } from "./api";
+
+// pending counts first loads in flight, on <body data-pending>, so a test
+// (or anyone) can tell when a page has everything it asked for.
+let pending = 0;
+function track(d: number) {
+  pending += d;
+  document.body.dataset.pending = String(pending);
+}
+
+// useData loads path (again every refreshMs when given) and says how it went.
+export function useData<T = any>(path: string | null, refreshMs = 0) {
+  const [data, setData] = useState<T | null>(null);
+  const [error, setError] = useState<APIError | Error | null>(null);
+  const [tick, setTick] = useState(0);
+  const reload = useCallback(() => setTick((n) => n + 1), []);
+  useEffect(() => {
+    if (!path) return;
+    let live = true;
+    const load = () =>
+      get<T>(path).then(
+        (d) => live && (setData(d), setError(null)),
+        (e) => live && setError(e),
+      );
+    track(1);
+    load().finally(() => track(-1));
+    const timer = refreshMs ? setInterval(load, refreshMs) : 0;
+    return () => {
+      live = false;
+      if (timer) clearInterval(timer);
+    };
+  }, [path, tick, refreshMs]);
+  return { data, error, reload };
+}
+
+export function ErrorNote({ error }: { error: any }) {
+  if (!error) return null;
+  return (
+    <div class="error" role="alert">
+      <strong>{error.message}</strong>
+      {error.hint ? <div class="hint">{error.hint}</div> : null}
+    </div>
+  );
+}
+
+// Sheet is a dialog sliding in from the side (full screen on a phone).
+export function Sheet(props: { title: string; onClose: () => void; children: ComponentChildren; wide?: boolean }) {
+  const ref = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    const prev = document.activeElement as HTMLElement | null;
+    const first = ref.current?.querySelector<HTMLElement>("input, select, textarea, button:not(.close)");
+    (first || ref.current)?.focus();
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key === "Escape" && !(e.target as HTMLElement)?.closest?.(".vnc")) props.onClose();
+    };
+    document.addEventListener("keydown", onKey);
+    return () => {
+      document.removeEventListener("keydown", onKey);
+      prev?.focus?.();
+    };
+  }, []);
+  const id = "sheet-" + props.title.replace(/\W+/g, "-");
+  return (
+    <div class="backdrop" onClick={(e) => e.target === e.currentTarget && props.onClose()}>
+      <div class={"sheet" + (props.wide ? " wide" : "")} role="dialog" aria-modal="true" aria-labelledby={id} ref={ref} tabIndex={-1}>
+        <header>
+          <h2 id={id}>{props.title}</h2>
+          <button class="close" aria-label="Close" onClick={props.onClose}>
+            ✕
+          </button>
+        </header>
+        <div class="sheet-body">{props.children}</div>
+      </div>
+    </div>
+  );
+}
+
+// Busy runs an action, showing its error and disabling its button meanwhile.
+export function useAction() {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<any>(null);
+  const run = async (f: () => Promise<any>) => {
+    setBusy(true);
+    setError(null);
+    try {
+      return await f();
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { busy, error, run, setError };
+}
+
+export function Table(props: { label: string; head: string[]; rows: ComponentChildren[][]; empty: string }) {
+  if (!props.rows.length) return <p class="empty">{props.empty}</p>;
+  return (
+    <div class="table-wrap">
+      <table aria-label={props.label}>
+        <thead>
+          <tr>
+            {props.head.map((h) => (
+              <th scope="col">{h}</th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {props.rows.map((r) => (
+            <tr>
+              {r.map((c, i) => (
+                <td data-label={props.head[i]}>{c}</td>
+              ))}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+export function Meter(props: { label: string; used: number; max: number; unit?: string }) {
+  const pct = props.max ? Math.min(100, Math.round((props.used / props.max) * 100)) : 0;
+  return (
+    <div class="meter">
+      <div class="meter-label">
+        {props.label}
+        <span>
+          {props.used}
+          {props.unit || ""} of {props.max ? props.max + (props.unit || "") : "no limit"}
+        </span>
+      </div>
+      <div class="bar" role="meter" aria-label={props.label} aria-valuemin={0} aria-valuemax={props.max || 100} aria-valuenow={props.used}>
+        <div style={{ width: pct + "%" }} class={pct >= 90 ? "hot" : ""} />
+      </div>
+    </div>
+  );
+}
+
+export function StateBadge({ state, ready }: { state: string; ready?: boolean }) {
+  const label = state === "running" && ready ? "ready" : state;
+  return <span class={"badge s-" + label}>{label}</span>;
+}
