@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/api"
-	"github.com/fluxvm/fluxvm/central/console"
 	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/central/console"
 	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/store"

@@ -247,7 +247,7 @@ func jsonOf(v any) string {
 	return string(b)
 }
 
-func chromedpNavigate(url string) chromedp.Action    { return chromedp.Navigate(url) }
+func chromedpNavigate(url string) chromedp.Action   { return chromedp.Navigate(url) }
 func chromedpSleep(d time.Duration) chromedp.Action { return chromedp.Sleep(d) }
 
 // chromedpKey presses key with Ctrl held when ctrl (the palette's Ctrl-K).
@@ -259,4 +259,4 @@ func chromedpKey(key string, ctrl bool) chromedp.Action {
 }
 
 func chromedpClick(css string) chromedp.Action { return chromedp.Click(css, chromedp.ByQuery) }
-func chromedpKeys(keys string) chromedp.Action  { return chromedp.KeyEvent(keys) }
+func chromedpKeys(keys string) chromedp.Action { return chromedp.KeyEvent(keys) }
