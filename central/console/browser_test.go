@@ -117,10 +117,24 @@ func (b *browser) eval(what, js string, out any) {
 	b.run(what, chromedp.Evaluate(js, out, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
 }
 
-// waitFor polls a JavaScript condition until it is true.
+// waitFor evaluates a JavaScript condition every 100 ms until it is true.
+// An evaluation that fails (the page is navigating) is tried again.
 func (b *browser) waitFor(what, js string, d time.Duration) {
 	b.t.Helper()
-	b.runFor("wait for "+what, d, chromedp.Poll(js, nil, chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(100*time.Millisecond)))
+	deadline := time.Now().Add(d)
+	var last error
+	for time.Now().Before(deadline) {
+		var ok bool
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		last = chromedp.Run(ctx, chromedp.Evaluate(js, &ok))
+		cancel()
+		if last == nil && ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.shot("failed-wait-for-" + safe(what))
+	b.t.Fatalf("wait for %s: not within %v (last error: %v; page text: %s)", what, d, last, b.text())
 }
 
 // click clicks the first element matching css whose text (or aria-label)
