@@ -171,15 +171,19 @@ func (b *browser) open(route string) {
 
 // openTimed is open, measured in the page: from the hash change until the
 // page's heading shows and every load it started has answered.
-func (b *browser) openTimed(route string) time.Duration {
+// ready, when not empty, is one more JavaScript condition the page must meet.
+func (b *browser) openTimed(route, ready string) time.Duration {
 	b.t.Helper()
+	if ready == "" {
+		ready = "true"
+	}
 	var ms float64
 	b.eval("time "+route, fmt.Sprintf(`new Promise(done => {
 		const t0 = performance.now(); location.hash = %q;
-		const check = () => (document.querySelector("main h1") && document.body.dataset.pending === "0" && performance.now() - t0 > 0)
+		const check = () => (document.querySelector("main h1") && document.body.dataset.pending === "0" && performance.now() - t0 > 0 && (%s))
 			? done(performance.now() - t0) : setTimeout(check, 1);
 		setTimeout(check, 0);
-	})`, "#"+route), &ms)
+	})`, "#"+route, ready), &ms)
 	return time.Duration(ms * float64(time.Millisecond))
 }
 

@@ -128,8 +128,11 @@ func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
 	b.shotEverywhere("sign-in")
 	b.axe("sign-in")
 	b.signIn(token)
-	b.open("/vms")
-	b.waitFor("200 VMs listed", `document.querySelectorAll('table[aria-label="Virtual machines"] tbody tr').length === 200`, time.Minute)
+	// The list draws 50 rows a page and counts all 200.
+	const listed = `document.querySelectorAll('table[aria-label="Virtual machines"] tbody tr').length === 50 &&
+		document.querySelector(".count").textContent.trim() === "200 of 200"`
+	first := b.openTimed("/vms", listed)
+	t.Logf("the first visit to /vms (nothing cached yet): %.1f ms", ms(first))
 
 	// Five visits of each page; the median is held to 100 ms (the machine
 	// is shared, and one visit may wait behind another process), the
@@ -138,8 +141,16 @@ func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
 	times := map[string][]time.Duration{}
 	for round := 0; round < rounds; round++ {
 		for _, p := range tenantPages {
-			b.open("/overview")
-			times[p] = append(times[p], b.openTimed(p))
+			from := "/overview" // a hash change is what is timed: come from elsewhere
+			if p == from {
+				from = "/images"
+			}
+			b.open(from)
+			ready := ""
+			if p == "/vms" { // the list is there, every row of it
+				ready = listed
+			}
+			times[p] = append(times[p], b.openTimed(p, ready))
 		}
 	}
 	var rows []string
@@ -153,6 +164,9 @@ func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
 		}
 	}
 	t.Logf("pages with 200 VMs listed, %d visits each:\n%s", rounds, strings.Join(rows, "\n"))
+	var api []float64
+	b.eval("the list's answers", `performance.getEntriesByType("resource").filter(e => e.name.endsWith("/fleet/vms")).map(e => e.responseEnd - e.startTime)`, &api)
+	t.Logf("GET /fleet/vms as the browser saw it (ms): %v", api)
 
 	for _, p := range tenantPages {
 		b.open(p)

@@ -5,7 +5,7 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import "./style.css";
 import { Me, Role, can, get, post, saveToken, whoAmI } from "./api";
 import { go, useRoute } from "./router";
-import { useData } from "./ui";
+import { clearCache, useData } from "./ui";
 import { VMsPage, useVMIndex } from "./vms";
 import { NodesPage, TenantsPage } from "./ops";
 import {
@@ -328,6 +328,7 @@ function App() {
   if (!me) return <SignIn onSignedIn={setMe} />;
   const signOut = async () => {
     saveToken("");
+    clearCache();
     if (me.viaSession) await post("/auth/logout").catch(() => {});
     setMe(null);
     go("/overview");

@@ -17,7 +17,7 @@ export function Overview({ me }: { me: Me }) {
   const steps = [
     { done: (leases.data?.leases || []).length > 0, label: "Lease a Mac", href: "#/macs" },
     { done: list.length > 0, label: "Launch a VM", href: "#/vms/new" },
-    { done: list.some((v) => v.network), label: "Connect VMs on a private network", href: "#/networks" },
+    { done: list.some((v) => v.network && v.network !== "default"), label: "Connect VMs on a private network", href: "#/networks" },
   ];
   return (
     <section aria-labelledby="ov-h">
@@ -50,7 +50,9 @@ export function Overview({ me }: { me: Me }) {
         {bill ? (
           <div class="panel">
             <h2>This month</h2>
-            <p class="big">{bill.month_to_date_display}</p>
+            <p class="big">
+              {bill.month_to_date_display} <span class="muted">{bill.currency}</span>
+            </p>
             <p>{bill.monthly ? `Budget ${(bill.monthly / 1e6).toFixed(2)} ${bill.currency}` : "No budget set"}</p>
             {bill.state ? <p class="warn">Budget: {bill.state}</p> : null}
           </div>

@@ -11,9 +11,17 @@ function track(d: number) {
   document.body.dataset.pending = String(pending);
 }
 
-// useData loads path (again every refreshMs when given) and says how it went.
+// cache keeps the last answer for each path, so a page opened again shows
+// at once and refreshes behind. Signing out empties it.
+const cache = new Map<string, any>();
+export function clearCache() {
+  cache.clear();
+}
+
+// useData loads path (again every refreshMs when given) and says how it
+// went. A path answered before starts from its last answer.
 export function useData<T = any>(path: string | null, refreshMs = 0) {
-  const [data, setData] = useState<T | null>(null);
+  const [data, setData] = useState<T | null>(() => (path && cache.has(path) ? cache.get(path) : null));
   const [error, setError] = useState<APIError | Error | null>(null);
   const [tick, setTick] = useState(0);
   const reload = useCallback(() => setTick((n) => n + 1), []);
@@ -22,11 +30,17 @@ export function useData<T = any>(path: string | null, refreshMs = 0) {
     let live = true;
     const load = () =>
       get<T>(path).then(
-        (d) => live && (setData(d), setError(null)),
+        (d) => {
+          cache.set(path, d);
+          if (live) (setData(d), setError(null));
+        },
         (e) => live && setError(e),
       );
-    track(1);
-    load().finally(() => track(-1));
+    // Only a first load keeps the page waiting; a cached page is shown.
+    const fresh = !cache.has(path);
+    if (!fresh) setData(cache.get(path));
+    else (setData(null), track(1));
+    load().finally(() => fresh && track(-1));
     const timer = refreshMs ? setInterval(load, refreshMs) : 0;
     return () => {
       live = false;

@@ -4,11 +4,16 @@ import { Me, can, del, fmtMiB, fmtTime, get, post } from "./api";
 import { ErrorNote, Sheet, StateBadge, Table, useAction, useData } from "./ui";
 import { go } from "./router";
 
+// pageSize is how many VMs the list draws at once.
+const pageSize = 50;
+
 export function VMsPage({ me, node, id, launch }: { me: Me; node?: string; id?: string; launch?: boolean }) {
   const { data, error, reload } = useData<any>("/fleet/vms", 3000);
   const [q, setQ] = useState("");
   const [state, setState] = useState("");
-  const vms: any[] = data?.vms || [];
+  const [page, setPage] = useState(0);
+  useEffect(() => setPage(0), [q, state]);
+  const vms: any[] = useMemo(() => (data?.vms || []).slice().sort((a: any, b: any) => a.name.localeCompare(b.name)), [data]);
   const shown = vms.filter(
     (v) =>
       (!q || (v.name + " " + v.id + " " + v.node + " " + (v.image_name || "")).toLowerCase().includes(q.toLowerCase())) &&
@@ -54,7 +59,7 @@ export function VMsPage({ me, node, id, launch }: { me: Me; node?: string; id?: 
           label="Virtual machines"
           head={["Name", "State", "Image", "Size", "Node", "Address"]}
           empty={vms.length ? "No VM matches." : "No VMs yet."}
-          rows={shown.map((v) => [
+          rows={shown.slice(page * pageSize, (page + 1) * pageSize).map((v) => [
             <a href={`#/vms/${v.node}/${v.id}`} class="vm-link">
               {v.name}
             </a>,
@@ -68,6 +73,19 @@ export function VMsPage({ me, node, id, launch }: { me: Me; node?: string; id?: 
       ) : (
         <p class="empty">Loading…</p>
       )}
+      {shown.length > pageSize ? (
+        <nav class="pager" aria-label="Pages of the list">
+          <button disabled={page === 0} onClick={() => setPage(page - 1)}>
+            Previous
+          </button>
+          <span>
+            {page * pageSize + 1}–{Math.min(shown.length, (page + 1) * pageSize)} of {shown.length}
+          </span>
+          <button disabled={(page + 1) * pageSize >= shown.length} onClick={() => setPage(page + 1)}>
+            Next
+          </button>
+        </nav>
+      ) : null}
       {launch && can(me, "member") && !me.operator ? <LaunchSheet me={me} vms={vms} onDone={(n, i) => (reload(), go(`/vms/${n}/${i}`))} /> : null}
       {node && id ? <VMSheet me={me} node={node} id={id} vm={open} reload={reload} /> : null}
     </section>
