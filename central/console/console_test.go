@@ -92,3 +92,34 @@ func TestIndexCarriesAContentSecurityPolicyAndGzip(t *testing.T) {
 		t.Fatalf("gzip;q=0 still got %q", plain.Header.Get("Content-Encoding"))
 	}
 }
+
+// FuzzConsolePath: whatever path a browser asks for under /console/, the
+// console answers with one of its own files (or a JSON 404 for a missing
+// asset) and never anything else.
+func FuzzConsolePath(f *testing.F) {
+	h, err := New()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{"/console/", "/console/assets/main.js", "/console/../../etc/passwd", "/console/%2e%2e/", "/console/assets/../index.html", "/console//x"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		r := httptest.NewRequest("GET", "/console/", nil)
+		r.URL.Path = Prefix + p
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		switch w.Code {
+		case http.StatusOK:
+			if w.Header().Get("ETag") == "" {
+				t.Fatalf("%q: 200 without one of the console's files", p)
+			}
+		case http.StatusNotFound:
+			if !strings.Contains(w.Body.String(), `"hint"`) {
+				t.Fatalf("%q: a 404 without the JSON error: %q", p, w.Body.String())
+			}
+		default:
+			t.Fatalf("%q: %d", p, w.Code)
+		}
+	})
+}
