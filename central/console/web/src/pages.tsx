@@ -333,11 +333,11 @@ export function ActivityPage() {
         empty="Nothing has happened yet."
         rows={(data?.events || [])
           .slice()
-          .reverse()
+          .sort((a: any, b: any) => (b.time || "").localeCompare(a.time || ""))
           .map((e: any) => [
             fmtTime(e.time),
             e.user || (e.key ? `${e.actor} (key ${e.key})` : e.actor || e.who),
-            `${e.action || e.method} ${e.target || ""}`,
+            e.action || `${e.method} ${e.path}`,
             e.status >= 400 ? <span class="badge s-attn">{e.status}</span> : "ok",
           ])}
       />
