@@ -18,6 +18,19 @@ export function clearCache() {
   cache.clear();
 }
 
+// inflight shares one request among the parts of the page asking for the
+// same path at once (the list, the palette and the overview all read
+// /fleet/vms), so central answers it once.
+const inflight = new Map<string, Promise<any>>();
+function getShared<T>(path: string): Promise<T> {
+  let p = inflight.get(path);
+  if (!p) {
+    p = get<T>(path).finally(() => inflight.delete(path));
+    inflight.set(path, p);
+  }
+  return p as Promise<T>;
+}
+
 // useData loads path (again every refreshMs when given) and says how it
 // went. A path answered before starts from its last answer.
 export function useData<T = any>(path: string | null, refreshMs = 0) {
@@ -29,7 +42,7 @@ export function useData<T = any>(path: string | null, refreshMs = 0) {
     if (!path) return;
     let live = true;
     const load = () =>
-      get<T>(path).then(
+      getShared<T>(path).then(
         (d) => {
           cache.set(path, d);
           if (live) (setData(d), setError(null));
@@ -41,7 +54,8 @@ export function useData<T = any>(path: string | null, refreshMs = 0) {
     if (!fresh) setData(cache.get(path));
     else (setData(null), track(1));
     load().finally(() => fresh && track(-1));
-    const timer = refreshMs ? setInterval(load, refreshMs) : 0;
+    // A hidden tab does not poll.
+    const timer = refreshMs ? setInterval(() => document.visibilityState === "visible" && load(), refreshMs) : 0;
     return () => {
       live = false;
       if (timer) clearInterval(timer);
