@@ -225,7 +225,7 @@ function Shell({ me, signOut }: { me: Me; signOut: () => void }) {
       </a>
       <header class="topbar">
         <a class="brand" href="#/overview">
-          FluxVM Studio
+          FluxVM<span class="brand-rest"> Studio</span>
         </a>
         <nav aria-label="Pages">
           <ul class="menus">
