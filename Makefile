@@ -7,7 +7,7 @@ GO ?= $(eval GO := $$(shell scripts/go.sh -print))$(or $(GO),$(error scripts/go.
 BIN := bin
 export PATH := $(HOME)/go/bin:$(PATH)
 
-.PHONY: help build test test-fresh unit bench guest-image proto lint deps clean dev docs check-darwin
+.PHONY: help build test test-fresh unit bench guest-image proto lint deps clean dev docs check-darwin console
 
 help:
 	@echo "make dev          install what is missing and run fluxvm-agent dev (central + a node + a demo tenant)"
@@ -20,6 +20,7 @@ help:
 	@echo "make lint         gofmt, go vet, staticcheck"
 	@echo "make docs         regenerate docs/cli.md from fluxctl's commands"
 	@echo "make check-darwin type-check the vz driver for darwin/arm64 against vz's real API, and cross-build for macOS (no Mac needed)"
+	@echo "make console      rebuild the web console (central/console/dist) from central/console/web; needs Node and npm"
 
 deps:
 	@scripts/deps.sh
@@ -72,6 +73,13 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkBounds -benchtime 200x -count 5 ./schemas/
 	$(GO) test -run '^$$' -bench BenchmarkTunnelRelay -benchtime 20x -count 3 ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkTunnel20Memory -benchtime 1x -count 3 ./central/api/
+
+# The console's bundle is committed, so building central needs no Node; this
+# rebuilds it from the TypeScript sources and the lockfile (npm ci), and a
+# test in central/console fails while the committed bundle is stale.
+console:
+	@command -v npm >/dev/null || scripts/apt-install.sh nodejs npm
+	cd central/console/web && npm ci --no-audit --no-fund && npx tsc -p . && node build.mjs
 
 proto: deps
 	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
