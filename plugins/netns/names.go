@@ -18,11 +18,13 @@ import (
 // carry a hash of the ids; the full ids live in the link's alias, which is
 // what the plugin reads back after a restart.
 const (
-	bridgePrefix = "fxbr-"          // + 10 hex: a tenant's bridge
-	tapPrefix    = "fxtap"          // + 10 hex: a VM's tap
-	aliasPrefix  = "fluxvm:"        // + JSON of bridgeRecord or tapRecord
-	tableName    = "fluxvm"         // our nftables table (family inet)
-	ruleTag      = "fluxvm tenant=" // + tenant: the comment on a tenant's rules
+	bridgePrefix = "fxbr-"           // + 10 hex: a tenant's bridge
+	tapPrefix    = "fxtap"           // + 10 hex: a VM's tap
+	wgPrefix     = "fxwg-"           // + 10 hex: a network's overlay device
+	aliasPrefix  = "fluxvm:"         // + JSON of bridgeRecord or tapRecord
+	tableName    = "fluxvm"          // our nftables table (family inet)
+	ruleTag      = "fluxvm tenant="  // + tenant: the comment on a tenant's rules
+	overlayTag   = "fluxvm overlay=" // + network: the comment on an overlay's rules
 )
 
 func hashName(prefix string, parts ...string) string {

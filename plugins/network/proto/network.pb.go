@@ -1,4 +1,5 @@
-// The FluxVM network contract, version 1.
+// The FluxVM network contract, version 1 (overlays: an optional part of it,
+// under the overlays capability).
 //
 // A network plugin gives VMs their network on one node: per tenant a network
 // (a subnet with a gateway, kept apart from every other tenant's), and per VM
@@ -158,8 +159,11 @@ type CapabilitiesResponse struct {
 	AssignsAddresses bool `protobuf:"varint,3,opt,name=assigns_addresses,json=assignsAddresses,proto3" json:"assigns_addresses,omitempty"`
 	// The kinds of interface the plugin makes.
 	InterfaceKinds []InterfaceKind `protobuf:"varint,4,rep,packed,name=interface_kinds,json=interfaceKinds,proto3,enum=fluxvm.network.v1.InterfaceKind" json:"interface_kinds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The plugin serves EnsureOverlay, DeleteOverlay, RotateOverlayKey and
+	// ListOverlays: networks joined across nodes by an encrypted tunnel.
+	Overlays      bool `protobuf:"varint,5,opt,name=overlays,proto3" json:"overlays,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -218,6 +222,13 @@ func (x *CapabilitiesResponse) GetInterfaceKinds() []InterfaceKind {
 		return x.InterfaceKinds
 	}
 	return nil
+}
+
+func (x *CapabilitiesResponse) GetOverlays() bool {
+	if x != nil {
+		return x.Overlays
+	}
+	return false
 }
 
 // TenantNetwork is one tenant's network on this node.
@@ -1111,18 +1122,716 @@ func (x *Interface) GetSubnet() string {
 	return ""
 }
 
+// Overlay is what a node needs to join its part of a network to the others.
+type Overlay struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The network on this node (a TenantNetwork's tenant field) whose subnet
+	// is this node's part of the overlay.
+	Network string `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	// The whole overlay in CIDR notation ("10.231.4.0/24"): every node's part
+	// lies in it.
+	Subnet string `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// The UDP port the node's tunnel listens on, 1024 to 65535.
+	ListenPort uint32 `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	// The other nodes of the overlay.
+	Peers         []*OverlayPeer `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Overlay) Reset() {
+	*x = Overlay{}
+	mi := &file_network_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Overlay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Overlay) ProtoMessage() {}
+
+func (x *Overlay) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Overlay.ProtoReflect.Descriptor instead.
+func (*Overlay) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Overlay) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *Overlay) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *Overlay) GetListenPort() uint32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *Overlay) GetPeers() []*OverlayPeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+// OverlayPeer is another node of an overlay.
+type OverlayPeer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The peer's public key, base64 (44 characters).
+	PublicKey string `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// Where the peer's tunnel listens: "192.0.2.7:51820".
+	Endpoint string `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// The peer's part of the overlay, in CIDR notation.
+	Subnet string `protobuf:"bytes,3,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// The peer's next key while it rotates, base64, or empty. The node accepts
+	// a handshake from it, so the peer's switch loses (almost) nothing.
+	NextPublicKey string `protobuf:"bytes,4,opt,name=next_public_key,json=nextPublicKey,proto3" json:"next_public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverlayPeer) Reset() {
+	*x = OverlayPeer{}
+	mi := &file_network_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlayPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlayPeer) ProtoMessage() {}
+
+func (x *OverlayPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlayPeer.ProtoReflect.Descriptor instead.
+func (*OverlayPeer) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *OverlayPeer) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *OverlayPeer) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *OverlayPeer) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *OverlayPeer) GetNextPublicKey() string {
+	if x != nil {
+		return x.NextPublicKey
+	}
+	return ""
+}
+
+// OverlayDetails is an overlay as the plugin made it on this node.
+type OverlayDetails struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Network    string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Subnet     string                 `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	ListenPort uint32                 `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	// The tunnel device, for people and diagnostics.
+	Device string `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`
+	// The node's public key in use, base64.
+	PublicKey string `protobuf:"bytes,5,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// The node's next public key while a rotation is under way, else empty.
+	NextPublicKey string `protobuf:"bytes,6,opt,name=next_public_key,json=nextPublicKey,proto3" json:"next_public_key,omitempty"`
+	// The peers as configured, with their last handshake.
+	Peers []*OverlayPeerStatus `protobuf:"bytes,7,rep,name=peers,proto3" json:"peers,omitempty"`
+	// Where the other nodes reach this node's tunnel ("192.0.2.7:51820"), when
+	// the plugin's configuration names the node's address; else empty, and the
+	// caller must know it.
+	Endpoint      string `protobuf:"bytes,8,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverlayDetails) Reset() {
+	*x = OverlayDetails{}
+	mi := &file_network_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlayDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlayDetails) ProtoMessage() {}
+
+func (x *OverlayDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlayDetails.ProtoReflect.Descriptor instead.
+func (*OverlayDetails) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *OverlayDetails) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetListenPort() uint32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *OverlayDetails) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetNextPublicKey() string {
+	if x != nil {
+		return x.NextPublicKey
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetPeers() []*OverlayPeerStatus {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *OverlayDetails) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+// OverlayPeerStatus is a peer as the tunnel sees it.
+type OverlayPeerStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PublicKey string                 `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Endpoint  string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Subnet    string                 `protobuf:"bytes,3,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// Unix seconds of the last completed handshake, 0 for none yet.
+	LastHandshakeUnix int64  `protobuf:"varint,4,opt,name=last_handshake_unix,json=lastHandshakeUnix,proto3" json:"last_handshake_unix,omitempty"`
+	RxBytes           uint64 `protobuf:"varint,5,opt,name=rx_bytes,json=rxBytes,proto3" json:"rx_bytes,omitempty"`
+	TxBytes           uint64 `protobuf:"varint,6,opt,name=tx_bytes,json=txBytes,proto3" json:"tx_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *OverlayPeerStatus) Reset() {
+	*x = OverlayPeerStatus{}
+	mi := &file_network_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlayPeerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlayPeerStatus) ProtoMessage() {}
+
+func (x *OverlayPeerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlayPeerStatus.ProtoReflect.Descriptor instead.
+func (*OverlayPeerStatus) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *OverlayPeerStatus) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *OverlayPeerStatus) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *OverlayPeerStatus) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *OverlayPeerStatus) GetLastHandshakeUnix() int64 {
+	if x != nil {
+		return x.LastHandshakeUnix
+	}
+	return 0
+}
+
+func (x *OverlayPeerStatus) GetRxBytes() uint64 {
+	if x != nil {
+		return x.RxBytes
+	}
+	return 0
+}
+
+func (x *OverlayPeerStatus) GetTxBytes() uint64 {
+	if x != nil {
+		return x.TxBytes
+	}
+	return 0
+}
+
+type EnsureOverlayRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overlay       *Overlay               `protobuf:"bytes,1,opt,name=overlay,proto3" json:"overlay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnsureOverlayRequest) Reset() {
+	*x = EnsureOverlayRequest{}
+	mi := &file_network_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnsureOverlayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnsureOverlayRequest) ProtoMessage() {}
+
+func (x *EnsureOverlayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnsureOverlayRequest.ProtoReflect.Descriptor instead.
+func (*EnsureOverlayRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *EnsureOverlayRequest) GetOverlay() *Overlay {
+	if x != nil {
+		return x.Overlay
+	}
+	return nil
+}
+
+type EnsureOverlayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overlay       *OverlayDetails        `protobuf:"bytes,1,opt,name=overlay,proto3" json:"overlay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnsureOverlayResponse) Reset() {
+	*x = EnsureOverlayResponse{}
+	mi := &file_network_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnsureOverlayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnsureOverlayResponse) ProtoMessage() {}
+
+func (x *EnsureOverlayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnsureOverlayResponse.ProtoReflect.Descriptor instead.
+func (*EnsureOverlayResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EnsureOverlayResponse) GetOverlay() *OverlayDetails {
+	if x != nil {
+		return x.Overlay
+	}
+	return nil
+}
+
+type DeleteOverlayRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Network       string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverlayRequest) Reset() {
+	*x = DeleteOverlayRequest{}
+	mi := &file_network_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverlayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverlayRequest) ProtoMessage() {}
+
+func (x *DeleteOverlayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverlayRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverlayRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DeleteOverlayRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+type DeleteOverlayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverlayResponse) Reset() {
+	*x = DeleteOverlayResponse{}
+	mi := &file_network_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverlayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverlayResponse) ProtoMessage() {}
+
+func (x *DeleteOverlayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverlayResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverlayResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{27}
+}
+
+type RotateOverlayKeyRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Network string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	// false: make the next key pair; true: put it in use.
+	Commit        bool `protobuf:"varint,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateOverlayKeyRequest) Reset() {
+	*x = RotateOverlayKeyRequest{}
+	mi := &file_network_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOverlayKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOverlayKeyRequest) ProtoMessage() {}
+
+func (x *RotateOverlayKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOverlayKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateOverlayKeyRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RotateOverlayKeyRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *RotateOverlayKeyRequest) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+type RotateOverlayKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// After the call: the key in use and the next key (empty after a commit).
+	PublicKey     string `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	NextPublicKey string `protobuf:"bytes,2,opt,name=next_public_key,json=nextPublicKey,proto3" json:"next_public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateOverlayKeyResponse) Reset() {
+	*x = RotateOverlayKeyResponse{}
+	mi := &file_network_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOverlayKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOverlayKeyResponse) ProtoMessage() {}
+
+func (x *RotateOverlayKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOverlayKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateOverlayKeyResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RotateOverlayKeyResponse) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *RotateOverlayKeyResponse) GetNextPublicKey() string {
+	if x != nil {
+		return x.NextPublicKey
+	}
+	return ""
+}
+
+type ListOverlaysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverlaysRequest) Reset() {
+	*x = ListOverlaysRequest{}
+	mi := &file_network_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverlaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverlaysRequest) ProtoMessage() {}
+
+func (x *ListOverlaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverlaysRequest.ProtoReflect.Descriptor instead.
+func (*ListOverlaysRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{30}
+}
+
+type ListOverlaysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overlays      []*OverlayDetails      `protobuf:"bytes,1,rep,name=overlays,proto3" json:"overlays,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverlaysResponse) Reset() {
+	*x = ListOverlaysResponse{}
+	mi := &file_network_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverlaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverlaysResponse) ProtoMessage() {}
+
+func (x *ListOverlaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverlaysResponse.ProtoReflect.Descriptor instead.
+func (*ListOverlaysResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListOverlaysResponse) GetOverlays() []*OverlayDetails {
+	if x != nil {
+		return x.Overlays
+	}
+	return nil
+}
+
 var File_network_proto protoreflect.FileDescriptor
 
 const file_network_proto_rawDesc = "" +
 	"\n" +
 	"\rnetwork.proto\x12\x11fluxvm.network.v1\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xd8\x01\n" +
+	"\x13CapabilitiesRequest\"\xf4\x01\n" +
 	"\x14CapabilitiesResponse\x12)\n" +
 	"\x10tenant_isolation\x18\x01 \x01(\bR\x0ftenantIsolation\x12\x1d\n" +
 	"\n" +
 	"egress_nat\x18\x02 \x01(\bR\tegressNat\x12+\n" +
 	"\x11assigns_addresses\x18\x03 \x01(\bR\x10assignsAddresses\x12I\n" +
-	"\x0finterface_kinds\x18\x04 \x03(\x0e2 .fluxvm.network.v1.InterfaceKindR\x0einterfaceKinds\"?\n" +
+	"\x0finterface_kinds\x18\x04 \x03(\x0e2 .fluxvm.network.v1.InterfaceKindR\x0einterfaceKinds\x12\x1a\n" +
+	"\boverlays\x18\x05 \x01(\bR\boverlays\"?\n" +
 	"\rTenantNetwork\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
 	"\x06subnet\x18\x02 \x01(\tR\x06subnet\"r\n" +
@@ -1170,10 +1879,58 @@ const file_network_proto_rawDesc = "" +
 	"\x03mac\x18\x04 \x01(\tR\x03mac\x12\x18\n" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x18\n" +
 	"\agateway\x18\x06 \x01(\tR\agateway\x12\x16\n" +
-	"\x06subnet\x18\a \x01(\tR\x06subnet*G\n" +
+	"\x06subnet\x18\a \x01(\tR\x06subnet\"\x92\x01\n" +
+	"\aOverlay\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x16\n" +
+	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x12\x1f\n" +
+	"\vlisten_port\x18\x03 \x01(\rR\n" +
+	"listenPort\x124\n" +
+	"\x05peers\x18\x04 \x03(\v2\x1e.fluxvm.network.v1.OverlayPeerR\x05peers\"\x88\x01\n" +
+	"\vOverlayPeer\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\tR\tpublicKey\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06subnet\x18\x03 \x01(\tR\x06subnet\x12&\n" +
+	"\x0fnext_public_key\x18\x04 \x01(\tR\rnextPublicKey\"\x9a\x02\n" +
+	"\x0eOverlayDetails\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x16\n" +
+	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x12\x1f\n" +
+	"\vlisten_port\x18\x03 \x01(\rR\n" +
+	"listenPort\x12\x16\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x05 \x01(\tR\tpublicKey\x12&\n" +
+	"\x0fnext_public_key\x18\x06 \x01(\tR\rnextPublicKey\x12:\n" +
+	"\x05peers\x18\a \x03(\v2$.fluxvm.network.v1.OverlayPeerStatusR\x05peers\x12\x1a\n" +
+	"\bendpoint\x18\b \x01(\tR\bendpoint\"\xcc\x01\n" +
+	"\x11OverlayPeerStatus\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\tR\tpublicKey\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06subnet\x18\x03 \x01(\tR\x06subnet\x12.\n" +
+	"\x13last_handshake_unix\x18\x04 \x01(\x03R\x11lastHandshakeUnix\x12\x19\n" +
+	"\brx_bytes\x18\x05 \x01(\x04R\arxBytes\x12\x19\n" +
+	"\btx_bytes\x18\x06 \x01(\x04R\atxBytes\"L\n" +
+	"\x14EnsureOverlayRequest\x124\n" +
+	"\aoverlay\x18\x01 \x01(\v2\x1a.fluxvm.network.v1.OverlayR\aoverlay\"T\n" +
+	"\x15EnsureOverlayResponse\x12;\n" +
+	"\aoverlay\x18\x01 \x01(\v2!.fluxvm.network.v1.OverlayDetailsR\aoverlay\"0\n" +
+	"\x14DeleteOverlayRequest\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\"\x17\n" +
+	"\x15DeleteOverlayResponse\"K\n" +
+	"\x17RotateOverlayKeyRequest\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\bR\x06commit\"a\n" +
+	"\x18RotateOverlayKeyResponse\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\tR\tpublicKey\x12&\n" +
+	"\x0fnext_public_key\x18\x02 \x01(\tR\rnextPublicKey\"\x15\n" +
+	"\x13ListOverlaysRequest\"U\n" +
+	"\x14ListOverlaysResponse\x12=\n" +
+	"\boverlays\x18\x01 \x03(\v2!.fluxvm.network.v1.OverlayDetailsR\boverlays*G\n" +
 	"\rInterfaceKind\x12\x1e\n" +
 	"\x1aINTERFACE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12INTERFACE_KIND_TAP\x10\x012\xc4\x06\n" +
+	"\x12INTERFACE_KIND_TAP\x10\x012\xda\t\n" +
 	"\aNetwork\x12_\n" +
 	"\fCapabilities\x12&.fluxvm.network.v1.CapabilitiesRequest\x1a'.fluxvm.network.v1.CapabilitiesResponse\x12b\n" +
 	"\rEnsureNetwork\x12'.fluxvm.network.v1.EnsureNetworkRequest\x1a(.fluxvm.network.v1.EnsureNetworkResponse\x12b\n" +
@@ -1182,7 +1939,11 @@ const file_network_proto_rawDesc = "" +
 	"\x0fDeleteInterface\x12).fluxvm.network.v1.DeleteInterfaceRequest\x1a*.fluxvm.network.v1.DeleteInterfaceResponse\x12h\n" +
 	"\x0fInterfaceExists\x12).fluxvm.network.v1.InterfaceExistsRequest\x1a*.fluxvm.network.v1.InterfaceExistsResponse\x12k\n" +
 	"\x10InterfaceDetails\x12*.fluxvm.network.v1.InterfaceDetailsRequest\x1a+.fluxvm.network.v1.InterfaceDetailsResponse\x12e\n" +
-	"\x0eListInterfaces\x12(.fluxvm.network.v1.ListInterfacesRequest\x1a).fluxvm.network.v1.ListInterfacesResponseB:Z8github.com/fluxvm/fluxvm/plugins/network/proto;networkpbb\x06proto3"
+	"\x0eListInterfaces\x12(.fluxvm.network.v1.ListInterfacesRequest\x1a).fluxvm.network.v1.ListInterfacesResponse\x12b\n" +
+	"\rEnsureOverlay\x12'.fluxvm.network.v1.EnsureOverlayRequest\x1a(.fluxvm.network.v1.EnsureOverlayResponse\x12b\n" +
+	"\rDeleteOverlay\x12'.fluxvm.network.v1.DeleteOverlayRequest\x1a(.fluxvm.network.v1.DeleteOverlayResponse\x12k\n" +
+	"\x10RotateOverlayKey\x12*.fluxvm.network.v1.RotateOverlayKeyRequest\x1a+.fluxvm.network.v1.RotateOverlayKeyResponse\x12_\n" +
+	"\fListOverlays\x12&.fluxvm.network.v1.ListOverlaysRequest\x1a'.fluxvm.network.v1.ListOverlaysResponseB:Z8github.com/fluxvm/fluxvm/plugins/network/proto;networkpbb\x06proto3"
 
 var (
 	file_network_proto_rawDescOnce sync.Once
@@ -1197,7 +1958,7 @@ func file_network_proto_rawDescGZIP() []byte {
 }
 
 var file_network_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_network_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_network_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_network_proto_goTypes = []any{
 	(InterfaceKind)(0),               // 0: fluxvm.network.v1.InterfaceKind
 	(*CapabilitiesRequest)(nil),      // 1: fluxvm.network.v1.CapabilitiesRequest
@@ -1220,6 +1981,18 @@ var file_network_proto_goTypes = []any{
 	(*ListInterfacesRequest)(nil),    // 18: fluxvm.network.v1.ListInterfacesRequest
 	(*ListInterfacesResponse)(nil),   // 19: fluxvm.network.v1.ListInterfacesResponse
 	(*Interface)(nil),                // 20: fluxvm.network.v1.Interface
+	(*Overlay)(nil),                  // 21: fluxvm.network.v1.Overlay
+	(*OverlayPeer)(nil),              // 22: fluxvm.network.v1.OverlayPeer
+	(*OverlayDetails)(nil),           // 23: fluxvm.network.v1.OverlayDetails
+	(*OverlayPeerStatus)(nil),        // 24: fluxvm.network.v1.OverlayPeerStatus
+	(*EnsureOverlayRequest)(nil),     // 25: fluxvm.network.v1.EnsureOverlayRequest
+	(*EnsureOverlayResponse)(nil),    // 26: fluxvm.network.v1.EnsureOverlayResponse
+	(*DeleteOverlayRequest)(nil),     // 27: fluxvm.network.v1.DeleteOverlayRequest
+	(*DeleteOverlayResponse)(nil),    // 28: fluxvm.network.v1.DeleteOverlayResponse
+	(*RotateOverlayKeyRequest)(nil),  // 29: fluxvm.network.v1.RotateOverlayKeyRequest
+	(*RotateOverlayKeyResponse)(nil), // 30: fluxvm.network.v1.RotateOverlayKeyResponse
+	(*ListOverlaysRequest)(nil),      // 31: fluxvm.network.v1.ListOverlaysRequest
+	(*ListOverlaysResponse)(nil),     // 32: fluxvm.network.v1.ListOverlaysResponse
 }
 var file_network_proto_depIdxs = []int32{
 	0,  // 0: fluxvm.network.v1.CapabilitiesResponse.interface_kinds:type_name -> fluxvm.network.v1.InterfaceKind
@@ -1234,27 +2007,40 @@ var file_network_proto_depIdxs = []int32{
 	20, // 9: fluxvm.network.v1.ListInterfacesResponse.interfaces:type_name -> fluxvm.network.v1.Interface
 	11, // 10: fluxvm.network.v1.Interface.ref:type_name -> fluxvm.network.v1.InterfaceRef
 	0,  // 11: fluxvm.network.v1.Interface.kind:type_name -> fluxvm.network.v1.InterfaceKind
-	1,  // 12: fluxvm.network.v1.Network.Capabilities:input_type -> fluxvm.network.v1.CapabilitiesRequest
-	5,  // 13: fluxvm.network.v1.Network.EnsureNetwork:input_type -> fluxvm.network.v1.EnsureNetworkRequest
-	7,  // 14: fluxvm.network.v1.Network.DeleteNetwork:input_type -> fluxvm.network.v1.DeleteNetworkRequest
-	9,  // 15: fluxvm.network.v1.Network.CreateInterface:input_type -> fluxvm.network.v1.CreateInterfaceRequest
-	12, // 16: fluxvm.network.v1.Network.DeleteInterface:input_type -> fluxvm.network.v1.DeleteInterfaceRequest
-	14, // 17: fluxvm.network.v1.Network.InterfaceExists:input_type -> fluxvm.network.v1.InterfaceExistsRequest
-	16, // 18: fluxvm.network.v1.Network.InterfaceDetails:input_type -> fluxvm.network.v1.InterfaceDetailsRequest
-	18, // 19: fluxvm.network.v1.Network.ListInterfaces:input_type -> fluxvm.network.v1.ListInterfacesRequest
-	2,  // 20: fluxvm.network.v1.Network.Capabilities:output_type -> fluxvm.network.v1.CapabilitiesResponse
-	6,  // 21: fluxvm.network.v1.Network.EnsureNetwork:output_type -> fluxvm.network.v1.EnsureNetworkResponse
-	8,  // 22: fluxvm.network.v1.Network.DeleteNetwork:output_type -> fluxvm.network.v1.DeleteNetworkResponse
-	10, // 23: fluxvm.network.v1.Network.CreateInterface:output_type -> fluxvm.network.v1.CreateInterfaceResponse
-	13, // 24: fluxvm.network.v1.Network.DeleteInterface:output_type -> fluxvm.network.v1.DeleteInterfaceResponse
-	15, // 25: fluxvm.network.v1.Network.InterfaceExists:output_type -> fluxvm.network.v1.InterfaceExistsResponse
-	17, // 26: fluxvm.network.v1.Network.InterfaceDetails:output_type -> fluxvm.network.v1.InterfaceDetailsResponse
-	19, // 27: fluxvm.network.v1.Network.ListInterfaces:output_type -> fluxvm.network.v1.ListInterfacesResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	22, // 12: fluxvm.network.v1.Overlay.peers:type_name -> fluxvm.network.v1.OverlayPeer
+	24, // 13: fluxvm.network.v1.OverlayDetails.peers:type_name -> fluxvm.network.v1.OverlayPeerStatus
+	21, // 14: fluxvm.network.v1.EnsureOverlayRequest.overlay:type_name -> fluxvm.network.v1.Overlay
+	23, // 15: fluxvm.network.v1.EnsureOverlayResponse.overlay:type_name -> fluxvm.network.v1.OverlayDetails
+	23, // 16: fluxvm.network.v1.ListOverlaysResponse.overlays:type_name -> fluxvm.network.v1.OverlayDetails
+	1,  // 17: fluxvm.network.v1.Network.Capabilities:input_type -> fluxvm.network.v1.CapabilitiesRequest
+	5,  // 18: fluxvm.network.v1.Network.EnsureNetwork:input_type -> fluxvm.network.v1.EnsureNetworkRequest
+	7,  // 19: fluxvm.network.v1.Network.DeleteNetwork:input_type -> fluxvm.network.v1.DeleteNetworkRequest
+	9,  // 20: fluxvm.network.v1.Network.CreateInterface:input_type -> fluxvm.network.v1.CreateInterfaceRequest
+	12, // 21: fluxvm.network.v1.Network.DeleteInterface:input_type -> fluxvm.network.v1.DeleteInterfaceRequest
+	14, // 22: fluxvm.network.v1.Network.InterfaceExists:input_type -> fluxvm.network.v1.InterfaceExistsRequest
+	16, // 23: fluxvm.network.v1.Network.InterfaceDetails:input_type -> fluxvm.network.v1.InterfaceDetailsRequest
+	18, // 24: fluxvm.network.v1.Network.ListInterfaces:input_type -> fluxvm.network.v1.ListInterfacesRequest
+	25, // 25: fluxvm.network.v1.Network.EnsureOverlay:input_type -> fluxvm.network.v1.EnsureOverlayRequest
+	27, // 26: fluxvm.network.v1.Network.DeleteOverlay:input_type -> fluxvm.network.v1.DeleteOverlayRequest
+	29, // 27: fluxvm.network.v1.Network.RotateOverlayKey:input_type -> fluxvm.network.v1.RotateOverlayKeyRequest
+	31, // 28: fluxvm.network.v1.Network.ListOverlays:input_type -> fluxvm.network.v1.ListOverlaysRequest
+	2,  // 29: fluxvm.network.v1.Network.Capabilities:output_type -> fluxvm.network.v1.CapabilitiesResponse
+	6,  // 30: fluxvm.network.v1.Network.EnsureNetwork:output_type -> fluxvm.network.v1.EnsureNetworkResponse
+	8,  // 31: fluxvm.network.v1.Network.DeleteNetwork:output_type -> fluxvm.network.v1.DeleteNetworkResponse
+	10, // 32: fluxvm.network.v1.Network.CreateInterface:output_type -> fluxvm.network.v1.CreateInterfaceResponse
+	13, // 33: fluxvm.network.v1.Network.DeleteInterface:output_type -> fluxvm.network.v1.DeleteInterfaceResponse
+	15, // 34: fluxvm.network.v1.Network.InterfaceExists:output_type -> fluxvm.network.v1.InterfaceExistsResponse
+	17, // 35: fluxvm.network.v1.Network.InterfaceDetails:output_type -> fluxvm.network.v1.InterfaceDetailsResponse
+	19, // 36: fluxvm.network.v1.Network.ListInterfaces:output_type -> fluxvm.network.v1.ListInterfacesResponse
+	26, // 37: fluxvm.network.v1.Network.EnsureOverlay:output_type -> fluxvm.network.v1.EnsureOverlayResponse
+	28, // 38: fluxvm.network.v1.Network.DeleteOverlay:output_type -> fluxvm.network.v1.DeleteOverlayResponse
+	30, // 39: fluxvm.network.v1.Network.RotateOverlayKey:output_type -> fluxvm.network.v1.RotateOverlayKeyResponse
+	32, // 40: fluxvm.network.v1.Network.ListOverlays:output_type -> fluxvm.network.v1.ListOverlaysResponse
+	29, // [29:41] is the sub-list for method output_type
+	17, // [17:29] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_network_proto_init() }
@@ -1268,7 +2054,7 @@ func file_network_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_network_proto_rawDesc), len(file_network_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
