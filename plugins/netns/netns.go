@@ -207,10 +207,10 @@ func (p *Plugin) DeleteNetwork(_ context.Context, tenant string) error {
 	if len(left) > 0 {
 		return network.Errorf(network.ErrState, "network of tenant %s still has interfaces (vm %s): delete them first", tenant, strings.Join(left, ", "))
 	}
-	what := "delete network of tenant " + tenant
-	if err := p.deleteOverlay(tenant); err != nil {
-		return err
+	if _, err := netlink.LinkByName(wgName(tenant)); err == nil {
+		return network.Errorf(network.ErrState, "network of tenant %s has an overlay: delete it first", tenant)
 	}
+	what := "delete network of tenant " + tenant
 	if err := deleteRules(tenant); err != nil {
 		return unavailable(what, err)
 	}

@@ -43,7 +43,26 @@ type wantedPeer struct {
 }
 
 // checkOverlay refuses an overlay request the plugin cannot make.
-func checkOverlay(o *pb.Overlay) (netip.Prefix, []wantedPeer, error) {
+func checkOverlay(o *pb.Overlay) (subnet, part netip.Prefix, peers []wantedPeer, err error) {
+	subnet, peers, err = checkOverlayPeers(o)
+	if err != nil {
+		return subnet, part, nil, err
+	}
+	if part, err = parseSubnet(o.GetLocalSubnet()); err != nil {
+		return subnet, part, nil, err
+	}
+	if !subnet.Contains(part.Addr()) || part.Bits() < subnet.Bits() {
+		return subnet, part, nil, network.Errorf(network.ErrInvalid, "overlay of %s: the node's part %s is not inside the overlay's subnet %s", o.Network, part, subnet)
+	}
+	for _, w := range peers {
+		if w.subnet.Overlaps(part) {
+			return subnet, part, nil, network.Errorf(network.ErrInvalid, "overlay of %s: a peer's part %s overlaps this node's %s", o.Network, w.subnet, part)
+		}
+	}
+	return subnet, part, peers, nil
+}
+
+func checkOverlayPeers(o *pb.Overlay) (netip.Prefix, []wantedPeer, error) {
 	if err := checkID("network", o.GetNetwork()); err != nil {
 		return netip.Prefix{}, nil, err
 	}
@@ -99,35 +118,16 @@ func parseOverlaySubnet(s string) (netip.Prefix, error) {
 }
 
 func (p *Plugin) EnsureOverlay(_ context.Context, o *pb.Overlay) (*pb.OverlayDetails, error) {
-	subnet, peers, err := checkOverlay(o)
+	subnet, part, peers, err := checkOverlay(o)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	what := "ensure overlay of network " + o.Network
-	bridges, err := listBridges()
-	if err != nil {
+	if _, _, err := p.ensureNetwork(&pb.TenantNetwork{Tenant: o.Network, Subnet: part.String()}); err != nil {
 		return nil, err
 	}
-	var part netip.Prefix
-	for _, b := range bridges {
-		if b.rec.Tenant == o.Network {
-			part, _ = netip.ParsePrefix(b.rec.Subnet)
-		}
-	}
-	if !part.IsValid() {
-		return nil, network.Errorf(network.ErrState, "%s: the network is not on this node (make it first)", what)
-	}
-	if !subnet.Contains(part.Addr()) || part.Bits() < subnet.Bits() {
-		return nil, network.Errorf(network.ErrInvalid, "%s: the node's part %s is not inside the overlay's subnet %s", what, part, subnet)
-	}
-	for _, w := range peers {
-		if w.subnet.Overlaps(part) {
-			return nil, network.Errorf(network.ErrInvalid, "%s: a peer's part %s overlaps this node's %s", what, w.subnet, part)
-		}
-	}
-
 	name := wgName(o.Network)
 	link, err := netlink.LinkByName(name)
 	var rec overlayRecord

@@ -3,6 +3,7 @@
 package netns
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -82,7 +83,7 @@ const ovSubnet, ovPort = "10.231.0.0/24", 51900
 // ensure configures m's overlay with every other member as a peer.
 func ensure(t *testing.T, m *member, all []*member) *pb.OverlayDetails {
 	t.Helper()
-	o := &pb.Overlay{Network: "ov-acme", Subnet: ovSubnet, ListenPort: ovPort}
+	o := &pb.Overlay{Network: "ov-acme", Subnet: ovSubnet, ListenPort: ovPort, LocalSubnet: m.part}
 	for _, q := range all {
 		if q != m && q.pub != "" { // a member without a key yet is no peer yet
 			o.Peers = append(o.Peers, &pb.OverlayPeer{PublicKey: q.pub, NextPublicKey: q.next, Endpoint: q.endpoint, Subnet: q.part})
@@ -284,15 +285,20 @@ func TestOverlayJoinsANetworkAcrossNodesAndKeepsOthersOut(t *testing.T) {
 	}
 
 	// Removing node 2 from node 1's peers cuts the path.
-	if _, err := n1.p.EnsureOverlay(ctx, &pb.Overlay{Network: "ov-acme", Subnet: ovSubnet, ListenPort: ovPort}); err != nil {
+	if _, err := n1.p.EnsureOverlay(ctx, &pb.Overlay{Network: "ov-acme", Subnet: ovSubnet, ListenPort: ovPort, LocalSubnet: part1.Subnet}); err != nil {
 		t.Fatal(err)
 	}
 	if send(t, a1, a2, udpFrame(a1.mac, gw1, a1.ip, a2.ip, "removed"), "removed", time.Second) {
 		t.Error("a1 still reaches a2 after node 2 left node 1's peers")
 	}
 
-	if err := n2.p.DeleteOverlay(ctx, "ov-acme"); err != nil {
-		t.Fatal(err)
+	if err := n1.p.DeleteNetwork(ctx, "ov-acme"); err == nil {
+		t.Error("a network with an overlay was deleted")
+	}
+	for _, n := range []*node{n1, n2} {
+		if err := n.p.DeleteOverlay(ctx, "ov-acme"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	deleteAll(t, n1.ns, n1.p, []string{"ov-acme", netB.Tenant}, a1.iface.Ref, b1.iface.Ref)
 	deleteAll(t, n2.ns, n2.p, []string{"ov-acme"}, a2.iface.Ref)
@@ -320,6 +326,7 @@ func TestOverlayRefusesBadRequests(t *testing.T) {
 		{"bad network id", &pb.Overlay{Network: "a b", Subnet: ovSubnet, ListenPort: ovPort}},
 		{"subnet not a network address", &pb.Overlay{Network: "n", Subnet: "10.231.0.1/24", ListenPort: ovPort}},
 		{"IPv6 subnet", &pb.Overlay{Network: "n", Subnet: "fd00::/64", ListenPort: ovPort}},
+		{"local part outside the overlay", &pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: ovPort, LocalSubnet: "10.232.0.0/28"}},
 		{"port below 1024", &pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: 80}},
 		{"port above 65535", &pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: 70000}},
 		{"short key", &pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: ovPort, Peers: []*pb.OverlayPeer{peer("AAAA", "192.0.2.2:51900", "10.231.0.16/28")}}},
@@ -329,11 +336,12 @@ func TestOverlayRefusesBadRequests(t *testing.T) {
 		{"parts overlap", &pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: ovPort, Peers: []*pb.OverlayPeer{peer(good, "192.0.2.2:1", "10.231.0.16/28"), peer(other, "192.0.2.3:1", "10.231.0.16/29")}}},
 		{"key twice", &pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: ovPort, Peers: []*pb.OverlayPeer{peer(good, "192.0.2.2:1", "10.231.0.16/28"), peer(good, "192.0.2.3:1", "10.231.0.32/28")}}},
 	} {
-		if _, _, err := checkOverlay(c.o); err == nil {
+		c.o.LocalSubnet = cmp.Or(c.o.LocalSubnet, "10.231.0.0/28")
+		if _, _, _, err := checkOverlay(c.o); err == nil {
 			t.Errorf("%s: accepted", c.name)
 		}
 	}
-	if _, _, err := checkOverlay(&pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: ovPort, Peers: []*pb.OverlayPeer{peer(good, "192.0.2.2:51900", "10.231.0.16/28")}}); err != nil {
+	if _, _, _, err := checkOverlay(&pb.Overlay{Network: "n", Subnet: ovSubnet, ListenPort: ovPort, LocalSubnet: "10.231.0.0/28", Peers: []*pb.OverlayPeer{peer(good, "192.0.2.2:51900", "10.231.0.16/28")}}); err != nil {
 		t.Errorf("a good overlay is refused: %v", err)
 	}
 }

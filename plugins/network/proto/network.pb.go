@@ -1134,7 +1134,12 @@ type Overlay struct {
 	// The UDP port the node's tunnel listens on, 1024 to 65535.
 	ListenPort uint32 `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
 	// The other nodes of the overlay.
-	Peers         []*OverlayPeer `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
+	Peers []*OverlayPeer `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
+	// This node's part of the overlay: the network's subnet on this node, a
+	// subnet inside subnet. The network is made with it when it is not there
+	// (as EnsureNetwork makes it); FAILED_PRECONDITION when it is there with
+	// another subnet.
+	LocalSubnet   string `protobuf:"bytes,5,opt,name=local_subnet,json=localSubnet,proto3" json:"local_subnet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1195,6 +1200,13 @@ func (x *Overlay) GetPeers() []*OverlayPeer {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *Overlay) GetLocalSubnet() string {
+	if x != nil {
+		return x.LocalSubnet
+	}
+	return ""
 }
 
 // OverlayPeer is another node of an overlay.
@@ -1879,13 +1891,14 @@ const file_network_proto_rawDesc = "" +
 	"\x03mac\x18\x04 \x01(\tR\x03mac\x12\x18\n" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x18\n" +
 	"\agateway\x18\x06 \x01(\tR\agateway\x12\x16\n" +
-	"\x06subnet\x18\a \x01(\tR\x06subnet\"\x92\x01\n" +
+	"\x06subnet\x18\a \x01(\tR\x06subnet\"\xb5\x01\n" +
 	"\aOverlay\x12\x18\n" +
 	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x16\n" +
 	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x12\x1f\n" +
 	"\vlisten_port\x18\x03 \x01(\rR\n" +
 	"listenPort\x124\n" +
-	"\x05peers\x18\x04 \x03(\v2\x1e.fluxvm.network.v1.OverlayPeerR\x05peers\"\x88\x01\n" +
+	"\x05peers\x18\x04 \x03(\v2\x1e.fluxvm.network.v1.OverlayPeerR\x05peers\x12!\n" +
+	"\flocal_subnet\x18\x05 \x01(\tR\vlocalSubnet\"\x88\x01\n" +
 	"\vOverlayPeer\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\tR\tpublicKey\x12\x1a\n" +

@@ -91,7 +91,8 @@ type NetworkClient interface {
 	// another tenant's on this node.
 	EnsureNetwork(ctx context.Context, in *EnsureNetworkRequest, opts ...grpc.CallOption) (*EnsureNetworkResponse, error)
 	// DeleteNetwork removes the tenant's network and all the plugin made for
-	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain.
+	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain,
+	// or while the network has an overlay (DeleteOverlay first).
 	// Deleting a network that does not exist succeeds.
 	DeleteNetwork(ctx context.Context, in *DeleteNetworkRequest, opts ...grpc.CallOption) (*DeleteNetworkResponse, error)
 	// CreateInterface makes the VM's interface in its tenant's network, making
@@ -117,8 +118,8 @@ type NetworkClient interface {
 	// any plugin process, so the agent can remove those of VMs it no longer
 	// has.
 	ListInterfaces(ctx context.Context, in *ListInterfacesRequest, opts ...grpc.CallOption) (*ListInterfacesResponse, error)
-	// EnsureOverlay makes or updates the overlay of a network that exists on
-	// this node (FAILED_PRECONDITION otherwise): its tunnel device, listen
+	// EnsureOverlay makes or updates the overlay of a network on this node
+	// (making the network first, with the overlay's local_subnet): its tunnel device, listen
 	// port, peers and routes become what the request says. Calling it again
 	// with the same request changes nothing; a peer left out is removed. A new
 	// overlay gets a new key pair. Fails with INVALID_ARGUMENT for a bad key,
@@ -287,7 +288,8 @@ type NetworkServer interface {
 	// another tenant's on this node.
 	EnsureNetwork(context.Context, *EnsureNetworkRequest) (*EnsureNetworkResponse, error)
 	// DeleteNetwork removes the tenant's network and all the plugin made for
-	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain.
+	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain,
+	// or while the network has an overlay (DeleteOverlay first).
 	// Deleting a network that does not exist succeeds.
 	DeleteNetwork(context.Context, *DeleteNetworkRequest) (*DeleteNetworkResponse, error)
 	// CreateInterface makes the VM's interface in its tenant's network, making
@@ -313,8 +315,8 @@ type NetworkServer interface {
 	// any plugin process, so the agent can remove those of VMs it no longer
 	// has.
 	ListInterfaces(context.Context, *ListInterfacesRequest) (*ListInterfacesResponse, error)
-	// EnsureOverlay makes or updates the overlay of a network that exists on
-	// this node (FAILED_PRECONDITION otherwise): its tunnel device, listen
+	// EnsureOverlay makes or updates the overlay of a network on this node
+	// (making the network first, with the overlay's local_subnet): its tunnel device, listen
 	// port, peers and routes become what the request says. Calling it again
 	// with the same request changes nothing; a peer left out is removed. A new
 	// overlay gets a new key pair. Fails with INVALID_ARGUMENT for a bad key,
