@@ -2,7 +2,9 @@ package sdk
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"time"
 )
@@ -155,4 +157,42 @@ func (f *FleetClient) RotateOverlay(ctx context.Context, tenant, name string) (*
 		return nil, err
 	}
 	return &out, nil
+}
+
+// CheckEgressPolicy refuses a malformed policy: a mode other than open or
+// allowlist, an entry that is not an IPv4 address or subnet, too many.
+func CheckEgressPolicy(p *EgressPolicy) error {
+	if p == nil {
+		return nil
+	}
+	if p.Mode != "open" && p.Mode != "allowlist" {
+		return fmt.Errorf("egress mode %q is neither open nor allowlist", p.Mode)
+	}
+	for _, l := range []struct {
+		name string
+		list []string
+	}{{"allow", p.Allow}, {"block", p.Block}} {
+		if len(l.list) > MaxEgressEntries {
+			return fmt.Errorf("egress %s has %d entries, more than %d", l.name, len(l.list), MaxEgressEntries)
+		}
+		for _, e := range l.list {
+			if _, ok := EgressEntry(e); !ok {
+				return fmt.Errorf("egress %s entry %q is not an IPv4 address or subnet (host names are not taken)", l.name, e)
+			}
+		}
+	}
+	return nil
+}
+
+// EgressEntry reads an egress entry: an IPv4 address (a /32) or a subnet's
+// network address in CIDR notation.
+func EgressEntry(s string) (netip.Prefix, bool) {
+	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+		return netip.PrefixFrom(a, 32), true
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !p.Addr().Is4() || p.Masked() != p {
+		return netip.Prefix{}, false
+	}
+	return p, true
 }
