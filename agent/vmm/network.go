@@ -30,6 +30,15 @@ const networkTenant = "tenant"
 // networkIDPattern is a network id as network plugins take it.
 var networkIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// egress is a request's egress policy as the network contract has it: nil
+// keeps the network's own (open for a new network).
+func egress(p *sdk.EgressPolicy) *netpb.Egress {
+	if p == nil {
+		return nil
+	}
+	return &netpb.Egress{Mode: p.Mode, Allow: p.Allow, Block: p.Block}
+}
+
 // netID is the node network a tenant VM is in: an overlay's, or its tenant's.
 func netID(req sdk.CreateVMRequest) string {
 	if req.NetworkID != "" {
@@ -47,8 +56,8 @@ func (m *Manager) checkNetwork(req *sdk.CreateVMRequest) error {
 	}
 	switch req.Network {
 	case "user", "none":
-		if req.NetworkID != "" {
-			return fail(driver.ErrInvalid, `leave network_id out, or ask for "network": "tenant"`, "network_id is only for network \"tenant\", not %q", req.Network)
+		if req.NetworkID != "" || req.Egress != nil {
+			return fail(driver.ErrInvalid, `leave network_id out, or ask for "network": "tenant"`, "network_id and egress are only for network \"tenant\", not %q", req.Network)
 		}
 		if req.Subnet != "" {
 			return fail(driver.ErrInvalid, `leave subnet out, or ask for "network": "tenant"`, "subnet is only for network \"tenant\", not %q", req.Network)
@@ -64,6 +73,9 @@ func (m *Manager) checkNetwork(req *sdk.CreateVMRequest) error {
 	}
 	if req.Tenant == "" {
 		return fail(driver.ErrInvalid, "set tenant: the network is the tenant's", "network \"tenant\" needs a tenant")
+	}
+	if err := sdk.CheckEgressPolicy(req.Egress); err != nil {
+		return fail(driver.ErrInvalid, `"egress": {"mode": "open" or "allowlist", "allow": [...], "block": [...]}, IPv4 addresses or subnets`, "%s", jsonapi.Echo(err.Error()))
 	}
 	if req.NetworkID != "" && !networkIDPattern.MatchString(req.NetworkID) {
 		return fail(driver.ErrInvalid, "an overlay's network id is 1 to 64 characters from [A-Za-z0-9_-]", "network_id %q is not a network id", jsonapi.Echo(req.NetworkID))
@@ -93,7 +105,7 @@ func (m *Manager) attach(ctx context.Context, id string, req sdk.CreateVMRequest
 		return nil, networkErr(err, "create vm %s: tenant network", req.Name)
 	}
 	ifc, err := n.CreateInterface(ctx, &netpb.CreateInterfaceRequest{
-		Network: &netpb.TenantNetwork{Tenant: netID(req), Subnet: req.Subnet}, VmId: id,
+		Network: &netpb.TenantNetwork{Tenant: netID(req), Subnet: req.Subnet, Egress: egress(req.Egress)}, VmId: id,
 	})
 	if err != nil {
 		return nil, networkErr(err, "create vm %s: tenant network", req.Name)
@@ -174,7 +186,7 @@ func networkHealth(s pluginhost.Status) sdk.NetworkHealth {
 	for _, claim := range []struct {
 		name string
 		on   bool
-	}{{"tenant_isolation", c.GetTenantIsolation()}, {"egress_nat", c.GetEgressNat()}, {"assigns_addresses", c.GetAssignsAddresses()}, {"overlays", c.GetOverlays()}} {
+	}{{"tenant_isolation", c.GetTenantIsolation()}, {"egress_nat", c.GetEgressNat()}, {"assigns_addresses", c.GetAssignsAddresses()}, {"overlays", c.GetOverlays()}, {"egress_policy", c.GetEgressPolicy()}} {
 		if claim.on {
 			nh.Capabilities = append(nh.Capabilities, claim.name)
 		}

@@ -44,7 +44,12 @@ func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk
 		return false
 	}
 	spec.Subnet = subnet
-	spec.Egress = pol.Egress // the floor, enforced by the node's network plugin
+	// The floor, enforced by the node's network plugin; sent even when open,
+	// so a floor taken away is taken away on the node too.
+	spec.Egress = &sdk.EgressPolicy{Mode: "open"}
+	if pol.Egress != nil {
+		spec.Egress = pol.Egress
+	}
 	return true
 }
 

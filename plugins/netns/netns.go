@@ -103,6 +103,7 @@ func (p *Plugin) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		AssignsAddresses: true,
 		InterfaceKinds:   []pb.InterfaceKind{pb.InterfaceKind_INTERFACE_KIND_TAP},
 		Overlays:         true,
+		EgressPolicy:     true,
 	}, nil
 }
 
@@ -122,6 +123,12 @@ func (p *Plugin) ensureNetwork(n *pb.TenantNetwork) (netlink.Link, *pb.NetworkDe
 	subnet, err := parseSubnet(n.GetSubnet())
 	if err != nil {
 		return nil, nil, err
+	}
+	var allow, block []netip.Prefix
+	if n.Egress != nil {
+		if allow, block, err = parseEgress(n.Egress); err != nil {
+			return nil, nil, err
+		}
 	}
 	bridges, err := listBridges()
 	if err != nil {
@@ -185,6 +192,11 @@ func (p *Plugin) ensureNetwork(n *pb.TenantNetwork) (netlink.Link, *pb.NetworkDe
 	if err := ensureRules(n.Tenant, name, subnet, p.cfg.EgressNAT); err != nil {
 		return nil, nil, unavailable(what, err)
 	}
+	if n.Egress != nil {
+		if err := ensureEgressRules(n.Tenant, name, n.Egress.Mode, allow, block); err != nil {
+			return nil, nil, unavailable(what, err)
+		}
+	}
 	return br, details, nil
 }
 
@@ -211,6 +223,9 @@ func (p *Plugin) DeleteNetwork(_ context.Context, tenant string) error {
 		return network.Errorf(network.ErrState, "network of tenant %s has an overlay: delete it first", tenant)
 	}
 	what := "delete network of tenant " + tenant
+	if err := deleteEgressRules(tenant); err != nil {
+		return unavailable(what, err)
+	}
 	if err := deleteRules(tenant); err != nil {
 		return unavailable(what, err)
 	}

@@ -161,7 +161,9 @@ type CapabilitiesResponse struct {
 	InterfaceKinds []InterfaceKind `protobuf:"varint,4,rep,packed,name=interface_kinds,json=interfaceKinds,proto3,enum=fluxvm.network.v1.InterfaceKind" json:"interface_kinds,omitempty"`
 	// The plugin serves EnsureOverlay, DeleteOverlay, RotateOverlayKey and
 	// ListOverlays: networks joined across nodes by an encrypted tunnel.
-	Overlays      bool `protobuf:"varint,5,opt,name=overlays,proto3" json:"overlays,omitempty"`
+	Overlays bool `protobuf:"varint,5,opt,name=overlays,proto3" json:"overlays,omitempty"`
+	// The plugin enforces TenantNetwork.egress.
+	EgressPolicy  bool `protobuf:"varint,6,opt,name=egress_policy,json=egressPolicy,proto3" json:"egress_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +233,13 @@ func (x *CapabilitiesResponse) GetOverlays() bool {
 	return false
 }
 
+func (x *CapabilitiesResponse) GetEgressPolicy() bool {
+	if x != nil {
+		return x.EgressPolicy
+	}
+	return false
+}
+
 // TenantNetwork is one tenant's network on this node.
 type TenantNetwork struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -238,7 +247,12 @@ type TenantNetwork struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The subnet in CIDR notation, a network address: "10.230.7.0/24". The
 	// agent chooses it; the built-in plugin takes IPv4 subnets from /16 to /29.
-	Subnet        string `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Subnet string `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// The network's egress policy (capability egress_policy): what its VMs
+	// may reach outside the node's tenant networks. Absent: the policy the
+	// network has stays as it is (a new network's is open). Present: it
+	// replaces the network's policy.
+	Egress        *Egress `protobuf:"bytes,3,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -287,6 +301,77 @@ func (x *TenantNetwork) GetSubnet() string {
 	return ""
 }
 
+func (x *TenantNetwork) GetEgress() *Egress {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// Egress is an egress policy. Entries are IPv4 addresses or subnets in CIDR
+// notation; host names are not taken (INVALID_ARGUMENT).
+type Egress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "open": everything but block leaves; "allowlist": only allow, less
+	// block, leaves.
+	Mode          string   `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Allow         []string `protobuf:"bytes,2,rep,name=allow,proto3" json:"allow,omitempty"`
+	Block         []string `protobuf:"bytes,3,rep,name=block,proto3" json:"block,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Egress) Reset() {
+	*x = Egress{}
+	mi := &file_network_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Egress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Egress) ProtoMessage() {}
+
+func (x *Egress) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Egress.ProtoReflect.Descriptor instead.
+func (*Egress) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Egress) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *Egress) GetAllow() []string {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+func (x *Egress) GetBlock() []string {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
 // NetworkDetails is a tenant network as the plugin made it.
 type NetworkDetails struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -303,7 +388,7 @@ type NetworkDetails struct {
 
 func (x *NetworkDetails) Reset() {
 	*x = NetworkDetails{}
-	mi := &file_network_proto_msgTypes[3]
+	mi := &file_network_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +400,7 @@ func (x *NetworkDetails) String() string {
 func (*NetworkDetails) ProtoMessage() {}
 
 func (x *NetworkDetails) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[3]
+	mi := &file_network_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +413,7 @@ func (x *NetworkDetails) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDetails.ProtoReflect.Descriptor instead.
 func (*NetworkDetails) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{3}
+	return file_network_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NetworkDetails) GetTenant() string {
@@ -368,7 +453,7 @@ type EnsureNetworkRequest struct {
 
 func (x *EnsureNetworkRequest) Reset() {
 	*x = EnsureNetworkRequest{}
-	mi := &file_network_proto_msgTypes[4]
+	mi := &file_network_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +465,7 @@ func (x *EnsureNetworkRequest) String() string {
 func (*EnsureNetworkRequest) ProtoMessage() {}
 
 func (x *EnsureNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[4]
+	mi := &file_network_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +478,7 @@ func (x *EnsureNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureNetworkRequest.ProtoReflect.Descriptor instead.
 func (*EnsureNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{4}
+	return file_network_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EnsureNetworkRequest) GetNetwork() *TenantNetwork {
@@ -412,7 +497,7 @@ type EnsureNetworkResponse struct {
 
 func (x *EnsureNetworkResponse) Reset() {
 	*x = EnsureNetworkResponse{}
-	mi := &file_network_proto_msgTypes[5]
+	mi := &file_network_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +509,7 @@ func (x *EnsureNetworkResponse) String() string {
 func (*EnsureNetworkResponse) ProtoMessage() {}
 
 func (x *EnsureNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[5]
+	mi := &file_network_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +522,7 @@ func (x *EnsureNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureNetworkResponse.ProtoReflect.Descriptor instead.
 func (*EnsureNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{5}
+	return file_network_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnsureNetworkResponse) GetNetwork() *NetworkDetails {
@@ -456,7 +541,7 @@ type DeleteNetworkRequest struct {
 
 func (x *DeleteNetworkRequest) Reset() {
 	*x = DeleteNetworkRequest{}
-	mi := &file_network_proto_msgTypes[6]
+	mi := &file_network_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +553,7 @@ func (x *DeleteNetworkRequest) String() string {
 func (*DeleteNetworkRequest) ProtoMessage() {}
 
 func (x *DeleteNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[6]
+	mi := &file_network_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +566,7 @@ func (x *DeleteNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNetworkRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{6}
+	return file_network_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteNetworkRequest) GetTenant() string {
@@ -499,7 +584,7 @@ type DeleteNetworkResponse struct {
 
 func (x *DeleteNetworkResponse) Reset() {
 	*x = DeleteNetworkResponse{}
-	mi := &file_network_proto_msgTypes[7]
+	mi := &file_network_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +596,7 @@ func (x *DeleteNetworkResponse) String() string {
 func (*DeleteNetworkResponse) ProtoMessage() {}
 
 func (x *DeleteNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[7]
+	mi := &file_network_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +609,7 @@ func (x *DeleteNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNetworkResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{7}
+	return file_network_proto_rawDescGZIP(), []int{8}
 }
 
 type CreateInterfaceRequest struct {
@@ -542,7 +627,7 @@ type CreateInterfaceRequest struct {
 
 func (x *CreateInterfaceRequest) Reset() {
 	*x = CreateInterfaceRequest{}
-	mi := &file_network_proto_msgTypes[8]
+	mi := &file_network_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +639,7 @@ func (x *CreateInterfaceRequest) String() string {
 func (*CreateInterfaceRequest) ProtoMessage() {}
 
 func (x *CreateInterfaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[8]
+	mi := &file_network_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +652,7 @@ func (x *CreateInterfaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInterfaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateInterfaceRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{8}
+	return file_network_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateInterfaceRequest) GetNetwork() *TenantNetwork {
@@ -600,7 +685,7 @@ type CreateInterfaceResponse struct {
 
 func (x *CreateInterfaceResponse) Reset() {
 	*x = CreateInterfaceResponse{}
-	mi := &file_network_proto_msgTypes[9]
+	mi := &file_network_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +697,7 @@ func (x *CreateInterfaceResponse) String() string {
 func (*CreateInterfaceResponse) ProtoMessage() {}
 
 func (x *CreateInterfaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[9]
+	mi := &file_network_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +710,7 @@ func (x *CreateInterfaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInterfaceResponse.ProtoReflect.Descriptor instead.
 func (*CreateInterfaceResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{9}
+	return file_network_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateInterfaceResponse) GetInterface() *Interface {
@@ -646,7 +731,7 @@ type InterfaceRef struct {
 
 func (x *InterfaceRef) Reset() {
 	*x = InterfaceRef{}
-	mi := &file_network_proto_msgTypes[10]
+	mi := &file_network_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +743,7 @@ func (x *InterfaceRef) String() string {
 func (*InterfaceRef) ProtoMessage() {}
 
 func (x *InterfaceRef) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[10]
+	mi := &file_network_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +756,7 @@ func (x *InterfaceRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceRef.ProtoReflect.Descriptor instead.
 func (*InterfaceRef) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{10}
+	return file_network_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InterfaceRef) GetTenant() string {
@@ -697,7 +782,7 @@ type DeleteInterfaceRequest struct {
 
 func (x *DeleteInterfaceRequest) Reset() {
 	*x = DeleteInterfaceRequest{}
-	mi := &file_network_proto_msgTypes[11]
+	mi := &file_network_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +794,7 @@ func (x *DeleteInterfaceRequest) String() string {
 func (*DeleteInterfaceRequest) ProtoMessage() {}
 
 func (x *DeleteInterfaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[11]
+	mi := &file_network_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +807,7 @@ func (x *DeleteInterfaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteInterfaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteInterfaceRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{11}
+	return file_network_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteInterfaceRequest) GetRef() *InterfaceRef {
@@ -740,7 +825,7 @@ type DeleteInterfaceResponse struct {
 
 func (x *DeleteInterfaceResponse) Reset() {
 	*x = DeleteInterfaceResponse{}
-	mi := &file_network_proto_msgTypes[12]
+	mi := &file_network_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +837,7 @@ func (x *DeleteInterfaceResponse) String() string {
 func (*DeleteInterfaceResponse) ProtoMessage() {}
 
 func (x *DeleteInterfaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[12]
+	mi := &file_network_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +850,7 @@ func (x *DeleteInterfaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteInterfaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteInterfaceResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{12}
+	return file_network_proto_rawDescGZIP(), []int{13}
 }
 
 type InterfaceExistsRequest struct {
@@ -777,7 +862,7 @@ type InterfaceExistsRequest struct {
 
 func (x *InterfaceExistsRequest) Reset() {
 	*x = InterfaceExistsRequest{}
-	mi := &file_network_proto_msgTypes[13]
+	mi := &file_network_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +874,7 @@ func (x *InterfaceExistsRequest) String() string {
 func (*InterfaceExistsRequest) ProtoMessage() {}
 
 func (x *InterfaceExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[13]
+	mi := &file_network_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +887,7 @@ func (x *InterfaceExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceExistsRequest.ProtoReflect.Descriptor instead.
 func (*InterfaceExistsRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{13}
+	return file_network_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InterfaceExistsRequest) GetRef() *InterfaceRef {
@@ -821,7 +906,7 @@ type InterfaceExistsResponse struct {
 
 func (x *InterfaceExistsResponse) Reset() {
 	*x = InterfaceExistsResponse{}
-	mi := &file_network_proto_msgTypes[14]
+	mi := &file_network_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +918,7 @@ func (x *InterfaceExistsResponse) String() string {
 func (*InterfaceExistsResponse) ProtoMessage() {}
 
 func (x *InterfaceExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[14]
+	mi := &file_network_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +931,7 @@ func (x *InterfaceExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceExistsResponse.ProtoReflect.Descriptor instead.
 func (*InterfaceExistsResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{14}
+	return file_network_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InterfaceExistsResponse) GetExists() bool {
@@ -865,7 +950,7 @@ type InterfaceDetailsRequest struct {
 
 func (x *InterfaceDetailsRequest) Reset() {
 	*x = InterfaceDetailsRequest{}
-	mi := &file_network_proto_msgTypes[15]
+	mi := &file_network_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +962,7 @@ func (x *InterfaceDetailsRequest) String() string {
 func (*InterfaceDetailsRequest) ProtoMessage() {}
 
 func (x *InterfaceDetailsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[15]
+	mi := &file_network_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +975,7 @@ func (x *InterfaceDetailsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceDetailsRequest.ProtoReflect.Descriptor instead.
 func (*InterfaceDetailsRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{15}
+	return file_network_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InterfaceDetailsRequest) GetRef() *InterfaceRef {
@@ -909,7 +994,7 @@ type InterfaceDetailsResponse struct {
 
 func (x *InterfaceDetailsResponse) Reset() {
 	*x = InterfaceDetailsResponse{}
-	mi := &file_network_proto_msgTypes[16]
+	mi := &file_network_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1006,7 @@ func (x *InterfaceDetailsResponse) String() string {
 func (*InterfaceDetailsResponse) ProtoMessage() {}
 
 func (x *InterfaceDetailsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[16]
+	mi := &file_network_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1019,7 @@ func (x *InterfaceDetailsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceDetailsResponse.ProtoReflect.Descriptor instead.
 func (*InterfaceDetailsResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{16}
+	return file_network_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InterfaceDetailsResponse) GetInterface() *Interface {
@@ -952,7 +1037,7 @@ type ListInterfacesRequest struct {
 
 func (x *ListInterfacesRequest) Reset() {
 	*x = ListInterfacesRequest{}
-	mi := &file_network_proto_msgTypes[17]
+	mi := &file_network_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1049,7 @@ func (x *ListInterfacesRequest) String() string {
 func (*ListInterfacesRequest) ProtoMessage() {}
 
 func (x *ListInterfacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[17]
+	mi := &file_network_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1062,7 @@ func (x *ListInterfacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesRequest.ProtoReflect.Descriptor instead.
 func (*ListInterfacesRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{17}
+	return file_network_proto_rawDescGZIP(), []int{18}
 }
 
 type ListInterfacesResponse struct {
@@ -989,7 +1074,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_network_proto_msgTypes[18]
+	mi := &file_network_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1086,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[18]
+	mi := &file_network_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1099,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{18}
+	return file_network_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1045,7 +1130,7 @@ type Interface struct {
 
 func (x *Interface) Reset() {
 	*x = Interface{}
-	mi := &file_network_proto_msgTypes[19]
+	mi := &file_network_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1142,7 @@ func (x *Interface) String() string {
 func (*Interface) ProtoMessage() {}
 
 func (x *Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[19]
+	mi := &file_network_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1155,7 @@ func (x *Interface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interface.ProtoReflect.Descriptor instead.
 func (*Interface) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{19}
+	return file_network_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Interface) GetRef() *InterfaceRef {
@@ -1146,7 +1231,7 @@ type Overlay struct {
 
 func (x *Overlay) Reset() {
 	*x = Overlay{}
-	mi := &file_network_proto_msgTypes[20]
+	mi := &file_network_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1243,7 @@ func (x *Overlay) String() string {
 func (*Overlay) ProtoMessage() {}
 
 func (x *Overlay) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[20]
+	mi := &file_network_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1256,7 @@ func (x *Overlay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Overlay.ProtoReflect.Descriptor instead.
 func (*Overlay) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{20}
+	return file_network_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Overlay) GetNetwork() string {
@@ -1227,7 +1312,7 @@ type OverlayPeer struct {
 
 func (x *OverlayPeer) Reset() {
 	*x = OverlayPeer{}
-	mi := &file_network_proto_msgTypes[21]
+	mi := &file_network_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1324,7 @@ func (x *OverlayPeer) String() string {
 func (*OverlayPeer) ProtoMessage() {}
 
 func (x *OverlayPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[21]
+	mi := &file_network_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1337,7 @@ func (x *OverlayPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlayPeer.ProtoReflect.Descriptor instead.
 func (*OverlayPeer) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{21}
+	return file_network_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OverlayPeer) GetPublicKey() string {
@@ -1307,7 +1392,7 @@ type OverlayDetails struct {
 
 func (x *OverlayDetails) Reset() {
 	*x = OverlayDetails{}
-	mi := &file_network_proto_msgTypes[22]
+	mi := &file_network_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1404,7 @@ func (x *OverlayDetails) String() string {
 func (*OverlayDetails) ProtoMessage() {}
 
 func (x *OverlayDetails) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[22]
+	mi := &file_network_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1417,7 @@ func (x *OverlayDetails) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlayDetails.ProtoReflect.Descriptor instead.
 func (*OverlayDetails) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{22}
+	return file_network_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OverlayDetails) GetNetwork() string {
@@ -1407,7 +1492,7 @@ type OverlayPeerStatus struct {
 
 func (x *OverlayPeerStatus) Reset() {
 	*x = OverlayPeerStatus{}
-	mi := &file_network_proto_msgTypes[23]
+	mi := &file_network_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1504,7 @@ func (x *OverlayPeerStatus) String() string {
 func (*OverlayPeerStatus) ProtoMessage() {}
 
 func (x *OverlayPeerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[23]
+	mi := &file_network_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1517,7 @@ func (x *OverlayPeerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverlayPeerStatus.ProtoReflect.Descriptor instead.
 func (*OverlayPeerStatus) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{23}
+	return file_network_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OverlayPeerStatus) GetPublicKey() string {
@@ -1486,7 +1571,7 @@ type EnsureOverlayRequest struct {
 
 func (x *EnsureOverlayRequest) Reset() {
 	*x = EnsureOverlayRequest{}
-	mi := &file_network_proto_msgTypes[24]
+	mi := &file_network_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1583,7 @@ func (x *EnsureOverlayRequest) String() string {
 func (*EnsureOverlayRequest) ProtoMessage() {}
 
 func (x *EnsureOverlayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[24]
+	mi := &file_network_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1596,7 @@ func (x *EnsureOverlayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureOverlayRequest.ProtoReflect.Descriptor instead.
 func (*EnsureOverlayRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{24}
+	return file_network_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EnsureOverlayRequest) GetOverlay() *Overlay {
@@ -1530,7 +1615,7 @@ type EnsureOverlayResponse struct {
 
 func (x *EnsureOverlayResponse) Reset() {
 	*x = EnsureOverlayResponse{}
-	mi := &file_network_proto_msgTypes[25]
+	mi := &file_network_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1627,7 @@ func (x *EnsureOverlayResponse) String() string {
 func (*EnsureOverlayResponse) ProtoMessage() {}
 
 func (x *EnsureOverlayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[25]
+	mi := &file_network_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1640,7 @@ func (x *EnsureOverlayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureOverlayResponse.ProtoReflect.Descriptor instead.
 func (*EnsureOverlayResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{25}
+	return file_network_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnsureOverlayResponse) GetOverlay() *OverlayDetails {
@@ -1574,7 +1659,7 @@ type DeleteOverlayRequest struct {
 
 func (x *DeleteOverlayRequest) Reset() {
 	*x = DeleteOverlayRequest{}
-	mi := &file_network_proto_msgTypes[26]
+	mi := &file_network_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1671,7 @@ func (x *DeleteOverlayRequest) String() string {
 func (*DeleteOverlayRequest) ProtoMessage() {}
 
 func (x *DeleteOverlayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[26]
+	mi := &file_network_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1684,7 @@ func (x *DeleteOverlayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverlayRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverlayRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{26}
+	return file_network_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteOverlayRequest) GetNetwork() string {
@@ -1617,7 +1702,7 @@ type DeleteOverlayResponse struct {
 
 func (x *DeleteOverlayResponse) Reset() {
 	*x = DeleteOverlayResponse{}
-	mi := &file_network_proto_msgTypes[27]
+	mi := &file_network_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1714,7 @@ func (x *DeleteOverlayResponse) String() string {
 func (*DeleteOverlayResponse) ProtoMessage() {}
 
 func (x *DeleteOverlayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[27]
+	mi := &file_network_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1727,7 @@ func (x *DeleteOverlayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverlayResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverlayResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{27}
+	return file_network_proto_rawDescGZIP(), []int{28}
 }
 
 type RotateOverlayKeyRequest struct {
@@ -1656,7 +1741,7 @@ type RotateOverlayKeyRequest struct {
 
 func (x *RotateOverlayKeyRequest) Reset() {
 	*x = RotateOverlayKeyRequest{}
-	mi := &file_network_proto_msgTypes[28]
+	mi := &file_network_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1753,7 @@ func (x *RotateOverlayKeyRequest) String() string {
 func (*RotateOverlayKeyRequest) ProtoMessage() {}
 
 func (x *RotateOverlayKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[28]
+	mi := &file_network_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1766,7 @@ func (x *RotateOverlayKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOverlayKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateOverlayKeyRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{28}
+	return file_network_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RotateOverlayKeyRequest) GetNetwork() string {
@@ -1709,7 +1794,7 @@ type RotateOverlayKeyResponse struct {
 
 func (x *RotateOverlayKeyResponse) Reset() {
 	*x = RotateOverlayKeyResponse{}
-	mi := &file_network_proto_msgTypes[29]
+	mi := &file_network_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1806,7 @@ func (x *RotateOverlayKeyResponse) String() string {
 func (*RotateOverlayKeyResponse) ProtoMessage() {}
 
 func (x *RotateOverlayKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[29]
+	mi := &file_network_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1819,7 @@ func (x *RotateOverlayKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOverlayKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateOverlayKeyResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{29}
+	return file_network_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RotateOverlayKeyResponse) GetPublicKey() string {
@@ -1759,7 +1844,7 @@ type ListOverlaysRequest struct {
 
 func (x *ListOverlaysRequest) Reset() {
 	*x = ListOverlaysRequest{}
-	mi := &file_network_proto_msgTypes[30]
+	mi := &file_network_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1856,7 @@ func (x *ListOverlaysRequest) String() string {
 func (*ListOverlaysRequest) ProtoMessage() {}
 
 func (x *ListOverlaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[30]
+	mi := &file_network_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1869,7 @@ func (x *ListOverlaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverlaysRequest.ProtoReflect.Descriptor instead.
 func (*ListOverlaysRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{30}
+	return file_network_proto_rawDescGZIP(), []int{31}
 }
 
 type ListOverlaysResponse struct {
@@ -1796,7 +1881,7 @@ type ListOverlaysResponse struct {
 
 func (x *ListOverlaysResponse) Reset() {
 	*x = ListOverlaysResponse{}
-	mi := &file_network_proto_msgTypes[31]
+	mi := &file_network_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1893,7 @@ func (x *ListOverlaysResponse) String() string {
 func (*ListOverlaysResponse) ProtoMessage() {}
 
 func (x *ListOverlaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[31]
+	mi := &file_network_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1906,7 @@ func (x *ListOverlaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverlaysResponse.ProtoReflect.Descriptor instead.
 func (*ListOverlaysResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{31}
+	return file_network_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListOverlaysResponse) GetOverlays() []*OverlayDetails {
@@ -1836,17 +1921,23 @@ var File_network_proto protoreflect.FileDescriptor
 const file_network_proto_rawDesc = "" +
 	"\n" +
 	"\rnetwork.proto\x12\x11fluxvm.network.v1\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xf4\x01\n" +
+	"\x13CapabilitiesRequest\"\x99\x02\n" +
 	"\x14CapabilitiesResponse\x12)\n" +
 	"\x10tenant_isolation\x18\x01 \x01(\bR\x0ftenantIsolation\x12\x1d\n" +
 	"\n" +
 	"egress_nat\x18\x02 \x01(\bR\tegressNat\x12+\n" +
 	"\x11assigns_addresses\x18\x03 \x01(\bR\x10assignsAddresses\x12I\n" +
 	"\x0finterface_kinds\x18\x04 \x03(\x0e2 .fluxvm.network.v1.InterfaceKindR\x0einterfaceKinds\x12\x1a\n" +
-	"\boverlays\x18\x05 \x01(\bR\boverlays\"?\n" +
+	"\boverlays\x18\x05 \x01(\bR\boverlays\x12#\n" +
+	"\regress_policy\x18\x06 \x01(\bR\fegressPolicy\"r\n" +
 	"\rTenantNetwork\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
-	"\x06subnet\x18\x02 \x01(\tR\x06subnet\"r\n" +
+	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x121\n" +
+	"\x06egress\x18\x03 \x01(\v2\x19.fluxvm.network.v1.EgressR\x06egress\"H\n" +
+	"\x06Egress\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05allow\x18\x02 \x03(\tR\x05allow\x12\x14\n" +
+	"\x05block\x18\x03 \x03(\tR\x05block\"r\n" +
 	"\x0eNetworkDetails\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
 	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x12\x18\n" +
@@ -1971,89 +2062,91 @@ func file_network_proto_rawDescGZIP() []byte {
 }
 
 var file_network_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_network_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_network_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_network_proto_goTypes = []any{
 	(InterfaceKind)(0),               // 0: fluxvm.network.v1.InterfaceKind
 	(*CapabilitiesRequest)(nil),      // 1: fluxvm.network.v1.CapabilitiesRequest
 	(*CapabilitiesResponse)(nil),     // 2: fluxvm.network.v1.CapabilitiesResponse
 	(*TenantNetwork)(nil),            // 3: fluxvm.network.v1.TenantNetwork
-	(*NetworkDetails)(nil),           // 4: fluxvm.network.v1.NetworkDetails
-	(*EnsureNetworkRequest)(nil),     // 5: fluxvm.network.v1.EnsureNetworkRequest
-	(*EnsureNetworkResponse)(nil),    // 6: fluxvm.network.v1.EnsureNetworkResponse
-	(*DeleteNetworkRequest)(nil),     // 7: fluxvm.network.v1.DeleteNetworkRequest
-	(*DeleteNetworkResponse)(nil),    // 8: fluxvm.network.v1.DeleteNetworkResponse
-	(*CreateInterfaceRequest)(nil),   // 9: fluxvm.network.v1.CreateInterfaceRequest
-	(*CreateInterfaceResponse)(nil),  // 10: fluxvm.network.v1.CreateInterfaceResponse
-	(*InterfaceRef)(nil),             // 11: fluxvm.network.v1.InterfaceRef
-	(*DeleteInterfaceRequest)(nil),   // 12: fluxvm.network.v1.DeleteInterfaceRequest
-	(*DeleteInterfaceResponse)(nil),  // 13: fluxvm.network.v1.DeleteInterfaceResponse
-	(*InterfaceExistsRequest)(nil),   // 14: fluxvm.network.v1.InterfaceExistsRequest
-	(*InterfaceExistsResponse)(nil),  // 15: fluxvm.network.v1.InterfaceExistsResponse
-	(*InterfaceDetailsRequest)(nil),  // 16: fluxvm.network.v1.InterfaceDetailsRequest
-	(*InterfaceDetailsResponse)(nil), // 17: fluxvm.network.v1.InterfaceDetailsResponse
-	(*ListInterfacesRequest)(nil),    // 18: fluxvm.network.v1.ListInterfacesRequest
-	(*ListInterfacesResponse)(nil),   // 19: fluxvm.network.v1.ListInterfacesResponse
-	(*Interface)(nil),                // 20: fluxvm.network.v1.Interface
-	(*Overlay)(nil),                  // 21: fluxvm.network.v1.Overlay
-	(*OverlayPeer)(nil),              // 22: fluxvm.network.v1.OverlayPeer
-	(*OverlayDetails)(nil),           // 23: fluxvm.network.v1.OverlayDetails
-	(*OverlayPeerStatus)(nil),        // 24: fluxvm.network.v1.OverlayPeerStatus
-	(*EnsureOverlayRequest)(nil),     // 25: fluxvm.network.v1.EnsureOverlayRequest
-	(*EnsureOverlayResponse)(nil),    // 26: fluxvm.network.v1.EnsureOverlayResponse
-	(*DeleteOverlayRequest)(nil),     // 27: fluxvm.network.v1.DeleteOverlayRequest
-	(*DeleteOverlayResponse)(nil),    // 28: fluxvm.network.v1.DeleteOverlayResponse
-	(*RotateOverlayKeyRequest)(nil),  // 29: fluxvm.network.v1.RotateOverlayKeyRequest
-	(*RotateOverlayKeyResponse)(nil), // 30: fluxvm.network.v1.RotateOverlayKeyResponse
-	(*ListOverlaysRequest)(nil),      // 31: fluxvm.network.v1.ListOverlaysRequest
-	(*ListOverlaysResponse)(nil),     // 32: fluxvm.network.v1.ListOverlaysResponse
+	(*Egress)(nil),                   // 4: fluxvm.network.v1.Egress
+	(*NetworkDetails)(nil),           // 5: fluxvm.network.v1.NetworkDetails
+	(*EnsureNetworkRequest)(nil),     // 6: fluxvm.network.v1.EnsureNetworkRequest
+	(*EnsureNetworkResponse)(nil),    // 7: fluxvm.network.v1.EnsureNetworkResponse
+	(*DeleteNetworkRequest)(nil),     // 8: fluxvm.network.v1.DeleteNetworkRequest
+	(*DeleteNetworkResponse)(nil),    // 9: fluxvm.network.v1.DeleteNetworkResponse
+	(*CreateInterfaceRequest)(nil),   // 10: fluxvm.network.v1.CreateInterfaceRequest
+	(*CreateInterfaceResponse)(nil),  // 11: fluxvm.network.v1.CreateInterfaceResponse
+	(*InterfaceRef)(nil),             // 12: fluxvm.network.v1.InterfaceRef
+	(*DeleteInterfaceRequest)(nil),   // 13: fluxvm.network.v1.DeleteInterfaceRequest
+	(*DeleteInterfaceResponse)(nil),  // 14: fluxvm.network.v1.DeleteInterfaceResponse
+	(*InterfaceExistsRequest)(nil),   // 15: fluxvm.network.v1.InterfaceExistsRequest
+	(*InterfaceExistsResponse)(nil),  // 16: fluxvm.network.v1.InterfaceExistsResponse
+	(*InterfaceDetailsRequest)(nil),  // 17: fluxvm.network.v1.InterfaceDetailsRequest
+	(*InterfaceDetailsResponse)(nil), // 18: fluxvm.network.v1.InterfaceDetailsResponse
+	(*ListInterfacesRequest)(nil),    // 19: fluxvm.network.v1.ListInterfacesRequest
+	(*ListInterfacesResponse)(nil),   // 20: fluxvm.network.v1.ListInterfacesResponse
+	(*Interface)(nil),                // 21: fluxvm.network.v1.Interface
+	(*Overlay)(nil),                  // 22: fluxvm.network.v1.Overlay
+	(*OverlayPeer)(nil),              // 23: fluxvm.network.v1.OverlayPeer
+	(*OverlayDetails)(nil),           // 24: fluxvm.network.v1.OverlayDetails
+	(*OverlayPeerStatus)(nil),        // 25: fluxvm.network.v1.OverlayPeerStatus
+	(*EnsureOverlayRequest)(nil),     // 26: fluxvm.network.v1.EnsureOverlayRequest
+	(*EnsureOverlayResponse)(nil),    // 27: fluxvm.network.v1.EnsureOverlayResponse
+	(*DeleteOverlayRequest)(nil),     // 28: fluxvm.network.v1.DeleteOverlayRequest
+	(*DeleteOverlayResponse)(nil),    // 29: fluxvm.network.v1.DeleteOverlayResponse
+	(*RotateOverlayKeyRequest)(nil),  // 30: fluxvm.network.v1.RotateOverlayKeyRequest
+	(*RotateOverlayKeyResponse)(nil), // 31: fluxvm.network.v1.RotateOverlayKeyResponse
+	(*ListOverlaysRequest)(nil),      // 32: fluxvm.network.v1.ListOverlaysRequest
+	(*ListOverlaysResponse)(nil),     // 33: fluxvm.network.v1.ListOverlaysResponse
 }
 var file_network_proto_depIdxs = []int32{
 	0,  // 0: fluxvm.network.v1.CapabilitiesResponse.interface_kinds:type_name -> fluxvm.network.v1.InterfaceKind
-	3,  // 1: fluxvm.network.v1.EnsureNetworkRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
-	4,  // 2: fluxvm.network.v1.EnsureNetworkResponse.network:type_name -> fluxvm.network.v1.NetworkDetails
-	3,  // 3: fluxvm.network.v1.CreateInterfaceRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
-	20, // 4: fluxvm.network.v1.CreateInterfaceResponse.interface:type_name -> fluxvm.network.v1.Interface
-	11, // 5: fluxvm.network.v1.DeleteInterfaceRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	11, // 6: fluxvm.network.v1.InterfaceExistsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	11, // 7: fluxvm.network.v1.InterfaceDetailsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	20, // 8: fluxvm.network.v1.InterfaceDetailsResponse.interface:type_name -> fluxvm.network.v1.Interface
-	20, // 9: fluxvm.network.v1.ListInterfacesResponse.interfaces:type_name -> fluxvm.network.v1.Interface
-	11, // 10: fluxvm.network.v1.Interface.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	0,  // 11: fluxvm.network.v1.Interface.kind:type_name -> fluxvm.network.v1.InterfaceKind
-	22, // 12: fluxvm.network.v1.Overlay.peers:type_name -> fluxvm.network.v1.OverlayPeer
-	24, // 13: fluxvm.network.v1.OverlayDetails.peers:type_name -> fluxvm.network.v1.OverlayPeerStatus
-	21, // 14: fluxvm.network.v1.EnsureOverlayRequest.overlay:type_name -> fluxvm.network.v1.Overlay
-	23, // 15: fluxvm.network.v1.EnsureOverlayResponse.overlay:type_name -> fluxvm.network.v1.OverlayDetails
-	23, // 16: fluxvm.network.v1.ListOverlaysResponse.overlays:type_name -> fluxvm.network.v1.OverlayDetails
-	1,  // 17: fluxvm.network.v1.Network.Capabilities:input_type -> fluxvm.network.v1.CapabilitiesRequest
-	5,  // 18: fluxvm.network.v1.Network.EnsureNetwork:input_type -> fluxvm.network.v1.EnsureNetworkRequest
-	7,  // 19: fluxvm.network.v1.Network.DeleteNetwork:input_type -> fluxvm.network.v1.DeleteNetworkRequest
-	9,  // 20: fluxvm.network.v1.Network.CreateInterface:input_type -> fluxvm.network.v1.CreateInterfaceRequest
-	12, // 21: fluxvm.network.v1.Network.DeleteInterface:input_type -> fluxvm.network.v1.DeleteInterfaceRequest
-	14, // 22: fluxvm.network.v1.Network.InterfaceExists:input_type -> fluxvm.network.v1.InterfaceExistsRequest
-	16, // 23: fluxvm.network.v1.Network.InterfaceDetails:input_type -> fluxvm.network.v1.InterfaceDetailsRequest
-	18, // 24: fluxvm.network.v1.Network.ListInterfaces:input_type -> fluxvm.network.v1.ListInterfacesRequest
-	25, // 25: fluxvm.network.v1.Network.EnsureOverlay:input_type -> fluxvm.network.v1.EnsureOverlayRequest
-	27, // 26: fluxvm.network.v1.Network.DeleteOverlay:input_type -> fluxvm.network.v1.DeleteOverlayRequest
-	29, // 27: fluxvm.network.v1.Network.RotateOverlayKey:input_type -> fluxvm.network.v1.RotateOverlayKeyRequest
-	31, // 28: fluxvm.network.v1.Network.ListOverlays:input_type -> fluxvm.network.v1.ListOverlaysRequest
-	2,  // 29: fluxvm.network.v1.Network.Capabilities:output_type -> fluxvm.network.v1.CapabilitiesResponse
-	6,  // 30: fluxvm.network.v1.Network.EnsureNetwork:output_type -> fluxvm.network.v1.EnsureNetworkResponse
-	8,  // 31: fluxvm.network.v1.Network.DeleteNetwork:output_type -> fluxvm.network.v1.DeleteNetworkResponse
-	10, // 32: fluxvm.network.v1.Network.CreateInterface:output_type -> fluxvm.network.v1.CreateInterfaceResponse
-	13, // 33: fluxvm.network.v1.Network.DeleteInterface:output_type -> fluxvm.network.v1.DeleteInterfaceResponse
-	15, // 34: fluxvm.network.v1.Network.InterfaceExists:output_type -> fluxvm.network.v1.InterfaceExistsResponse
-	17, // 35: fluxvm.network.v1.Network.InterfaceDetails:output_type -> fluxvm.network.v1.InterfaceDetailsResponse
-	19, // 36: fluxvm.network.v1.Network.ListInterfaces:output_type -> fluxvm.network.v1.ListInterfacesResponse
-	26, // 37: fluxvm.network.v1.Network.EnsureOverlay:output_type -> fluxvm.network.v1.EnsureOverlayResponse
-	28, // 38: fluxvm.network.v1.Network.DeleteOverlay:output_type -> fluxvm.network.v1.DeleteOverlayResponse
-	30, // 39: fluxvm.network.v1.Network.RotateOverlayKey:output_type -> fluxvm.network.v1.RotateOverlayKeyResponse
-	32, // 40: fluxvm.network.v1.Network.ListOverlays:output_type -> fluxvm.network.v1.ListOverlaysResponse
-	29, // [29:41] is the sub-list for method output_type
-	17, // [17:29] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	4,  // 1: fluxvm.network.v1.TenantNetwork.egress:type_name -> fluxvm.network.v1.Egress
+	3,  // 2: fluxvm.network.v1.EnsureNetworkRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
+	5,  // 3: fluxvm.network.v1.EnsureNetworkResponse.network:type_name -> fluxvm.network.v1.NetworkDetails
+	3,  // 4: fluxvm.network.v1.CreateInterfaceRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
+	21, // 5: fluxvm.network.v1.CreateInterfaceResponse.interface:type_name -> fluxvm.network.v1.Interface
+	12, // 6: fluxvm.network.v1.DeleteInterfaceRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	12, // 7: fluxvm.network.v1.InterfaceExistsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	12, // 8: fluxvm.network.v1.InterfaceDetailsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	21, // 9: fluxvm.network.v1.InterfaceDetailsResponse.interface:type_name -> fluxvm.network.v1.Interface
+	21, // 10: fluxvm.network.v1.ListInterfacesResponse.interfaces:type_name -> fluxvm.network.v1.Interface
+	12, // 11: fluxvm.network.v1.Interface.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	0,  // 12: fluxvm.network.v1.Interface.kind:type_name -> fluxvm.network.v1.InterfaceKind
+	23, // 13: fluxvm.network.v1.Overlay.peers:type_name -> fluxvm.network.v1.OverlayPeer
+	25, // 14: fluxvm.network.v1.OverlayDetails.peers:type_name -> fluxvm.network.v1.OverlayPeerStatus
+	22, // 15: fluxvm.network.v1.EnsureOverlayRequest.overlay:type_name -> fluxvm.network.v1.Overlay
+	24, // 16: fluxvm.network.v1.EnsureOverlayResponse.overlay:type_name -> fluxvm.network.v1.OverlayDetails
+	24, // 17: fluxvm.network.v1.ListOverlaysResponse.overlays:type_name -> fluxvm.network.v1.OverlayDetails
+	1,  // 18: fluxvm.network.v1.Network.Capabilities:input_type -> fluxvm.network.v1.CapabilitiesRequest
+	6,  // 19: fluxvm.network.v1.Network.EnsureNetwork:input_type -> fluxvm.network.v1.EnsureNetworkRequest
+	8,  // 20: fluxvm.network.v1.Network.DeleteNetwork:input_type -> fluxvm.network.v1.DeleteNetworkRequest
+	10, // 21: fluxvm.network.v1.Network.CreateInterface:input_type -> fluxvm.network.v1.CreateInterfaceRequest
+	13, // 22: fluxvm.network.v1.Network.DeleteInterface:input_type -> fluxvm.network.v1.DeleteInterfaceRequest
+	15, // 23: fluxvm.network.v1.Network.InterfaceExists:input_type -> fluxvm.network.v1.InterfaceExistsRequest
+	17, // 24: fluxvm.network.v1.Network.InterfaceDetails:input_type -> fluxvm.network.v1.InterfaceDetailsRequest
+	19, // 25: fluxvm.network.v1.Network.ListInterfaces:input_type -> fluxvm.network.v1.ListInterfacesRequest
+	26, // 26: fluxvm.network.v1.Network.EnsureOverlay:input_type -> fluxvm.network.v1.EnsureOverlayRequest
+	28, // 27: fluxvm.network.v1.Network.DeleteOverlay:input_type -> fluxvm.network.v1.DeleteOverlayRequest
+	30, // 28: fluxvm.network.v1.Network.RotateOverlayKey:input_type -> fluxvm.network.v1.RotateOverlayKeyRequest
+	32, // 29: fluxvm.network.v1.Network.ListOverlays:input_type -> fluxvm.network.v1.ListOverlaysRequest
+	2,  // 30: fluxvm.network.v1.Network.Capabilities:output_type -> fluxvm.network.v1.CapabilitiesResponse
+	7,  // 31: fluxvm.network.v1.Network.EnsureNetwork:output_type -> fluxvm.network.v1.EnsureNetworkResponse
+	9,  // 32: fluxvm.network.v1.Network.DeleteNetwork:output_type -> fluxvm.network.v1.DeleteNetworkResponse
+	11, // 33: fluxvm.network.v1.Network.CreateInterface:output_type -> fluxvm.network.v1.CreateInterfaceResponse
+	14, // 34: fluxvm.network.v1.Network.DeleteInterface:output_type -> fluxvm.network.v1.DeleteInterfaceResponse
+	16, // 35: fluxvm.network.v1.Network.InterfaceExists:output_type -> fluxvm.network.v1.InterfaceExistsResponse
+	18, // 36: fluxvm.network.v1.Network.InterfaceDetails:output_type -> fluxvm.network.v1.InterfaceDetailsResponse
+	20, // 37: fluxvm.network.v1.Network.ListInterfaces:output_type -> fluxvm.network.v1.ListInterfacesResponse
+	27, // 38: fluxvm.network.v1.Network.EnsureOverlay:output_type -> fluxvm.network.v1.EnsureOverlayResponse
+	29, // 39: fluxvm.network.v1.Network.DeleteOverlay:output_type -> fluxvm.network.v1.DeleteOverlayResponse
+	31, // 40: fluxvm.network.v1.Network.RotateOverlayKey:output_type -> fluxvm.network.v1.RotateOverlayKeyResponse
+	33, // 41: fluxvm.network.v1.Network.ListOverlays:output_type -> fluxvm.network.v1.ListOverlaysResponse
+	30, // [30:42] is the sub-list for method output_type
+	18, // [18:30] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_network_proto_init() }
@@ -2067,7 +2160,7 @@ func file_network_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_network_proto_rawDesc), len(file_network_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
