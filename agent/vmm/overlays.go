@@ -66,11 +66,20 @@ func (m *Manager) DeleteOverlay(ctx context.Context, netw string) error {
 	if err != nil {
 		return err
 	}
-	if err := o.DeleteOverlay(ctx, netw); err != nil {
-		return networkErr(err, "%s", what)
-	}
 	n, err := m.network()
 	if err != nil {
+		return networkErr(err, "%s", what)
+	}
+	ifcs, err := n.ListInterfaces(ctx)
+	if err != nil {
+		return networkErr(err, "%s", what)
+	}
+	for _, ifc := range ifcs {
+		if ifc.GetRef().GetTenant() == netw {
+			return fail(driver.ErrState, "delete the overlay's VMs on this node first", "%s: vm %s is still in it", what, ifc.GetRef().GetVmId())
+		}
+	}
+	if err := o.DeleteOverlay(ctx, netw); err != nil {
 		return networkErr(err, "%s", what)
 	}
 	if err := n.DeleteNetwork(ctx, netw); err != nil && !errors.Is(err, network.ErrState) {
