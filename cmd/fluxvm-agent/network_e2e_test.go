@@ -31,7 +31,7 @@ import (
 // plugin, serving its API on a unix socket (the test's namespace cannot
 // reach the node's loopback).
 type netNode struct {
-	t        *testing.T
+	t        testing.TB
 	qemuPids []int
 	bin      string
 	config   string
@@ -68,7 +68,7 @@ func startNetNode(t *testing.T) *netNode { t.Helper(); return startNetNodeNamed(
 
 // startNetNodeNamed starts a node named name whose netns plugin block holds
 // netnsConfig (HCL attributes, e.g. overlay_address = "192.0.2.1").
-func startNetNodeNamed(t *testing.T, name, netnsConfig string) *netNode {
+func startNetNodeNamed(t testing.TB, name, netnsConfig string) *netNode {
 	t.Helper()
 	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
 	// Short: the VMs' unix sockets live under it (107 bytes at most).

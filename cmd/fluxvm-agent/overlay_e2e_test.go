@@ -23,7 +23,7 @@ import (
 
 // veth joins two namespaces with a veth pair named name on both sides and
 // gives each side its addresses.
-func veth(t *testing.T, a, b netns.NsHandle, name string, addrsA, addrsB []string) {
+func veth(t testing.TB, a, b netns.NsHandle, name string, addrsA, addrsB []string) {
 	t.Helper()
 	ha, err := netlink.NewHandleAt(a)
 	if err != nil {
@@ -58,6 +58,19 @@ func veth(t *testing.T, a, b netns.NsHandle, name string, addrsA, addrsB []strin
 			t.Fatalf("set up %s: %v", name, err)
 		}
 	}
+}
+
+// overlayCentral is central's overlay service on a real store (embedded
+// etcd) that knows nodes ov-1 and ov-2 at their unix sockets.
+func overlayCentral(t testing.TB, n1, n2 *netNode) (*store.Store, *overlays.Service) {
+	t.Helper()
+	st := storetest.Open(t)
+	for _, n := range []struct{ name, url string }{{"ov-1", n1.url}, {"ov-2", n2.url}} {
+		if err := st.PutNode(t.Context(), &store.Node{FleetNode: sdk.FleetNode{Name: n.name, URL: n.url, Networks: []string{"netns"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, overlays.New(st, nodecall.New("admin-token-0123456789abcdef"), time.Now, hclog.NewNullLogger())
 }
 
 var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
@@ -119,13 +132,8 @@ func TestOverlayJoinsTenantVMsAcrossNodesUnderTheEgressFloor(t *testing.T) {
 
 	// Central's side: a real store, the two nodes' records, the floor.
 	ctx := t.Context()
-	st := storetest.Open(t)
+	st, svc := overlayCentral(t, n1, n2)
 	acme, globex := storetest.Tenant(t, st, "acme"), storetest.Tenant(t, st, "globex")
-	for _, n := range []struct{ name, url string }{{"ov-1", n1.url}, {"ov-2", n2.url}} {
-		if err := st.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: n.name, URL: n.url, Networks: []string{"netns"}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	pol, err := st.GetPolicy(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +143,6 @@ func TestOverlayJoinsTenantVMsAcrossNodesUnderTheEgressFloor(t *testing.T) {
 	if _, err := st.PutPolicy(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
-	svc := overlays.New(st, nodecall.New("admin-token-0123456789abcdef"), time.Now, hclog.NewNullLogger())
 	o, err := svc.Create(ctx, acme.ID, sdk.CreateOverlayRequest{Name: "backend", Nodes: []string{"ov-1", "ov-2"}, Egress: &sdk.EgressPolicy{Mode: "open"}})
 	if err != nil {
 		t.Fatalf("create the overlay: %v", err)
