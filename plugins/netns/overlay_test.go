@@ -345,3 +345,43 @@ func TestOverlayRefusesBadRequests(t *testing.T) {
 		t.Errorf("a good overlay is refused: %v", err)
 	}
 }
+
+// FuzzCheckOverlay: any overlay request is either refused or has a local
+// part and peers' parts inside its subnet that do not overlap.
+func FuzzCheckOverlay(f *testing.F) {
+	f.Add("10.231.0.0/24", "10.231.0.0/28", "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", "192.0.2.2:51900", "10.231.0.16/28", uint32(51900))
+	f.Add("10.231.0.0/24", "10.231.0.0/28", "", "", "", uint32(0))
+	f.Fuzz(func(t *testing.T, subnet, local, key, endpoint, part string, port uint32) {
+		o := &pb.Overlay{Network: "n", Subnet: subnet, LocalSubnet: local, ListenPort: port,
+			Peers: []*pb.OverlayPeer{{PublicKey: key, Endpoint: endpoint, Subnet: part}}}
+		s, l, peers, err := checkOverlay(o)
+		if err != nil {
+			return
+		}
+		if !s.Contains(l.Addr()) || l.Bits() < s.Bits() {
+			t.Fatalf("local part %s outside %s accepted", l, s)
+		}
+		for _, p := range peers {
+			if !s.Contains(p.subnet.Addr()) || p.subnet.Overlaps(l) {
+				t.Fatalf("peer part %s accepted with %s in %s", p.subnet, l, s)
+			}
+		}
+	})
+}
+
+// FuzzParseEgress: any policy is refused or gives IPv4 network addresses.
+func FuzzParseEgress(f *testing.F) {
+	f.Add("allowlist", "192.0.2.0/24", "192.0.2.66")
+	f.Add("open", "", "10.0.0.1/8")
+	f.Fuzz(func(t *testing.T, mode, allow, block string) {
+		a, b, err := parseEgress(&pb.Egress{Mode: mode, Allow: []string{allow}, Block: []string{block}})
+		if err != nil {
+			return
+		}
+		for _, p := range append(a, b...) {
+			if !p.Addr().Is4() || p.Masked() != p {
+				t.Fatalf("entry %s accepted", p)
+			}
+		}
+	})
+}
