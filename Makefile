@@ -61,6 +61,7 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./drivers/sim/
 	$(GO) test -run '^$$' -bench BenchmarkNodeCreateToReady -benchtime 10x -timeout 30m ./cmd/fluxvm-agent/
 	$(GO) test -run '^$$' -bench BenchmarkAgentMemory -benchtime 1x ./cmd/fluxvm-agent/
+	$(GO) test -run '^$$' -bench BenchmarkOverlayThroughput -benchtime 4x -timeout 20m ./cmd/fluxvm-agent/
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchtime 2s ./scheduler/
 	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 2s ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkHeartbeat2000Nodes -benchtime 1x ./central/api/

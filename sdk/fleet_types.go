@@ -109,6 +109,10 @@ type FleetCreateVMRequest struct {
 	// Volumes are the names or ids of the tenant's volumes to attach (at
 	// most 2, each free): the VM is pinned to their node (docs/volumes.md).
 	Volumes []string `json:"volumes,omitempty"`
+	// Networks are the names of the tenant's overlays the VM joins (one is
+	// built: the VM's one NIC is in it). The VM must name its Node, a member
+	// of the overlay.
+	Networks []string `json:"networks,omitempty"`
 }
 
 // Placement says why central put a VM where it did.
@@ -571,6 +575,10 @@ type Policy struct {
 	MaxSnapshotsPerVM              int64        `json:"max_snapshots_per_vm"`
 	OperatorEmails                 []string     `json:"operator_emails"`
 	Tunnels                        TunnelPolicy `json:"tunnels"`
+	// Egress is the fleet-wide egress floor of tenant networks: every node
+	// enforces it, and a tenant network's own policy may tighten it, never
+	// loosen it. Absent: open, nothing blocked.
+	Egress *EgressPolicy `json:"egress,omitempty"`
 }
 
 // Image is a catalog entry: a disk the operator has put on the nodes,

@@ -68,7 +68,15 @@ type CreateVMRequest struct {
 	// Subnet is the tenant's IPv4 subnet on the node, for network "tenant"
 	// ("10.230.7.0/24"). Central is to hand out one /24 per tenant; until
 	// it does, the caller chooses it.
-	Subnet     string            `json:"subnet,omitempty"`
+	Subnet string `json:"subnet,omitempty"`
+	// NetworkID is the node network a "tenant" VM joins, when it is not its
+	// tenant's own: an overlay's network ("ov-" and hex digits), with
+	// Subnet the node's part of the overlay. Empty: the tenant's network.
+	NetworkID string `json:"network_id,omitempty"`
+	// Egress is the network's egress policy (the operator's floor, or an
+	// overlay's clamped policy); the network plugin enforces it on the
+	// node. Absent: open.
+	Egress     *EgressPolicy     `json:"egress,omitempty"`
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Tenant     string            `json:"tenant,omitempty"`

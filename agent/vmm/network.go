@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -26,6 +27,26 @@ type Networks interface {
 // tenant's network.
 const networkTenant = "tenant"
 
+// networkIDPattern is a network id as network plugins take it.
+var networkIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// egress is a request's egress policy as the network contract has it: nil
+// keeps the network's own (open for a new network).
+func egress(p *sdk.EgressPolicy) *netpb.Egress {
+	if p == nil {
+		return nil
+	}
+	return &netpb.Egress{Mode: p.Mode, Allow: p.Allow, Block: p.Block}
+}
+
+// netID is the node network a tenant VM is in: an overlay's, or its tenant's.
+func netID(req sdk.CreateVMRequest) string {
+	if req.NetworkID != "" {
+		return req.NetworkID
+	}
+	return req.Tenant
+}
+
 // checkNetwork validates a request's network fields, in the one place
 // they are checked: "user" (the default), "none", or "tenant" with a tenant
 // and an IPv4 subnet, on a node with a network plugin.
@@ -35,6 +56,9 @@ func (m *Manager) checkNetwork(req *sdk.CreateVMRequest) error {
 	}
 	switch req.Network {
 	case "user", "none":
+		if req.NetworkID != "" || req.Egress != nil {
+			return fail(driver.ErrInvalid, `leave network_id out, or ask for "network": "tenant"`, "network_id and egress are only for network \"tenant\", not %q", req.Network)
+		}
 		if req.Subnet != "" {
 			return fail(driver.ErrInvalid, `leave subnet out, or ask for "network": "tenant"`, "subnet is only for network \"tenant\", not %q", req.Network)
 		}
@@ -49,6 +73,12 @@ func (m *Manager) checkNetwork(req *sdk.CreateVMRequest) error {
 	}
 	if req.Tenant == "" {
 		return fail(driver.ErrInvalid, "set tenant: the network is the tenant's", "network \"tenant\" needs a tenant")
+	}
+	if err := sdk.CheckEgressPolicy(req.Egress); err != nil {
+		return fail(driver.ErrInvalid, `"egress": {"mode": "open" or "allowlist", "allow": [...], "block": [...]}, IPv4 addresses or subnets`, "%s", jsonapi.Echo(err.Error()))
+	}
+	if req.NetworkID != "" && !networkIDPattern.MatchString(req.NetworkID) {
+		return fail(driver.ErrInvalid, "an overlay's network id is 1 to 64 characters from [A-Za-z0-9_-]", "network_id %q is not a network id", jsonapi.Echo(req.NetworkID))
 	}
 	p, err := netip.ParsePrefix(req.Subnet)
 	if err != nil || !p.Addr().Is4() || p != p.Masked() || p.Bits() < 16 || p.Bits() > 29 {
@@ -75,7 +105,7 @@ func (m *Manager) attach(ctx context.Context, id string, req sdk.CreateVMRequest
 		return nil, networkErr(err, "create vm %s: tenant network", req.Name)
 	}
 	ifc, err := n.CreateInterface(ctx, &netpb.CreateInterfaceRequest{
-		Network: &netpb.TenantNetwork{Tenant: req.Tenant, Subnet: req.Subnet}, VmId: id,
+		Network: &netpb.TenantNetwork{Tenant: netID(req), Subnet: req.Subnet, Egress: egress(req.Egress)}, VmId: id,
 	})
 	if err != nil {
 		return nil, networkErr(err, "create vm %s: tenant network", req.Name)
@@ -95,7 +125,7 @@ func (m *Manager) detach(ctx context.Context, id string, req sdk.CreateVMRequest
 	if err != nil {
 		return networkErr(err, "delete vm %s: tenant network", req.Name)
 	}
-	if err := n.DeleteInterface(ctx, &netpb.InterfaceRef{Tenant: req.Tenant, VmId: id}); err != nil {
+	if err := n.DeleteInterface(ctx, &netpb.InterfaceRef{Tenant: netID(req), VmId: id}); err != nil {
 		return networkErr(err, "delete vm %s: its interface", req.Name)
 	}
 	all, err := n.ListInterfaces(ctx)
@@ -103,12 +133,13 @@ func (m *Manager) detach(ctx context.Context, id string, req sdk.CreateVMRequest
 		return networkErr(err, "delete vm %s: list interfaces", req.Name)
 	}
 	for _, ifc := range all {
-		if ifc.GetRef().GetTenant() == req.Tenant {
+		if ifc.GetRef().GetTenant() == netID(req) {
 			return nil
 		}
 	}
-	if err := n.DeleteNetwork(ctx, req.Tenant); err != nil && !errors.Is(err, network.ErrState) {
-		// ErrState: a create for the tenant made an interface meanwhile.
+	if err := n.DeleteNetwork(ctx, netID(req)); err != nil && !errors.Is(err, network.ErrState) {
+		// ErrState: a create for the tenant made an interface meanwhile, or
+		// the network is an overlay's, which stays while the node is a member.
 		return networkErr(err, "delete vm %s: the tenant's network", req.Name)
 	}
 	return nil
@@ -120,7 +151,7 @@ func (m *Manager) guestAddress(ctx context.Context, id string, req sdk.CreateVMR
 	if err != nil {
 		return netip.Prefix{}, networkErr(err, "vm %s: tenant network", req.Name)
 	}
-	ifc, err := n.InterfaceDetails(ctx, &netpb.InterfaceRef{Tenant: req.Tenant, VmId: id})
+	ifc, err := n.InterfaceDetails(ctx, &netpb.InterfaceRef{Tenant: netID(req), VmId: id})
 	if err != nil {
 		return netip.Prefix{}, networkErr(err, "vm %s: its interface", req.Name)
 	}
@@ -155,7 +186,7 @@ func networkHealth(s pluginhost.Status) sdk.NetworkHealth {
 	for _, claim := range []struct {
 		name string
 		on   bool
-	}{{"tenant_isolation", c.GetTenantIsolation()}, {"egress_nat", c.GetEgressNat()}, {"assigns_addresses", c.GetAssignsAddresses()}} {
+	}{{"tenant_isolation", c.GetTenantIsolation()}, {"egress_nat", c.GetEgressNat()}, {"assigns_addresses", c.GetAssignsAddresses()}, {"overlays", c.GetOverlays()}, {"egress_policy", c.GetEgressPolicy()}} {
 		if claim.on {
 			nh.Capabilities = append(nh.Capabilities, claim.name)
 		}

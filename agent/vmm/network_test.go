@@ -35,6 +35,14 @@ func TestCheckNetworkIsTheOnePlaceNetworkModesAreChecked(t *testing.T) {
 		{"too large", withPlugin, sdk.CreateVMRequest{Network: "tenant", Tenant: "acme", Subnet: "10.0.0.0/8"}, "/8"},
 		{"IPv6", withPlugin, sdk.CreateVMRequest{Network: "tenant", Tenant: "acme", Subnet: "fd00::/64"}, "IPv4"},
 		{"subnet with user", withPlugin, sdk.CreateVMRequest{Network: "user", Subnet: "10.230.7.0/24"}, "only for network"},
+		{"overlay network", withPlugin, sdk.CreateVMRequest{Network: "tenant", Tenant: "acme", NetworkID: "ov-0123456789ab", Subnet: "10.231.0.16/28",
+			Egress: &sdk.EgressPolicy{Mode: "allowlist", Allow: []string{"192.0.2.0/24"}}}, ""},
+		{"bad network id", withPlugin, sdk.CreateVMRequest{Network: "tenant", Tenant: "acme", NetworkID: "ov/../x", Subnet: "10.231.0.16/28"}, "network_id"},
+		{"network id with user", withPlugin, sdk.CreateVMRequest{Network: "user", NetworkID: "ov-0123456789ab"}, "only for network"},
+		{"egress with user", withPlugin, sdk.CreateVMRequest{Network: "user", Egress: &sdk.EgressPolicy{Mode: "open"}}, "only for network"},
+		{"egress mode unknown", withPlugin, sdk.CreateVMRequest{Network: "tenant", Tenant: "acme", Subnet: "10.230.7.0/24", Egress: &sdk.EgressPolicy{Mode: "closed"}}, "closed"},
+		{"egress host name", withPlugin, sdk.CreateVMRequest{Network: "tenant", Tenant: "acme", Subnet: "10.230.7.0/24",
+			Egress: &sdk.EgressPolicy{Mode: "allowlist", Allow: []string{"example.com"}}}, "example.com"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

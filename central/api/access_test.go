@@ -151,6 +151,13 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		hooks[h.name] = created.Webhook.ID
 	}
 
+	// Overlays of A and B, without members (no node is called).
+	for _, o := range []struct{ tenant, name string }{{a.ID, "net-a"}, {a.ID, "net-a-del"}, {b.ID, "net-b"}} {
+		if err := e.store.CreateOverlay(ctx, &store.Overlay{Overlay: sdk.Overlay{Name: o.name, Tenant: o.tenant}, ID: "ov-" + o.name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	vm := func(action string) routeCase {
 		return routeCase{own: "/fleet/vms/node-1/vm-a" + action, other: "/fleet/vms/node-1/vm-b" + action, foreign: 404}
 	}
@@ -254,7 +261,18 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			other: "/fleet/vms/node-1/vm-b/snapshots/snap-1/restore", foreign: 404},
 		"POST /fleet/vms/{node}/{id}/clone": {own: "/fleet/vms/node-1/vm-a/clone", other: "/fleet/vms/node-1/vm-b/clone",
 			body: `{"name": "vm-a-clone"}`, foreign: 404},
-		"GET /fleet/volumes": {own: "/fleet/volumes", tenantOK: 200},
+		"GET /fleet/overlays": {own: "/fleet/overlays", tenantOK: 200},
+		// A bad name: refused after the access checks (400).
+		"POST /fleet/overlays":          {own: "/fleet/overlays", body: `{"name": "Bad Name"}`, tenantOK: 400},
+		"GET /fleet/overlays/{name}":    {own: "/fleet/overlays/net-a", other: "/fleet/overlays/net-b", foreign: 404, tenantOK: 200},
+		"DELETE /fleet/overlays/{name}": {own: "/fleet/overlays/net-a-del", other: "/fleet/overlays/net-b", foreign: 404},
+		// No such node: 404 after the access checks.
+		"POST /fleet/overlays/{name}/members": {own: "/fleet/overlays/net-a/members", other: "/fleet/overlays/net-b/members",
+			body: `{"node": "no-such-node"}`, foreign: 404, tenantOK: 404},
+		"DELETE /fleet/overlays/{name}/members/{node}": {own: "/fleet/overlays/net-a/members/node-1", other: "/fleet/overlays/net-b/members/node-1",
+			foreign: 404, tenantOK: 404},
+		"POST /fleet/overlays/{name}/rotate": {own: "/fleet/overlays/net-a/rotate", other: "/fleet/overlays/net-b/rotate", foreign: 404, tenantOK: 200},
+		"GET /fleet/volumes":                 {own: "/fleet/volumes", tenantOK: 200},
 		// No such node: refused after the access checks (400).
 		"POST /fleet/volumes": {own: "/fleet/volumes", body: `{"name": "new-vol", "size_gib": 1, "node": "no-such-node"}`, tenantOK: 400},
 		// Another tenant's volume is "not found", as one that does not exist.

@@ -25,6 +25,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/metering"
 	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/notify"
+	"github.com/fluxvm/fluxvm/central/overlays"
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/pools"
@@ -198,6 +199,7 @@ type Server struct {
 	previews  *previews.Service
 	snapshots *snapshots.Service
 	volumes   *volumes.Service
+	overlays  *overlays.Service
 	payments  *payments.Service
 	signup    *signup.Service
 	// pruned is when the leader last dropped old notifications (UnixNano).
@@ -254,6 +256,7 @@ func New(opts Options) *Server {
 		s.previews.VMDeleted(ctx, node, vmID)
 	}
 	s.volumes = volumes.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("volumes"))
+	s.overlays = overlays.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("overlays"))
 	s.volumes.Notify = events
 	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s.metering,
 		Ending: s.leases, Notify: events, Silence: DownAfterIntervals * opts.HeartbeatInterval, Now: opts.Now, Logger: opts.Logger})

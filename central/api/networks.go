@@ -17,6 +17,9 @@ import (
 // none). It answers a refusal itself and returns false then.
 func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk.FleetCreateVMRequest, spec *sdk.CreateVMRequest,
 	place *scheduler.Request, pol sdk.Policy, dryRun bool) bool {
+	if len(body.Networks) > 0 {
+		return s.overlayNetwork(w, r, body, spec, place)
+	}
 	mode, err := vms.ChooseNetwork(pol, spec.Tenant, spec.Network)
 	if err != nil {
 		s.refused(w, r, "check the request", err)
@@ -41,6 +44,36 @@ func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk
 		return false
 	}
 	spec.Subnet = subnet
+	// The floor, enforced by the node's network plugin; sent even when open,
+	// so a floor taken away is taken away on the node too.
+	spec.Egress = &sdk.EgressPolicy{Mode: "open"}
+	if pol.Egress != nil {
+		spec.Egress = pol.Egress
+	}
+	return true
+}
+
+// overlayNetwork puts a launch that names networks in the tenant's overlay:
+// the node's create request names the overlay's network on the node and
+// the node's part, with the overlay's egress policy (central/overlays
+// checks the rest).
+func (s *Server) overlayNetwork(w http.ResponseWriter, r *http.Request, body *sdk.FleetCreateVMRequest, spec *sdk.CreateVMRequest,
+	place *scheduler.Request) bool {
+	if spec.Network != "" && spec.Network != vms.NetworkTenant {
+		jsonapi.WriteError(w, http.StatusBadRequest, "a VM in an overlay has network \"tenant\", not "+jsonapi.Echo(spec.Network), "leave network out")
+		return false
+	}
+	if body.Pool != "" {
+		jsonapi.WriteError(w, http.StatusBadRequest, "warm pools' VMs are not in overlays (not built yet)", "leave out pool")
+		return false
+	}
+	id, subnet, egress, err := s.overlays.Launch(r.Context(), spec.Tenant, body.Node, body.Networks)
+	if err != nil {
+		s.overlayError(w, r, "join the overlay", err)
+		return false
+	}
+	spec.Network, spec.NetworkID, spec.Subnet, spec.Egress = vms.NetworkTenant, id, subnet, &egress
+	place.TenantNetwork = true
 	return true
 }
 

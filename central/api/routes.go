@@ -113,6 +113,14 @@ func Routes() []Route {
 		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}/snapshots/{name}", Action: "delete snapshot", Access: Tenant, Role: Member, handler: h((*Server).deleteSnapshot)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/snapshots/{name}/restore", Action: "restore vm", Access: Tenant, Role: Member, handler: h((*Server).restoreSnapshot)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/clone", Action: "clone vm", Access: Tenant, Role: Member, handler: h((*Server).cloneVM)},
+		// Overlays: tenants' private networks across nodes (docs/networks.md).
+		{Method: "GET", Path: "/fleet/overlays", Access: Tenant, Role: Viewer, handler: h((*Server).listOverlays)},
+		{Method: "POST", Path: "/fleet/overlays", Action: "create overlay", Access: Tenant, Role: Member, handler: h((*Server).createOverlay)},
+		{Method: "GET", Path: "/fleet/overlays/{name}", Access: Tenant, Role: Viewer, handler: h((*Server).getOverlay)},
+		{Method: "DELETE", Path: "/fleet/overlays/{name}", Action: "delete overlay", Access: Tenant, Role: Member, handler: h((*Server).deleteOverlay)},
+		{Method: "POST", Path: "/fleet/overlays/{name}/members", Action: "add overlay node", Access: Tenant, Role: Member, handler: h((*Server).addOverlayNode)},
+		{Method: "DELETE", Path: "/fleet/overlays/{name}/members/{node}", Action: "remove overlay node", Access: Tenant, Role: Member, handler: h((*Server).removeOverlayNode)},
+		{Method: "POST", Path: "/fleet/overlays/{name}/rotate", Action: "rotate overlay keys", Access: Tenant, Role: Member, handler: h((*Server).rotateOverlay)},
 		// Volumes (docs/volumes.md).
 		{Method: "GET", Path: "/fleet/volumes", Access: Tenant, Role: Viewer, handler: h((*Server).listVolumes)},
 		{Method: "POST", Path: "/fleet/volumes", Action: "create volume", Access: Tenant, Role: Member, handler: h((*Server).createVolume)},

@@ -31,7 +31,7 @@ func (s *Server) volumeTenant(w http.ResponseWriter, r *http.Request) (string, b
 	switch {
 	case p.Tenant != nil:
 		if ref != "" && ref != p.Tenant.ID && ref != p.Tenant.Name {
-			jsonapi.WriteError(w, http.StatusForbidden, "a tenant sees and makes only its own volumes", "leave tenant= out (or give your own id or name)")
+			jsonapi.WriteError(w, http.StatusForbidden, "a tenant sees and makes only its own volumes and overlays", "leave tenant= out (or give your own id or name)")
 			return "", false
 		}
 	case ref != "":

@@ -63,6 +63,9 @@ import (
 //	P migrations/<name>                      marker of a migration of stored data that has run (ledger-months)
 //	P tenant-subnets/<tenant>                the tenant's subnet index n (subnets.go)
 //	P subnet-indexes/<n>                     the tenant id holding index n
+//	P overlays/<tenant>/<name>               Overlay: a tenant's network across nodes (overlays.go)
+//	P overlay-indexes/<n>                    "<tenant>/<name>" holding overlay index n
+//	P overlay-locks/<tenant>/<name>/<lease>  concurrency.Mutex key (leased) while a change of the overlay runs
 //	P probe                                  read (never written) to check etcd answers
 //
 // Nothing else is written under P: TestKeyLayoutNamesEveryKey holds the store to this table.

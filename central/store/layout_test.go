@@ -110,6 +110,15 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 		CreatedAt: now}, Sizes: []VolumeSize{{GiB: 1, From: now}}}, 0); err != nil {
 		t.Fatal(err)
 	}
+	ov := &Overlay{Overlay: sdk.Overlay{Name: "backend", Tenant: acme.ID, CreatedAt: now}, ID: "ov-0123456789ab"}
+	if err := s.CreateOverlay(ctx, ov); err != nil {
+		t.Fatal(err)
+	}
+	unlockOverlay, err := s.LockOverlay(ctx, acme.ID, "backend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlockOverlay()
 	l, err := s.Campaign(ctx, "loops")
 	if err != nil {
 		t.Fatal(err)

@@ -229,6 +229,9 @@ func checkPolicy(p *sdk.Policy) error {
 	if err := checkSubnetPrefix(p.TenantSubnetPrefix); err != nil {
 		return err
 	}
+	if err := sdk.CheckEgressPolicy(p.Egress); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	if p.MaxSnapshotsPerVM < 0 {
 		return fmt.Errorf("%w: max_snapshots_per_vm %d: use 0 to turn snapshots off", ErrInvalid, p.MaxSnapshotsPerVM)
 	}

@@ -499,6 +499,7 @@ name. "fluxctl fleet create" is this command: fleet create --spec FILE.`,
 	fl.Float64Var(&memoryGiB, "memory-gib", 0, "memory in GiB, e.g. 4 or 0.5 (default: the image's)")
 	fl.DurationVar(&ttl, "ttl", 0, "delete the VM after this long, e.g. 8h (0: keep it)")
 	fl.StringVar(&req.Node, "node", "", "pin the VM to this node (placement rules still apply)")
+	fl.StringArrayVar(&req.Networks, "network", nil, "join this private network of yours (repeatable; one per VM is built; needs --node, one of its members: fluxctl fleet networks show NAME)")
 	fl.StringArrayVar(&req.Volumes, "volume", nil, "attach this volume of yours (repeatable, at most 2; the VM runs on their node; fluxctl fleet volumes lists them)")
 	fl.BoolVar(&req.Display, "display", false, "give the VM a display (fluxctl fleet screen shows it; macOS guests always have one)")
 	fl.StringArrayVar(&labels, "label", nil, "a KEY=VALUE label (repeatable)")
@@ -572,6 +573,7 @@ func withFlags(c *cobra.Command, spec, flags sdk.FleetCreateVMRequest) sdk.Fleet
 		{"display", func() { out.Display = flags.Display }},
 		{"ssh-key", func() { out.SSHAuthorizedKeys = flags.SSHAuthorizedKeys }},
 		{"volume", func() { out.Volumes = flags.Volumes }},
+		{"network", func() { out.Networks = flags.Networks }},
 		{"label", func() {
 			out.Labels = maps.Clone(spec.Labels)
 			if out.Labels == nil {

@@ -8,4 +8,5 @@ import (
 func init() {
 	builtinDrivers["qemu"] = qemu.New
 	builtinNetworks["netns"] = netns.New
+	pluginHelpers["netns-wireguard"] = netns.RunWireGuard
 }

@@ -50,6 +50,10 @@ var builtinDrivers = map[string]func(hclog.Logger) driver.Driver{
 // Linux: drivers_linux.go).
 var builtinNetworks = map[string]func(hclog.Logger) network.Network{}
 
+// pluginHelpers are processes a built-in plugin starts of itself (the netns
+// plugin's WireGuard tunnels, on Linux), run as `plugin NAME ARGS...`.
+var pluginHelpers = map[string]func(args []string) int{}
+
 func main() {
 	if len(os.Args) < 2 {
 		usage()
@@ -321,6 +325,11 @@ func pluginNames() []string {
 // runPlugin serves a built-in driver or network plugin over go-plugin.
 // Started by hand, it explains that the node agent starts it.
 func runPlugin(args []string) int {
+	if len(args) > 1 {
+		if helper, ok := pluginHelpers[args[0]]; ok {
+			return helper(args[1:])
+		}
+	}
 	if len(args) != 1 {
 		fmt.Fprintf(os.Stderr, "usage: fluxvm-agent plugin NAME (one of %v)\n", pluginNames())
 		return 2

@@ -31,7 +31,7 @@ import (
 // plugin, serving its API on a unix socket (the test's namespace cannot
 // reach the node's loopback).
 type netNode struct {
-	t        *testing.T
+	t        testing.TB
 	qemuPids []int
 	bin      string
 	config   string
@@ -39,6 +39,7 @@ type netNode struct {
 	cmd      *exec.Cmd
 	client   *sdk.NodeClient
 	log      string
+	url      string // unix:///…/node.sock: a unix socket reaches across namespaces
 }
 
 // inNetns runs f on a thread in ns, then puts the thread back; a thread
@@ -63,7 +64,11 @@ func inNetns(t testing.TB, ns netns.NsHandle, f func()) {
 	runtime.UnlockOSThread()
 }
 
-func startNetNode(t *testing.T) *netNode {
+func startNetNode(t *testing.T) *netNode { t.Helper(); return startNetNodeNamed(t, "net-e2e", "") }
+
+// startNetNodeNamed starts a node named name whose netns plugin block holds
+// netnsConfig (HCL attributes, e.g. overlay_address = "192.0.2.1").
+func startNetNodeNamed(t testing.TB, name, netnsConfig string) *netNode {
 	t.Helper()
 	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
 	// Short: the VMs' unix sockets live under it (107 bytes at most).
@@ -93,7 +98,7 @@ func startNetNode(t *testing.T) *netNode {
 	sock := filepath.Join(dir, "node.sock")
 	admin := "admin-token-0123456789abcdef"
 	cfg := filepath.Join(dir, "agent.hcl")
-	hcl := fmt.Sprintf(`name = "net-e2e"
+	hcl := fmt.Sprintf(`name = %q
 state_dir = %q
 listen = "unix:%s"
 tokens { admin = [%q] }
@@ -105,12 +110,14 @@ plugin "qemu" {
     vcpus   = 4
   }
 }
-plugin "netns" {}
-`, filepath.Join(dir, "state"), sock, admin, image.DefaultDir())
+plugin "netns" {
+  config { %s }
+}
+`, name, filepath.Join(dir, "state"), sock, admin, image.DefaultDir(), netnsConfig)
 	if err := os.WriteFile(cfg, []byte(hcl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := &netNode{t: t, bin: bin, ns: ns, config: cfg, log: filepath.Join(dir, "agent.log")}
+	n := &netNode{t: t, bin: bin, ns: ns, config: cfg, log: filepath.Join(dir, "agent.log"), url: "unix://" + sock}
 	if n.client, err = sdk.NewNodeClient("unix://"+sock, sdk.WithToken(admin)); err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +191,16 @@ func (n *netNode) kill() {
 // create makes a VM in its tenant's network and waits for its guest agent.
 func (n *netNode) create(name, tenant, subnet string) *sdk.VM {
 	n.t.Helper()
-	vm, err := n.client.CreateVM(n.t.Context(), sdk.CreateVMRequest{Name: name, Image: image.DefaultDir(), VCPUs: 1, MemoryMiB: 256,
-		Network: "tenant", Tenant: tenant, Subnet: subnet})
+	return n.createWith(sdk.CreateVMRequest{Name: name, Network: "tenant", Tenant: tenant, Subnet: subnet})
+}
+
+// createWith makes a 1-vCPU, 256 MiB VM of the minimal image as req asks
+// and waits for its guest agent.
+func (n *netNode) createWith(req sdk.CreateVMRequest) *sdk.VM {
+	n.t.Helper()
+	req.Image, req.VCPUs, req.MemoryMiB = image.DefaultDir(), 1, 256
+	vm, err := n.client.CreateVM(n.t.Context(), req)
+	name := req.Name
 	if err != nil {
 		n.t.Fatalf("create %s: %v", name, err)
 	}

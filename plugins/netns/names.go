@@ -12,17 +12,21 @@ import (
 	"strings"
 
 	"github.com/fluxvm/fluxvm/plugins/network"
+	pb "github.com/fluxvm/fluxvm/plugins/network/proto"
 )
 
 // Names of what the plugin makes. Link names hold at most 15 bytes, so they
 // carry a hash of the ids; the full ids live in the link's alias, which is
 // what the plugin reads back after a restart.
 const (
-	bridgePrefix = "fxbr-"          // + 10 hex: a tenant's bridge
-	tapPrefix    = "fxtap"          // + 10 hex: a VM's tap
-	aliasPrefix  = "fluxvm:"        // + JSON of bridgeRecord or tapRecord
-	tableName    = "fluxvm"         // our nftables table (family inet)
-	ruleTag      = "fluxvm tenant=" // + tenant: the comment on a tenant's rules
+	bridgePrefix = "fxbr-"           // + 10 hex: a tenant's bridge
+	tapPrefix    = "fxtap"           // + 10 hex: a VM's tap
+	wgPrefix     = "fxwg-"           // + 10 hex: a network's overlay device
+	aliasPrefix  = "fluxvm:"         // + JSON of bridgeRecord or tapRecord
+	tableName    = "fluxvm"          // our nftables table (family inet)
+	ruleTag      = "fluxvm tenant="  // + tenant: the comment on a tenant's rules
+	overlayTag   = "fluxvm overlay=" // + network: the comment on an overlay's rules
+	egressTag    = "fluxvm egress="  // + network: the comment on a network's egress rules
 )
 
 func hashName(prefix string, parts ...string) string {
@@ -113,4 +117,35 @@ func checkGuestAddress(p netip.Prefix, s string) (netip.Addr, error) {
 		return netip.Addr{}, network.Errorf(network.ErrInvalid, "address %s is not a guest address of %s (not the network, gateway %s or broadcast address)", a, p, gateway(p))
 	}
 	return a, nil
+}
+
+// parseEgress checks an egress policy and returns its lists as subnets.
+func parseEgress(e *pb.Egress) (allow, block []netip.Prefix, err error) {
+	if e.GetMode() != "open" && e.GetMode() != "allowlist" {
+		return nil, nil, network.Errorf(network.ErrInvalid, "egress mode %q is neither open nor allowlist", e.GetMode())
+	}
+	read := func(what string, list []string) ([]netip.Prefix, error) {
+		if len(list) > 256 {
+			return nil, network.Errorf(network.ErrInvalid, "egress %s has %d entries, at most 256", what, len(list))
+		}
+		var out []netip.Prefix
+		for _, s := range list {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				if a, aerr := netip.ParseAddr(s); aerr == nil {
+					p, err = netip.PrefixFrom(a, 32), nil
+				}
+			}
+			if err != nil || !p.Addr().Is4() || p.Masked() != p {
+				return nil, network.Errorf(network.ErrInvalid, "egress %s entry %q is not an IPv4 address or subnet", what, s)
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	}
+	if allow, err = read("allow", e.GetAllow()); err != nil {
+		return nil, nil, err
+	}
+	block, err = read("block", e.GetBlock())
+	return allow, block, err
 }

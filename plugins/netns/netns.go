@@ -24,9 +24,14 @@ import (
 // Plugin is the netns network plugin. Its methods hold one lock: changes to
 // the host's links and rules happen one at a time.
 type Plugin struct {
-	log hclog.Logger
-	mu  sync.Mutex
-	cfg config
+	log      hclog.Logger
+	mu       sync.Mutex
+	cfg      config
+	stateDir string
+	// nextKeys are the overlays' next private keys while they rotate. They
+	// are in memory only: a key never touches a disk, and a rotation whose
+	// plugin process died is started again.
+	nextKeys map[string]key
 }
 
 // config is the plugin's configuration block.
@@ -34,11 +39,14 @@ type config struct {
 	// EgressNAT masquerades traffic from tenant subnets that leaves through
 	// any device but the tenant's bridge, and turns on IPv4 forwarding.
 	EgressNAT bool `json:"egress_nat"`
+	// OverlayAddress is the node's address that other nodes reach its
+	// overlay tunnels at; it makes OverlayDetails.endpoint.
+	OverlayAddress string `json:"overlay_address"`
 }
 
 // New returns the plugin; fluxvm-agent serves it as `plugin netns`.
 func New(log hclog.Logger) network.Network {
-	return &Plugin{log: log, cfg: config{EgressNAT: true}}
+	return &Plugin{log: log, cfg: config{EgressNAT: true}, nextKeys: map[string]key{}}
 }
 
 var _ network.Network = (*Plugin)(nil)
@@ -59,6 +67,11 @@ func (p *Plugin) ConfigSchema(context.Context) (*basepb.ConfigSchemaResponse, er
 		Type:        basepb.AttributeType_ATTRIBUTE_TYPE_BOOL,
 		DefaultJson: "true",
 		Description: "masquerade traffic from tenant subnets leaving the node, and turn on IPv4 forwarding in the plugin's network namespace",
+	}, {
+		Name:        "overlay_address",
+		Type:        basepb.AttributeType_ATTRIBUTE_TYPE_STRING,
+		DefaultJson: `""`,
+		Description: "the node's IP address that other nodes reach its overlay tunnels at (WireGuard over UDP)",
 	}}}, nil
 }
 
@@ -69,8 +82,14 @@ func (p *Plugin) SetConfig(_ context.Context, req *basepb.SetConfigRequest) erro
 	if err := dec.Decode(&cfg); err != nil {
 		return network.Errorf(network.ErrInvalid, "netns config: %v", err)
 	}
+	if cfg.OverlayAddress != "" {
+		if a, err := netip.ParseAddr(cfg.OverlayAddress); err != nil || !a.Is4() || a.IsUnspecified() || a.IsMulticast() {
+			return network.Errorf(network.ErrInvalid, "netns config: overlay_address %q is not an IPv4 unicast address", cfg.OverlayAddress)
+		}
+	}
 	p.mu.Lock()
 	p.cfg = cfg
+	p.stateDir = req.GetAgent().GetStateDir()
 	p.mu.Unlock()
 	return nil
 }
@@ -83,6 +102,8 @@ func (p *Plugin) Capabilities(context.Context) (*pb.CapabilitiesResponse, error)
 		EgressNat:        p.cfg.EgressNAT,
 		AssignsAddresses: true,
 		InterfaceKinds:   []pb.InterfaceKind{pb.InterfaceKind_INTERFACE_KIND_TAP},
+		Overlays:         true,
+		EgressPolicy:     true,
 	}, nil
 }
 
@@ -102,6 +123,12 @@ func (p *Plugin) ensureNetwork(n *pb.TenantNetwork) (netlink.Link, *pb.NetworkDe
 	subnet, err := parseSubnet(n.GetSubnet())
 	if err != nil {
 		return nil, nil, err
+	}
+	var allow, block []netip.Prefix
+	if n.Egress != nil {
+		if allow, block, err = parseEgress(n.Egress); err != nil {
+			return nil, nil, err
+		}
 	}
 	bridges, err := listBridges()
 	if err != nil {
@@ -165,6 +192,11 @@ func (p *Plugin) ensureNetwork(n *pb.TenantNetwork) (netlink.Link, *pb.NetworkDe
 	if err := ensureRules(n.Tenant, name, subnet, p.cfg.EgressNAT); err != nil {
 		return nil, nil, unavailable(what, err)
 	}
+	if n.Egress != nil {
+		if err := ensureEgressRules(n.Tenant, name, n.Egress.Mode, allow, block); err != nil {
+			return nil, nil, unavailable(what, err)
+		}
+	}
 	return br, details, nil
 }
 
@@ -187,7 +219,13 @@ func (p *Plugin) DeleteNetwork(_ context.Context, tenant string) error {
 	if len(left) > 0 {
 		return network.Errorf(network.ErrState, "network of tenant %s still has interfaces (vm %s): delete them first", tenant, strings.Join(left, ", "))
 	}
+	if _, err := netlink.LinkByName(wgName(tenant)); err == nil {
+		return network.Errorf(network.ErrState, "network of tenant %s has an overlay: delete it first", tenant)
+	}
 	what := "delete network of tenant " + tenant
+	if err := deleteEgressRules(tenant); err != nil {
+		return unavailable(what, err)
+	}
 	if err := deleteRules(tenant); err != nil {
 		return unavailable(what, err)
 	}

@@ -431,14 +431,13 @@ func TestPluginKillLeavesTrafficRunning(t *testing.T) {
 // leaves with the node's address. "Beyond the node" is a second namespace
 // the test makes, joined to the node's by a veth pair on a documentation
 // subnet (198.51.100.0/24).
-func TestEgressIsMasqueraded(t *testing.T) {
-	requireRoot(t)
-	node, outside := newNetns(t), newNetns(t)
-	h, err := netlink.NewHandleAt(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+// outside makes a namespace joined to node by a veth pair (node 198.51.100.1,
+// the outside 198.51.100.2 and .3, the documentation subnet), with a UDP
+// server on port 40001 of each outside address.
+func outside(t *testing.T, node netns.NsHandle) (servers []*net.UDPConn) {
+	t.Helper()
+	outside := newNetns(t)
+	h := handleAt(t, node)
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = "up0"
 	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "out0", PeerNamespace: netlink.NsFd(outside)}); err != nil {
@@ -446,44 +445,64 @@ func TestEgressIsMasqueraded(t *testing.T) {
 	}
 	ho := handleAt(t, outside)
 	for _, side := range []struct {
-		h    *netlink.Handle
-		name string
-		addr string
-	}{{h, "up0", "198.51.100.1/24"}, {ho, "out0", "198.51.100.2/24"}} {
+		h     *netlink.Handle
+		name  string
+		addrs []string
+	}{{h, "up0", []string{"198.51.100.1/24"}}, {ho, "out0", []string{"198.51.100.2/24", "198.51.100.3/24"}}} {
 		l, err := side.h.LinkByName(side.name)
-		if err == nil {
-			addr, _ := netlink.ParseAddr(side.addr)
-			if err = side.h.AddrAdd(l, addr); err == nil {
-				err = side.h.LinkSetUp(l)
+		for _, a := range side.addrs {
+			if err == nil {
+				addr, _ := netlink.ParseAddr(a)
+				err = side.h.AddrAdd(l, addr)
 			}
+		}
+		if err == nil {
+			err = side.h.LinkSetUp(l)
 		}
 		if err != nil {
 			t.Fatalf("set up %s: %v", side.name, err)
 		}
 	}
-	var conn *net.UDPConn
 	inNetns(t, outside, func() {
-		if conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 51, 100, 2), Port: 40001}); err != nil {
-			t.Fatalf("listen outside: %v", err)
+		for _, ip := range []net.IP{net.IPv4(198, 51, 100, 2), net.IPv4(198, 51, 100, 3)} {
+			conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ip, Port: 40001})
+			if err != nil {
+				t.Fatalf("listen outside: %v", err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			servers = append(servers, conn)
 		}
 	})
-	defer conn.Close()
+	return servers
+}
 
-	p := launch(t, harness(t, node))
-	n := &pb.TenantNetwork{Tenant: "tenant-e", Subnet: "10.230.5.0/24"}
-	v := createVM(t, node, p, n, "e1")
-	frame := udpFrame(v.mac, gatewayMAC(t, node, n.Tenant), v.ip, netip.MustParseAddr("198.51.100.2"), "egress")
+// reaches sends v's UDP datagram to the server's address until it arrives
+// (within the time) and returns the source the server saw, or nil.
+func reaches(t *testing.T, node netns.NsHandle, v *vm, tenant string, server *net.UDPConn, payload string, within time.Duration) *net.UDPAddr {
+	t.Helper()
+	dst := netip.MustParseAddrPort(server.LocalAddr().String()).Addr()
+	frame := udpFrame(v.mac, gatewayMAC(t, node, tenant), v.ip, dst, payload)
 	buf := make([]byte, 64)
-	var from *net.UDPAddr
-	for deadline := time.Now().Add(5 * time.Second); from == nil && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); {
 		if _, err := v.tap.Write(frame); err != nil {
 			t.Fatal(err)
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		if k, addr, err := conn.ReadFromUDP(buf); err == nil && string(buf[:k]) == "egress" {
-			from = addr
+		_ = server.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if k, addr, err := server.ReadFromUDP(buf); err == nil && string(buf[:k]) == payload {
+			return addr
 		}
 	}
+	return nil
+}
+
+func TestEgressIsMasqueraded(t *testing.T) {
+	requireRoot(t)
+	node := newNetns(t)
+	conn := outside(t, node)[0]
+	p := launch(t, harness(t, node))
+	n := &pb.TenantNetwork{Tenant: "tenant-e", Subnet: "10.230.5.0/24"}
+	v := createVM(t, node, p, n, "e1")
+	from := reaches(t, node, v, n.Tenant, conn, "egress", 5*time.Second)
 	if from == nil {
 		t.Fatal("the VM's packet never reached the outside namespace")
 	}

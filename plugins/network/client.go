@@ -55,3 +55,27 @@ func (c *grpcClient) ListInterfaces(ctx context.Context) ([]*pb.Interface, error
 	r, err := c.c.ListInterfaces(ctx, &pb.ListInterfacesRequest{})
 	return r.GetInterfaces(), base.FromStatus(err)
 }
+
+// The client always has the overlay methods; a plugin without the
+// capability answers them with ErrUnsupported.
+var _ Overlays = (*grpcClient)(nil)
+
+func (c *grpcClient) EnsureOverlay(ctx context.Context, o *pb.Overlay) (*pb.OverlayDetails, error) {
+	r, err := c.c.EnsureOverlay(ctx, &pb.EnsureOverlayRequest{Overlay: o})
+	return r.GetOverlay(), base.FromStatus(err)
+}
+
+func (c *grpcClient) DeleteOverlay(ctx context.Context, network string) error {
+	_, err := c.c.DeleteOverlay(ctx, &pb.DeleteOverlayRequest{Network: network})
+	return base.FromStatus(err)
+}
+
+func (c *grpcClient) RotateOverlayKey(ctx context.Context, network string, commit bool) (*pb.RotateOverlayKeyResponse, error) {
+	r, err := c.c.RotateOverlayKey(ctx, &pb.RotateOverlayKeyRequest{Network: network, Commit: commit})
+	return r, base.FromStatus(err)
+}
+
+func (c *grpcClient) ListOverlays(ctx context.Context) ([]*pb.OverlayDetails, error) {
+	r, err := c.c.ListOverlays(ctx, &pb.ListOverlaysRequest{})
+	return r.GetOverlays(), base.FromStatus(err)
+}

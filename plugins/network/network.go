@@ -64,3 +64,18 @@ var (
 func Errorf(kind error, format string, args ...any) error {
 	return base.Errorf(kind, format, args...)
 }
+
+// Overlays is the optional part of the contract a plugin with the overlays
+// capability serves: a network joined across nodes by an encrypted tunnel.
+// Each method is the RPC of the same name in proto/network.proto. A Network
+// that does not implement it answers those RPCs with ErrUnsupported.
+type Overlays interface {
+	// EnsureOverlay makes or updates a network's overlay on this node.
+	EnsureOverlay(ctx context.Context, o *pb.Overlay) (*pb.OverlayDetails, error)
+	// DeleteOverlay removes a network's overlay; a missing one is no error.
+	DeleteOverlay(ctx context.Context, network string) error
+	// RotateOverlayKey makes the next key pair, or with commit puts it in use.
+	RotateOverlayKey(ctx context.Context, network string, commit bool) (*pb.RotateOverlayKeyResponse, error)
+	// ListOverlays lists the overlays on this node.
+	ListOverlays(ctx context.Context) ([]*pb.OverlayDetails, error)
+}

@@ -47,6 +47,9 @@ type LaunchConfig = base.LaunchConfig
 // Plugin is a running network plugin process.
 type Plugin struct {
 	Network
+	// Overlays is always there; a plugin without the overlays capability
+	// answers its methods with ErrUnsupported.
+	Overlays
 	*base.Process
 }
 
@@ -68,5 +71,5 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{Network: n, Process: proc}, nil
+	return &Plugin{Network: n, Overlays: n.(Overlays), Process: proc}, nil
 }

@@ -67,3 +67,49 @@ func (s *grpcServer) ListInterfaces(ctx context.Context, _ *pb.ListInterfacesReq
 	l, err := s.impl.ListInterfaces(ctx)
 	return &pb.ListInterfacesResponse{Interfaces: l}, base.ToStatus(err)
 }
+
+// overlays is the plugin's overlay part, or an error saying it has none.
+func (s *grpcServer) overlays(rpc string) (Overlays, error) {
+	if o, ok := s.impl.(Overlays); ok {
+		return o, nil
+	}
+	return nil, base.ToStatus(Errorf(ErrUnsupported, "%s: this network plugin has no overlays capability", rpc))
+}
+
+func (s *grpcServer) EnsureOverlay(ctx context.Context, req *pb.EnsureOverlayRequest) (*pb.EnsureOverlayResponse, error) {
+	o, err := s.overlays("ensure overlay")
+	if err != nil {
+		return nil, err
+	}
+	if req.GetOverlay() == nil {
+		return nil, base.ToStatus(Errorf(ErrInvalid, "ensure overlay: the request has no overlay"))
+	}
+	d, err := o.EnsureOverlay(ctx, req.Overlay)
+	return &pb.EnsureOverlayResponse{Overlay: d}, base.ToStatus(err)
+}
+
+func (s *grpcServer) DeleteOverlay(ctx context.Context, req *pb.DeleteOverlayRequest) (*pb.DeleteOverlayResponse, error) {
+	o, err := s.overlays("delete overlay")
+	if err != nil {
+		return nil, err
+	}
+	return &pb.DeleteOverlayResponse{}, base.ToStatus(o.DeleteOverlay(ctx, req.Network))
+}
+
+func (s *grpcServer) RotateOverlayKey(ctx context.Context, req *pb.RotateOverlayKeyRequest) (*pb.RotateOverlayKeyResponse, error) {
+	o, err := s.overlays("rotate overlay key")
+	if err != nil {
+		return nil, err
+	}
+	r, err := o.RotateOverlayKey(ctx, req.Network, req.Commit)
+	return r, base.ToStatus(err)
+}
+
+func (s *grpcServer) ListOverlays(ctx context.Context, _ *pb.ListOverlaysRequest) (*pb.ListOverlaysResponse, error) {
+	o, err := s.overlays("list overlays")
+	if err != nil {
+		return nil, err
+	}
+	l, err := o.ListOverlays(ctx)
+	return &pb.ListOverlaysResponse{Overlays: l}, base.ToStatus(err)
+}

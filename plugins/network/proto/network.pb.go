@@ -1,4 +1,5 @@
-// The FluxVM network contract, version 1.
+// The FluxVM network contract, version 1 (overlays: an optional part of it,
+// under the overlays capability).
 //
 // A network plugin gives VMs their network on one node: per tenant a network
 // (a subnet with a gateway, kept apart from every other tenant's), and per VM
@@ -158,8 +159,13 @@ type CapabilitiesResponse struct {
 	AssignsAddresses bool `protobuf:"varint,3,opt,name=assigns_addresses,json=assignsAddresses,proto3" json:"assigns_addresses,omitempty"`
 	// The kinds of interface the plugin makes.
 	InterfaceKinds []InterfaceKind `protobuf:"varint,4,rep,packed,name=interface_kinds,json=interfaceKinds,proto3,enum=fluxvm.network.v1.InterfaceKind" json:"interface_kinds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The plugin serves EnsureOverlay, DeleteOverlay, RotateOverlayKey and
+	// ListOverlays: networks joined across nodes by an encrypted tunnel.
+	Overlays bool `protobuf:"varint,5,opt,name=overlays,proto3" json:"overlays,omitempty"`
+	// The plugin enforces TenantNetwork.egress.
+	EgressPolicy  bool `protobuf:"varint,6,opt,name=egress_policy,json=egressPolicy,proto3" json:"egress_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -220,6 +226,20 @@ func (x *CapabilitiesResponse) GetInterfaceKinds() []InterfaceKind {
 	return nil
 }
 
+func (x *CapabilitiesResponse) GetOverlays() bool {
+	if x != nil {
+		return x.Overlays
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetEgressPolicy() bool {
+	if x != nil {
+		return x.EgressPolicy
+	}
+	return false
+}
+
 // TenantNetwork is one tenant's network on this node.
 type TenantNetwork struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -227,7 +247,12 @@ type TenantNetwork struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The subnet in CIDR notation, a network address: "10.230.7.0/24". The
 	// agent chooses it; the built-in plugin takes IPv4 subnets from /16 to /29.
-	Subnet        string `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	Subnet string `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// The network's egress policy (capability egress_policy): what its VMs
+	// may reach outside the node's tenant networks. Absent: the policy the
+	// network has stays as it is (a new network's is open). Present: it
+	// replaces the network's policy.
+	Egress        *Egress `protobuf:"bytes,3,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -276,6 +301,77 @@ func (x *TenantNetwork) GetSubnet() string {
 	return ""
 }
 
+func (x *TenantNetwork) GetEgress() *Egress {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// Egress is an egress policy. Entries are IPv4 addresses or subnets in CIDR
+// notation; host names are not taken (INVALID_ARGUMENT).
+type Egress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "open": everything but block leaves; "allowlist": only allow, less
+	// block, leaves.
+	Mode          string   `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Allow         []string `protobuf:"bytes,2,rep,name=allow,proto3" json:"allow,omitempty"`
+	Block         []string `protobuf:"bytes,3,rep,name=block,proto3" json:"block,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Egress) Reset() {
+	*x = Egress{}
+	mi := &file_network_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Egress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Egress) ProtoMessage() {}
+
+func (x *Egress) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Egress.ProtoReflect.Descriptor instead.
+func (*Egress) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Egress) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *Egress) GetAllow() []string {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+func (x *Egress) GetBlock() []string {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
 // NetworkDetails is a tenant network as the plugin made it.
 type NetworkDetails struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -292,7 +388,7 @@ type NetworkDetails struct {
 
 func (x *NetworkDetails) Reset() {
 	*x = NetworkDetails{}
-	mi := &file_network_proto_msgTypes[3]
+	mi := &file_network_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +400,7 @@ func (x *NetworkDetails) String() string {
 func (*NetworkDetails) ProtoMessage() {}
 
 func (x *NetworkDetails) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[3]
+	mi := &file_network_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +413,7 @@ func (x *NetworkDetails) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDetails.ProtoReflect.Descriptor instead.
 func (*NetworkDetails) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{3}
+	return file_network_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NetworkDetails) GetTenant() string {
@@ -357,7 +453,7 @@ type EnsureNetworkRequest struct {
 
 func (x *EnsureNetworkRequest) Reset() {
 	*x = EnsureNetworkRequest{}
-	mi := &file_network_proto_msgTypes[4]
+	mi := &file_network_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +465,7 @@ func (x *EnsureNetworkRequest) String() string {
 func (*EnsureNetworkRequest) ProtoMessage() {}
 
 func (x *EnsureNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[4]
+	mi := &file_network_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +478,7 @@ func (x *EnsureNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureNetworkRequest.ProtoReflect.Descriptor instead.
 func (*EnsureNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{4}
+	return file_network_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EnsureNetworkRequest) GetNetwork() *TenantNetwork {
@@ -401,7 +497,7 @@ type EnsureNetworkResponse struct {
 
 func (x *EnsureNetworkResponse) Reset() {
 	*x = EnsureNetworkResponse{}
-	mi := &file_network_proto_msgTypes[5]
+	mi := &file_network_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +509,7 @@ func (x *EnsureNetworkResponse) String() string {
 func (*EnsureNetworkResponse) ProtoMessage() {}
 
 func (x *EnsureNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[5]
+	mi := &file_network_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +522,7 @@ func (x *EnsureNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureNetworkResponse.ProtoReflect.Descriptor instead.
 func (*EnsureNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{5}
+	return file_network_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnsureNetworkResponse) GetNetwork() *NetworkDetails {
@@ -445,7 +541,7 @@ type DeleteNetworkRequest struct {
 
 func (x *DeleteNetworkRequest) Reset() {
 	*x = DeleteNetworkRequest{}
-	mi := &file_network_proto_msgTypes[6]
+	mi := &file_network_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +553,7 @@ func (x *DeleteNetworkRequest) String() string {
 func (*DeleteNetworkRequest) ProtoMessage() {}
 
 func (x *DeleteNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[6]
+	mi := &file_network_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +566,7 @@ func (x *DeleteNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNetworkRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{6}
+	return file_network_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteNetworkRequest) GetTenant() string {
@@ -488,7 +584,7 @@ type DeleteNetworkResponse struct {
 
 func (x *DeleteNetworkResponse) Reset() {
 	*x = DeleteNetworkResponse{}
-	mi := &file_network_proto_msgTypes[7]
+	mi := &file_network_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +596,7 @@ func (x *DeleteNetworkResponse) String() string {
 func (*DeleteNetworkResponse) ProtoMessage() {}
 
 func (x *DeleteNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[7]
+	mi := &file_network_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +609,7 @@ func (x *DeleteNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNetworkResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{7}
+	return file_network_proto_rawDescGZIP(), []int{8}
 }
 
 type CreateInterfaceRequest struct {
@@ -531,7 +627,7 @@ type CreateInterfaceRequest struct {
 
 func (x *CreateInterfaceRequest) Reset() {
 	*x = CreateInterfaceRequest{}
-	mi := &file_network_proto_msgTypes[8]
+	mi := &file_network_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +639,7 @@ func (x *CreateInterfaceRequest) String() string {
 func (*CreateInterfaceRequest) ProtoMessage() {}
 
 func (x *CreateInterfaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[8]
+	mi := &file_network_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +652,7 @@ func (x *CreateInterfaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInterfaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateInterfaceRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{8}
+	return file_network_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateInterfaceRequest) GetNetwork() *TenantNetwork {
@@ -589,7 +685,7 @@ type CreateInterfaceResponse struct {
 
 func (x *CreateInterfaceResponse) Reset() {
 	*x = CreateInterfaceResponse{}
-	mi := &file_network_proto_msgTypes[9]
+	mi := &file_network_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +697,7 @@ func (x *CreateInterfaceResponse) String() string {
 func (*CreateInterfaceResponse) ProtoMessage() {}
 
 func (x *CreateInterfaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[9]
+	mi := &file_network_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +710,7 @@ func (x *CreateInterfaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInterfaceResponse.ProtoReflect.Descriptor instead.
 func (*CreateInterfaceResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{9}
+	return file_network_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateInterfaceResponse) GetInterface() *Interface {
@@ -635,7 +731,7 @@ type InterfaceRef struct {
 
 func (x *InterfaceRef) Reset() {
 	*x = InterfaceRef{}
-	mi := &file_network_proto_msgTypes[10]
+	mi := &file_network_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +743,7 @@ func (x *InterfaceRef) String() string {
 func (*InterfaceRef) ProtoMessage() {}
 
 func (x *InterfaceRef) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[10]
+	mi := &file_network_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +756,7 @@ func (x *InterfaceRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceRef.ProtoReflect.Descriptor instead.
 func (*InterfaceRef) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{10}
+	return file_network_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InterfaceRef) GetTenant() string {
@@ -686,7 +782,7 @@ type DeleteInterfaceRequest struct {
 
 func (x *DeleteInterfaceRequest) Reset() {
 	*x = DeleteInterfaceRequest{}
-	mi := &file_network_proto_msgTypes[11]
+	mi := &file_network_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +794,7 @@ func (x *DeleteInterfaceRequest) String() string {
 func (*DeleteInterfaceRequest) ProtoMessage() {}
 
 func (x *DeleteInterfaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[11]
+	mi := &file_network_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +807,7 @@ func (x *DeleteInterfaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteInterfaceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteInterfaceRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{11}
+	return file_network_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteInterfaceRequest) GetRef() *InterfaceRef {
@@ -729,7 +825,7 @@ type DeleteInterfaceResponse struct {
 
 func (x *DeleteInterfaceResponse) Reset() {
 	*x = DeleteInterfaceResponse{}
-	mi := &file_network_proto_msgTypes[12]
+	mi := &file_network_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +837,7 @@ func (x *DeleteInterfaceResponse) String() string {
 func (*DeleteInterfaceResponse) ProtoMessage() {}
 
 func (x *DeleteInterfaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[12]
+	mi := &file_network_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +850,7 @@ func (x *DeleteInterfaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteInterfaceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteInterfaceResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{12}
+	return file_network_proto_rawDescGZIP(), []int{13}
 }
 
 type InterfaceExistsRequest struct {
@@ -766,7 +862,7 @@ type InterfaceExistsRequest struct {
 
 func (x *InterfaceExistsRequest) Reset() {
 	*x = InterfaceExistsRequest{}
-	mi := &file_network_proto_msgTypes[13]
+	mi := &file_network_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +874,7 @@ func (x *InterfaceExistsRequest) String() string {
 func (*InterfaceExistsRequest) ProtoMessage() {}
 
 func (x *InterfaceExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[13]
+	mi := &file_network_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +887,7 @@ func (x *InterfaceExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceExistsRequest.ProtoReflect.Descriptor instead.
 func (*InterfaceExistsRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{13}
+	return file_network_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InterfaceExistsRequest) GetRef() *InterfaceRef {
@@ -810,7 +906,7 @@ type InterfaceExistsResponse struct {
 
 func (x *InterfaceExistsResponse) Reset() {
 	*x = InterfaceExistsResponse{}
-	mi := &file_network_proto_msgTypes[14]
+	mi := &file_network_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +918,7 @@ func (x *InterfaceExistsResponse) String() string {
 func (*InterfaceExistsResponse) ProtoMessage() {}
 
 func (x *InterfaceExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[14]
+	mi := &file_network_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +931,7 @@ func (x *InterfaceExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceExistsResponse.ProtoReflect.Descriptor instead.
 func (*InterfaceExistsResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{14}
+	return file_network_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InterfaceExistsResponse) GetExists() bool {
@@ -854,7 +950,7 @@ type InterfaceDetailsRequest struct {
 
 func (x *InterfaceDetailsRequest) Reset() {
 	*x = InterfaceDetailsRequest{}
-	mi := &file_network_proto_msgTypes[15]
+	mi := &file_network_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +962,7 @@ func (x *InterfaceDetailsRequest) String() string {
 func (*InterfaceDetailsRequest) ProtoMessage() {}
 
 func (x *InterfaceDetailsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[15]
+	mi := &file_network_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +975,7 @@ func (x *InterfaceDetailsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceDetailsRequest.ProtoReflect.Descriptor instead.
 func (*InterfaceDetailsRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{15}
+	return file_network_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InterfaceDetailsRequest) GetRef() *InterfaceRef {
@@ -898,7 +994,7 @@ type InterfaceDetailsResponse struct {
 
 func (x *InterfaceDetailsResponse) Reset() {
 	*x = InterfaceDetailsResponse{}
-	mi := &file_network_proto_msgTypes[16]
+	mi := &file_network_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1006,7 @@ func (x *InterfaceDetailsResponse) String() string {
 func (*InterfaceDetailsResponse) ProtoMessage() {}
 
 func (x *InterfaceDetailsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[16]
+	mi := &file_network_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1019,7 @@ func (x *InterfaceDetailsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterfaceDetailsResponse.ProtoReflect.Descriptor instead.
 func (*InterfaceDetailsResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{16}
+	return file_network_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InterfaceDetailsResponse) GetInterface() *Interface {
@@ -941,7 +1037,7 @@ type ListInterfacesRequest struct {
 
 func (x *ListInterfacesRequest) Reset() {
 	*x = ListInterfacesRequest{}
-	mi := &file_network_proto_msgTypes[17]
+	mi := &file_network_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1049,7 @@ func (x *ListInterfacesRequest) String() string {
 func (*ListInterfacesRequest) ProtoMessage() {}
 
 func (x *ListInterfacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[17]
+	mi := &file_network_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1062,7 @@ func (x *ListInterfacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesRequest.ProtoReflect.Descriptor instead.
 func (*ListInterfacesRequest) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{17}
+	return file_network_proto_rawDescGZIP(), []int{18}
 }
 
 type ListInterfacesResponse struct {
@@ -978,7 +1074,7 @@ type ListInterfacesResponse struct {
 
 func (x *ListInterfacesResponse) Reset() {
 	*x = ListInterfacesResponse{}
-	mi := &file_network_proto_msgTypes[18]
+	mi := &file_network_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1086,7 @@ func (x *ListInterfacesResponse) String() string {
 func (*ListInterfacesResponse) ProtoMessage() {}
 
 func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[18]
+	mi := &file_network_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1099,7 @@ func (x *ListInterfacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInterfacesResponse.ProtoReflect.Descriptor instead.
 func (*ListInterfacesResponse) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{18}
+	return file_network_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListInterfacesResponse) GetInterfaces() []*Interface {
@@ -1034,7 +1130,7 @@ type Interface struct {
 
 func (x *Interface) Reset() {
 	*x = Interface{}
-	mi := &file_network_proto_msgTypes[19]
+	mi := &file_network_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1142,7 @@ func (x *Interface) String() string {
 func (*Interface) ProtoMessage() {}
 
 func (x *Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_network_proto_msgTypes[19]
+	mi := &file_network_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1155,7 @@ func (x *Interface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interface.ProtoReflect.Descriptor instead.
 func (*Interface) Descriptor() ([]byte, []int) {
-	return file_network_proto_rawDescGZIP(), []int{19}
+	return file_network_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Interface) GetRef() *InterfaceRef {
@@ -1111,21 +1207,737 @@ func (x *Interface) GetSubnet() string {
 	return ""
 }
 
+// Overlay is what a node needs to join its part of a network to the others.
+type Overlay struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The network on this node (a TenantNetwork's tenant field) whose subnet
+	// is this node's part of the overlay.
+	Network string `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	// The whole overlay in CIDR notation ("10.231.4.0/24"): every node's part
+	// lies in it.
+	Subnet string `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// The UDP port the node's tunnel listens on, 1024 to 65535.
+	ListenPort uint32 `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	// The other nodes of the overlay.
+	Peers []*OverlayPeer `protobuf:"bytes,4,rep,name=peers,proto3" json:"peers,omitempty"`
+	// This node's part of the overlay: the network's subnet on this node, a
+	// subnet inside subnet. The network is made with it when it is not there
+	// (as EnsureNetwork makes it); FAILED_PRECONDITION when it is there with
+	// another subnet.
+	LocalSubnet   string `protobuf:"bytes,5,opt,name=local_subnet,json=localSubnet,proto3" json:"local_subnet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Overlay) Reset() {
+	*x = Overlay{}
+	mi := &file_network_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Overlay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Overlay) ProtoMessage() {}
+
+func (x *Overlay) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Overlay.ProtoReflect.Descriptor instead.
+func (*Overlay) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Overlay) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *Overlay) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *Overlay) GetListenPort() uint32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *Overlay) GetPeers() []*OverlayPeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *Overlay) GetLocalSubnet() string {
+	if x != nil {
+		return x.LocalSubnet
+	}
+	return ""
+}
+
+// OverlayPeer is another node of an overlay.
+type OverlayPeer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The peer's public key, base64 (44 characters).
+	PublicKey string `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// Where the peer's tunnel listens: "192.0.2.7:51820".
+	Endpoint string `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// The peer's part of the overlay, in CIDR notation.
+	Subnet string `protobuf:"bytes,3,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// The peer's next key while it rotates, base64, or empty. The node accepts
+	// a handshake from it, so the peer's switch loses (almost) nothing.
+	NextPublicKey string `protobuf:"bytes,4,opt,name=next_public_key,json=nextPublicKey,proto3" json:"next_public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverlayPeer) Reset() {
+	*x = OverlayPeer{}
+	mi := &file_network_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlayPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlayPeer) ProtoMessage() {}
+
+func (x *OverlayPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlayPeer.ProtoReflect.Descriptor instead.
+func (*OverlayPeer) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *OverlayPeer) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *OverlayPeer) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *OverlayPeer) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *OverlayPeer) GetNextPublicKey() string {
+	if x != nil {
+		return x.NextPublicKey
+	}
+	return ""
+}
+
+// OverlayDetails is an overlay as the plugin made it on this node.
+type OverlayDetails struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Network    string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Subnet     string                 `protobuf:"bytes,2,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	ListenPort uint32                 `protobuf:"varint,3,opt,name=listen_port,json=listenPort,proto3" json:"listen_port,omitempty"`
+	// The tunnel device, for people and diagnostics.
+	Device string `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`
+	// The node's public key in use, base64.
+	PublicKey string `protobuf:"bytes,5,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// The node's next public key while a rotation is under way, else empty.
+	NextPublicKey string `protobuf:"bytes,6,opt,name=next_public_key,json=nextPublicKey,proto3" json:"next_public_key,omitempty"`
+	// The peers as configured, with their last handshake.
+	Peers []*OverlayPeerStatus `protobuf:"bytes,7,rep,name=peers,proto3" json:"peers,omitempty"`
+	// Where the other nodes reach this node's tunnel ("192.0.2.7:51820"), when
+	// the plugin's configuration names the node's address; else empty, and the
+	// caller must know it.
+	Endpoint      string `protobuf:"bytes,8,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverlayDetails) Reset() {
+	*x = OverlayDetails{}
+	mi := &file_network_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlayDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlayDetails) ProtoMessage() {}
+
+func (x *OverlayDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlayDetails.ProtoReflect.Descriptor instead.
+func (*OverlayDetails) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *OverlayDetails) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetListenPort() uint32 {
+	if x != nil {
+		return x.ListenPort
+	}
+	return 0
+}
+
+func (x *OverlayDetails) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetNextPublicKey() string {
+	if x != nil {
+		return x.NextPublicKey
+	}
+	return ""
+}
+
+func (x *OverlayDetails) GetPeers() []*OverlayPeerStatus {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *OverlayDetails) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+// OverlayPeerStatus is a peer as the tunnel sees it.
+type OverlayPeerStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PublicKey string                 `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Endpoint  string                 `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Subnet    string                 `protobuf:"bytes,3,opt,name=subnet,proto3" json:"subnet,omitempty"`
+	// Unix seconds of the last completed handshake, 0 for none yet.
+	LastHandshakeUnix int64  `protobuf:"varint,4,opt,name=last_handshake_unix,json=lastHandshakeUnix,proto3" json:"last_handshake_unix,omitempty"`
+	RxBytes           uint64 `protobuf:"varint,5,opt,name=rx_bytes,json=rxBytes,proto3" json:"rx_bytes,omitempty"`
+	TxBytes           uint64 `protobuf:"varint,6,opt,name=tx_bytes,json=txBytes,proto3" json:"tx_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *OverlayPeerStatus) Reset() {
+	*x = OverlayPeerStatus{}
+	mi := &file_network_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverlayPeerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverlayPeerStatus) ProtoMessage() {}
+
+func (x *OverlayPeerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverlayPeerStatus.ProtoReflect.Descriptor instead.
+func (*OverlayPeerStatus) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *OverlayPeerStatus) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *OverlayPeerStatus) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *OverlayPeerStatus) GetSubnet() string {
+	if x != nil {
+		return x.Subnet
+	}
+	return ""
+}
+
+func (x *OverlayPeerStatus) GetLastHandshakeUnix() int64 {
+	if x != nil {
+		return x.LastHandshakeUnix
+	}
+	return 0
+}
+
+func (x *OverlayPeerStatus) GetRxBytes() uint64 {
+	if x != nil {
+		return x.RxBytes
+	}
+	return 0
+}
+
+func (x *OverlayPeerStatus) GetTxBytes() uint64 {
+	if x != nil {
+		return x.TxBytes
+	}
+	return 0
+}
+
+type EnsureOverlayRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overlay       *Overlay               `protobuf:"bytes,1,opt,name=overlay,proto3" json:"overlay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnsureOverlayRequest) Reset() {
+	*x = EnsureOverlayRequest{}
+	mi := &file_network_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnsureOverlayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnsureOverlayRequest) ProtoMessage() {}
+
+func (x *EnsureOverlayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnsureOverlayRequest.ProtoReflect.Descriptor instead.
+func (*EnsureOverlayRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EnsureOverlayRequest) GetOverlay() *Overlay {
+	if x != nil {
+		return x.Overlay
+	}
+	return nil
+}
+
+type EnsureOverlayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overlay       *OverlayDetails        `protobuf:"bytes,1,opt,name=overlay,proto3" json:"overlay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnsureOverlayResponse) Reset() {
+	*x = EnsureOverlayResponse{}
+	mi := &file_network_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnsureOverlayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnsureOverlayResponse) ProtoMessage() {}
+
+func (x *EnsureOverlayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnsureOverlayResponse.ProtoReflect.Descriptor instead.
+func (*EnsureOverlayResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EnsureOverlayResponse) GetOverlay() *OverlayDetails {
+	if x != nil {
+		return x.Overlay
+	}
+	return nil
+}
+
+type DeleteOverlayRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Network       string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverlayRequest) Reset() {
+	*x = DeleteOverlayRequest{}
+	mi := &file_network_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverlayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverlayRequest) ProtoMessage() {}
+
+func (x *DeleteOverlayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverlayRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverlayRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DeleteOverlayRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+type DeleteOverlayResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverlayResponse) Reset() {
+	*x = DeleteOverlayResponse{}
+	mi := &file_network_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverlayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverlayResponse) ProtoMessage() {}
+
+func (x *DeleteOverlayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverlayResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverlayResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{28}
+}
+
+type RotateOverlayKeyRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Network string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	// false: make the next key pair; true: put it in use.
+	Commit        bool `protobuf:"varint,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateOverlayKeyRequest) Reset() {
+	*x = RotateOverlayKeyRequest{}
+	mi := &file_network_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOverlayKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOverlayKeyRequest) ProtoMessage() {}
+
+func (x *RotateOverlayKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOverlayKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateOverlayKeyRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RotateOverlayKeyRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *RotateOverlayKeyRequest) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+type RotateOverlayKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// After the call: the key in use and the next key (empty after a commit).
+	PublicKey     string `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	NextPublicKey string `protobuf:"bytes,2,opt,name=next_public_key,json=nextPublicKey,proto3" json:"next_public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateOverlayKeyResponse) Reset() {
+	*x = RotateOverlayKeyResponse{}
+	mi := &file_network_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOverlayKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOverlayKeyResponse) ProtoMessage() {}
+
+func (x *RotateOverlayKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOverlayKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateOverlayKeyResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RotateOverlayKeyResponse) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *RotateOverlayKeyResponse) GetNextPublicKey() string {
+	if x != nil {
+		return x.NextPublicKey
+	}
+	return ""
+}
+
+type ListOverlaysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverlaysRequest) Reset() {
+	*x = ListOverlaysRequest{}
+	mi := &file_network_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverlaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverlaysRequest) ProtoMessage() {}
+
+func (x *ListOverlaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverlaysRequest.ProtoReflect.Descriptor instead.
+func (*ListOverlaysRequest) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{31}
+}
+
+type ListOverlaysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overlays      []*OverlayDetails      `protobuf:"bytes,1,rep,name=overlays,proto3" json:"overlays,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverlaysResponse) Reset() {
+	*x = ListOverlaysResponse{}
+	mi := &file_network_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverlaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverlaysResponse) ProtoMessage() {}
+
+func (x *ListOverlaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_network_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverlaysResponse.ProtoReflect.Descriptor instead.
+func (*ListOverlaysResponse) Descriptor() ([]byte, []int) {
+	return file_network_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListOverlaysResponse) GetOverlays() []*OverlayDetails {
+	if x != nil {
+		return x.Overlays
+	}
+	return nil
+}
+
 var File_network_proto protoreflect.FileDescriptor
 
 const file_network_proto_rawDesc = "" +
 	"\n" +
 	"\rnetwork.proto\x12\x11fluxvm.network.v1\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xd8\x01\n" +
+	"\x13CapabilitiesRequest\"\x99\x02\n" +
 	"\x14CapabilitiesResponse\x12)\n" +
 	"\x10tenant_isolation\x18\x01 \x01(\bR\x0ftenantIsolation\x12\x1d\n" +
 	"\n" +
 	"egress_nat\x18\x02 \x01(\bR\tegressNat\x12+\n" +
 	"\x11assigns_addresses\x18\x03 \x01(\bR\x10assignsAddresses\x12I\n" +
-	"\x0finterface_kinds\x18\x04 \x03(\x0e2 .fluxvm.network.v1.InterfaceKindR\x0einterfaceKinds\"?\n" +
+	"\x0finterface_kinds\x18\x04 \x03(\x0e2 .fluxvm.network.v1.InterfaceKindR\x0einterfaceKinds\x12\x1a\n" +
+	"\boverlays\x18\x05 \x01(\bR\boverlays\x12#\n" +
+	"\regress_policy\x18\x06 \x01(\bR\fegressPolicy\"r\n" +
 	"\rTenantNetwork\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
-	"\x06subnet\x18\x02 \x01(\tR\x06subnet\"r\n" +
+	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x121\n" +
+	"\x06egress\x18\x03 \x01(\v2\x19.fluxvm.network.v1.EgressR\x06egress\"H\n" +
+	"\x06Egress\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05allow\x18\x02 \x03(\tR\x05allow\x12\x14\n" +
+	"\x05block\x18\x03 \x03(\tR\x05block\"r\n" +
 	"\x0eNetworkDetails\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
 	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x12\x18\n" +
@@ -1170,10 +1982,59 @@ const file_network_proto_rawDesc = "" +
 	"\x03mac\x18\x04 \x01(\tR\x03mac\x12\x18\n" +
 	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x18\n" +
 	"\agateway\x18\x06 \x01(\tR\agateway\x12\x16\n" +
-	"\x06subnet\x18\a \x01(\tR\x06subnet*G\n" +
+	"\x06subnet\x18\a \x01(\tR\x06subnet\"\xb5\x01\n" +
+	"\aOverlay\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x16\n" +
+	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x12\x1f\n" +
+	"\vlisten_port\x18\x03 \x01(\rR\n" +
+	"listenPort\x124\n" +
+	"\x05peers\x18\x04 \x03(\v2\x1e.fluxvm.network.v1.OverlayPeerR\x05peers\x12!\n" +
+	"\flocal_subnet\x18\x05 \x01(\tR\vlocalSubnet\"\x88\x01\n" +
+	"\vOverlayPeer\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\tR\tpublicKey\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06subnet\x18\x03 \x01(\tR\x06subnet\x12&\n" +
+	"\x0fnext_public_key\x18\x04 \x01(\tR\rnextPublicKey\"\x9a\x02\n" +
+	"\x0eOverlayDetails\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x16\n" +
+	"\x06subnet\x18\x02 \x01(\tR\x06subnet\x12\x1f\n" +
+	"\vlisten_port\x18\x03 \x01(\rR\n" +
+	"listenPort\x12\x16\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x05 \x01(\tR\tpublicKey\x12&\n" +
+	"\x0fnext_public_key\x18\x06 \x01(\tR\rnextPublicKey\x12:\n" +
+	"\x05peers\x18\a \x03(\v2$.fluxvm.network.v1.OverlayPeerStatusR\x05peers\x12\x1a\n" +
+	"\bendpoint\x18\b \x01(\tR\bendpoint\"\xcc\x01\n" +
+	"\x11OverlayPeerStatus\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\tR\tpublicKey\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06subnet\x18\x03 \x01(\tR\x06subnet\x12.\n" +
+	"\x13last_handshake_unix\x18\x04 \x01(\x03R\x11lastHandshakeUnix\x12\x19\n" +
+	"\brx_bytes\x18\x05 \x01(\x04R\arxBytes\x12\x19\n" +
+	"\btx_bytes\x18\x06 \x01(\x04R\atxBytes\"L\n" +
+	"\x14EnsureOverlayRequest\x124\n" +
+	"\aoverlay\x18\x01 \x01(\v2\x1a.fluxvm.network.v1.OverlayR\aoverlay\"T\n" +
+	"\x15EnsureOverlayResponse\x12;\n" +
+	"\aoverlay\x18\x01 \x01(\v2!.fluxvm.network.v1.OverlayDetailsR\aoverlay\"0\n" +
+	"\x14DeleteOverlayRequest\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\"\x17\n" +
+	"\x15DeleteOverlayResponse\"K\n" +
+	"\x17RotateOverlayKeyRequest\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\bR\x06commit\"a\n" +
+	"\x18RotateOverlayKeyResponse\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\tR\tpublicKey\x12&\n" +
+	"\x0fnext_public_key\x18\x02 \x01(\tR\rnextPublicKey\"\x15\n" +
+	"\x13ListOverlaysRequest\"U\n" +
+	"\x14ListOverlaysResponse\x12=\n" +
+	"\boverlays\x18\x01 \x03(\v2!.fluxvm.network.v1.OverlayDetailsR\boverlays*G\n" +
 	"\rInterfaceKind\x12\x1e\n" +
 	"\x1aINTERFACE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12INTERFACE_KIND_TAP\x10\x012\xc4\x06\n" +
+	"\x12INTERFACE_KIND_TAP\x10\x012\xda\t\n" +
 	"\aNetwork\x12_\n" +
 	"\fCapabilities\x12&.fluxvm.network.v1.CapabilitiesRequest\x1a'.fluxvm.network.v1.CapabilitiesResponse\x12b\n" +
 	"\rEnsureNetwork\x12'.fluxvm.network.v1.EnsureNetworkRequest\x1a(.fluxvm.network.v1.EnsureNetworkResponse\x12b\n" +
@@ -1182,7 +2043,11 @@ const file_network_proto_rawDesc = "" +
 	"\x0fDeleteInterface\x12).fluxvm.network.v1.DeleteInterfaceRequest\x1a*.fluxvm.network.v1.DeleteInterfaceResponse\x12h\n" +
 	"\x0fInterfaceExists\x12).fluxvm.network.v1.InterfaceExistsRequest\x1a*.fluxvm.network.v1.InterfaceExistsResponse\x12k\n" +
 	"\x10InterfaceDetails\x12*.fluxvm.network.v1.InterfaceDetailsRequest\x1a+.fluxvm.network.v1.InterfaceDetailsResponse\x12e\n" +
-	"\x0eListInterfaces\x12(.fluxvm.network.v1.ListInterfacesRequest\x1a).fluxvm.network.v1.ListInterfacesResponseB:Z8github.com/fluxvm/fluxvm/plugins/network/proto;networkpbb\x06proto3"
+	"\x0eListInterfaces\x12(.fluxvm.network.v1.ListInterfacesRequest\x1a).fluxvm.network.v1.ListInterfacesResponse\x12b\n" +
+	"\rEnsureOverlay\x12'.fluxvm.network.v1.EnsureOverlayRequest\x1a(.fluxvm.network.v1.EnsureOverlayResponse\x12b\n" +
+	"\rDeleteOverlay\x12'.fluxvm.network.v1.DeleteOverlayRequest\x1a(.fluxvm.network.v1.DeleteOverlayResponse\x12k\n" +
+	"\x10RotateOverlayKey\x12*.fluxvm.network.v1.RotateOverlayKeyRequest\x1a+.fluxvm.network.v1.RotateOverlayKeyResponse\x12_\n" +
+	"\fListOverlays\x12&.fluxvm.network.v1.ListOverlaysRequest\x1a'.fluxvm.network.v1.ListOverlaysResponseB:Z8github.com/fluxvm/fluxvm/plugins/network/proto;networkpbb\x06proto3"
 
 var (
 	file_network_proto_rawDescOnce sync.Once
@@ -1197,64 +2062,91 @@ func file_network_proto_rawDescGZIP() []byte {
 }
 
 var file_network_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_network_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_network_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_network_proto_goTypes = []any{
 	(InterfaceKind)(0),               // 0: fluxvm.network.v1.InterfaceKind
 	(*CapabilitiesRequest)(nil),      // 1: fluxvm.network.v1.CapabilitiesRequest
 	(*CapabilitiesResponse)(nil),     // 2: fluxvm.network.v1.CapabilitiesResponse
 	(*TenantNetwork)(nil),            // 3: fluxvm.network.v1.TenantNetwork
-	(*NetworkDetails)(nil),           // 4: fluxvm.network.v1.NetworkDetails
-	(*EnsureNetworkRequest)(nil),     // 5: fluxvm.network.v1.EnsureNetworkRequest
-	(*EnsureNetworkResponse)(nil),    // 6: fluxvm.network.v1.EnsureNetworkResponse
-	(*DeleteNetworkRequest)(nil),     // 7: fluxvm.network.v1.DeleteNetworkRequest
-	(*DeleteNetworkResponse)(nil),    // 8: fluxvm.network.v1.DeleteNetworkResponse
-	(*CreateInterfaceRequest)(nil),   // 9: fluxvm.network.v1.CreateInterfaceRequest
-	(*CreateInterfaceResponse)(nil),  // 10: fluxvm.network.v1.CreateInterfaceResponse
-	(*InterfaceRef)(nil),             // 11: fluxvm.network.v1.InterfaceRef
-	(*DeleteInterfaceRequest)(nil),   // 12: fluxvm.network.v1.DeleteInterfaceRequest
-	(*DeleteInterfaceResponse)(nil),  // 13: fluxvm.network.v1.DeleteInterfaceResponse
-	(*InterfaceExistsRequest)(nil),   // 14: fluxvm.network.v1.InterfaceExistsRequest
-	(*InterfaceExistsResponse)(nil),  // 15: fluxvm.network.v1.InterfaceExistsResponse
-	(*InterfaceDetailsRequest)(nil),  // 16: fluxvm.network.v1.InterfaceDetailsRequest
-	(*InterfaceDetailsResponse)(nil), // 17: fluxvm.network.v1.InterfaceDetailsResponse
-	(*ListInterfacesRequest)(nil),    // 18: fluxvm.network.v1.ListInterfacesRequest
-	(*ListInterfacesResponse)(nil),   // 19: fluxvm.network.v1.ListInterfacesResponse
-	(*Interface)(nil),                // 20: fluxvm.network.v1.Interface
+	(*Egress)(nil),                   // 4: fluxvm.network.v1.Egress
+	(*NetworkDetails)(nil),           // 5: fluxvm.network.v1.NetworkDetails
+	(*EnsureNetworkRequest)(nil),     // 6: fluxvm.network.v1.EnsureNetworkRequest
+	(*EnsureNetworkResponse)(nil),    // 7: fluxvm.network.v1.EnsureNetworkResponse
+	(*DeleteNetworkRequest)(nil),     // 8: fluxvm.network.v1.DeleteNetworkRequest
+	(*DeleteNetworkResponse)(nil),    // 9: fluxvm.network.v1.DeleteNetworkResponse
+	(*CreateInterfaceRequest)(nil),   // 10: fluxvm.network.v1.CreateInterfaceRequest
+	(*CreateInterfaceResponse)(nil),  // 11: fluxvm.network.v1.CreateInterfaceResponse
+	(*InterfaceRef)(nil),             // 12: fluxvm.network.v1.InterfaceRef
+	(*DeleteInterfaceRequest)(nil),   // 13: fluxvm.network.v1.DeleteInterfaceRequest
+	(*DeleteInterfaceResponse)(nil),  // 14: fluxvm.network.v1.DeleteInterfaceResponse
+	(*InterfaceExistsRequest)(nil),   // 15: fluxvm.network.v1.InterfaceExistsRequest
+	(*InterfaceExistsResponse)(nil),  // 16: fluxvm.network.v1.InterfaceExistsResponse
+	(*InterfaceDetailsRequest)(nil),  // 17: fluxvm.network.v1.InterfaceDetailsRequest
+	(*InterfaceDetailsResponse)(nil), // 18: fluxvm.network.v1.InterfaceDetailsResponse
+	(*ListInterfacesRequest)(nil),    // 19: fluxvm.network.v1.ListInterfacesRequest
+	(*ListInterfacesResponse)(nil),   // 20: fluxvm.network.v1.ListInterfacesResponse
+	(*Interface)(nil),                // 21: fluxvm.network.v1.Interface
+	(*Overlay)(nil),                  // 22: fluxvm.network.v1.Overlay
+	(*OverlayPeer)(nil),              // 23: fluxvm.network.v1.OverlayPeer
+	(*OverlayDetails)(nil),           // 24: fluxvm.network.v1.OverlayDetails
+	(*OverlayPeerStatus)(nil),        // 25: fluxvm.network.v1.OverlayPeerStatus
+	(*EnsureOverlayRequest)(nil),     // 26: fluxvm.network.v1.EnsureOverlayRequest
+	(*EnsureOverlayResponse)(nil),    // 27: fluxvm.network.v1.EnsureOverlayResponse
+	(*DeleteOverlayRequest)(nil),     // 28: fluxvm.network.v1.DeleteOverlayRequest
+	(*DeleteOverlayResponse)(nil),    // 29: fluxvm.network.v1.DeleteOverlayResponse
+	(*RotateOverlayKeyRequest)(nil),  // 30: fluxvm.network.v1.RotateOverlayKeyRequest
+	(*RotateOverlayKeyResponse)(nil), // 31: fluxvm.network.v1.RotateOverlayKeyResponse
+	(*ListOverlaysRequest)(nil),      // 32: fluxvm.network.v1.ListOverlaysRequest
+	(*ListOverlaysResponse)(nil),     // 33: fluxvm.network.v1.ListOverlaysResponse
 }
 var file_network_proto_depIdxs = []int32{
 	0,  // 0: fluxvm.network.v1.CapabilitiesResponse.interface_kinds:type_name -> fluxvm.network.v1.InterfaceKind
-	3,  // 1: fluxvm.network.v1.EnsureNetworkRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
-	4,  // 2: fluxvm.network.v1.EnsureNetworkResponse.network:type_name -> fluxvm.network.v1.NetworkDetails
-	3,  // 3: fluxvm.network.v1.CreateInterfaceRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
-	20, // 4: fluxvm.network.v1.CreateInterfaceResponse.interface:type_name -> fluxvm.network.v1.Interface
-	11, // 5: fluxvm.network.v1.DeleteInterfaceRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	11, // 6: fluxvm.network.v1.InterfaceExistsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	11, // 7: fluxvm.network.v1.InterfaceDetailsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	20, // 8: fluxvm.network.v1.InterfaceDetailsResponse.interface:type_name -> fluxvm.network.v1.Interface
-	20, // 9: fluxvm.network.v1.ListInterfacesResponse.interfaces:type_name -> fluxvm.network.v1.Interface
-	11, // 10: fluxvm.network.v1.Interface.ref:type_name -> fluxvm.network.v1.InterfaceRef
-	0,  // 11: fluxvm.network.v1.Interface.kind:type_name -> fluxvm.network.v1.InterfaceKind
-	1,  // 12: fluxvm.network.v1.Network.Capabilities:input_type -> fluxvm.network.v1.CapabilitiesRequest
-	5,  // 13: fluxvm.network.v1.Network.EnsureNetwork:input_type -> fluxvm.network.v1.EnsureNetworkRequest
-	7,  // 14: fluxvm.network.v1.Network.DeleteNetwork:input_type -> fluxvm.network.v1.DeleteNetworkRequest
-	9,  // 15: fluxvm.network.v1.Network.CreateInterface:input_type -> fluxvm.network.v1.CreateInterfaceRequest
-	12, // 16: fluxvm.network.v1.Network.DeleteInterface:input_type -> fluxvm.network.v1.DeleteInterfaceRequest
-	14, // 17: fluxvm.network.v1.Network.InterfaceExists:input_type -> fluxvm.network.v1.InterfaceExistsRequest
-	16, // 18: fluxvm.network.v1.Network.InterfaceDetails:input_type -> fluxvm.network.v1.InterfaceDetailsRequest
-	18, // 19: fluxvm.network.v1.Network.ListInterfaces:input_type -> fluxvm.network.v1.ListInterfacesRequest
-	2,  // 20: fluxvm.network.v1.Network.Capabilities:output_type -> fluxvm.network.v1.CapabilitiesResponse
-	6,  // 21: fluxvm.network.v1.Network.EnsureNetwork:output_type -> fluxvm.network.v1.EnsureNetworkResponse
-	8,  // 22: fluxvm.network.v1.Network.DeleteNetwork:output_type -> fluxvm.network.v1.DeleteNetworkResponse
-	10, // 23: fluxvm.network.v1.Network.CreateInterface:output_type -> fluxvm.network.v1.CreateInterfaceResponse
-	13, // 24: fluxvm.network.v1.Network.DeleteInterface:output_type -> fluxvm.network.v1.DeleteInterfaceResponse
-	15, // 25: fluxvm.network.v1.Network.InterfaceExists:output_type -> fluxvm.network.v1.InterfaceExistsResponse
-	17, // 26: fluxvm.network.v1.Network.InterfaceDetails:output_type -> fluxvm.network.v1.InterfaceDetailsResponse
-	19, // 27: fluxvm.network.v1.Network.ListInterfaces:output_type -> fluxvm.network.v1.ListInterfacesResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	4,  // 1: fluxvm.network.v1.TenantNetwork.egress:type_name -> fluxvm.network.v1.Egress
+	3,  // 2: fluxvm.network.v1.EnsureNetworkRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
+	5,  // 3: fluxvm.network.v1.EnsureNetworkResponse.network:type_name -> fluxvm.network.v1.NetworkDetails
+	3,  // 4: fluxvm.network.v1.CreateInterfaceRequest.network:type_name -> fluxvm.network.v1.TenantNetwork
+	21, // 5: fluxvm.network.v1.CreateInterfaceResponse.interface:type_name -> fluxvm.network.v1.Interface
+	12, // 6: fluxvm.network.v1.DeleteInterfaceRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	12, // 7: fluxvm.network.v1.InterfaceExistsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	12, // 8: fluxvm.network.v1.InterfaceDetailsRequest.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	21, // 9: fluxvm.network.v1.InterfaceDetailsResponse.interface:type_name -> fluxvm.network.v1.Interface
+	21, // 10: fluxvm.network.v1.ListInterfacesResponse.interfaces:type_name -> fluxvm.network.v1.Interface
+	12, // 11: fluxvm.network.v1.Interface.ref:type_name -> fluxvm.network.v1.InterfaceRef
+	0,  // 12: fluxvm.network.v1.Interface.kind:type_name -> fluxvm.network.v1.InterfaceKind
+	23, // 13: fluxvm.network.v1.Overlay.peers:type_name -> fluxvm.network.v1.OverlayPeer
+	25, // 14: fluxvm.network.v1.OverlayDetails.peers:type_name -> fluxvm.network.v1.OverlayPeerStatus
+	22, // 15: fluxvm.network.v1.EnsureOverlayRequest.overlay:type_name -> fluxvm.network.v1.Overlay
+	24, // 16: fluxvm.network.v1.EnsureOverlayResponse.overlay:type_name -> fluxvm.network.v1.OverlayDetails
+	24, // 17: fluxvm.network.v1.ListOverlaysResponse.overlays:type_name -> fluxvm.network.v1.OverlayDetails
+	1,  // 18: fluxvm.network.v1.Network.Capabilities:input_type -> fluxvm.network.v1.CapabilitiesRequest
+	6,  // 19: fluxvm.network.v1.Network.EnsureNetwork:input_type -> fluxvm.network.v1.EnsureNetworkRequest
+	8,  // 20: fluxvm.network.v1.Network.DeleteNetwork:input_type -> fluxvm.network.v1.DeleteNetworkRequest
+	10, // 21: fluxvm.network.v1.Network.CreateInterface:input_type -> fluxvm.network.v1.CreateInterfaceRequest
+	13, // 22: fluxvm.network.v1.Network.DeleteInterface:input_type -> fluxvm.network.v1.DeleteInterfaceRequest
+	15, // 23: fluxvm.network.v1.Network.InterfaceExists:input_type -> fluxvm.network.v1.InterfaceExistsRequest
+	17, // 24: fluxvm.network.v1.Network.InterfaceDetails:input_type -> fluxvm.network.v1.InterfaceDetailsRequest
+	19, // 25: fluxvm.network.v1.Network.ListInterfaces:input_type -> fluxvm.network.v1.ListInterfacesRequest
+	26, // 26: fluxvm.network.v1.Network.EnsureOverlay:input_type -> fluxvm.network.v1.EnsureOverlayRequest
+	28, // 27: fluxvm.network.v1.Network.DeleteOverlay:input_type -> fluxvm.network.v1.DeleteOverlayRequest
+	30, // 28: fluxvm.network.v1.Network.RotateOverlayKey:input_type -> fluxvm.network.v1.RotateOverlayKeyRequest
+	32, // 29: fluxvm.network.v1.Network.ListOverlays:input_type -> fluxvm.network.v1.ListOverlaysRequest
+	2,  // 30: fluxvm.network.v1.Network.Capabilities:output_type -> fluxvm.network.v1.CapabilitiesResponse
+	7,  // 31: fluxvm.network.v1.Network.EnsureNetwork:output_type -> fluxvm.network.v1.EnsureNetworkResponse
+	9,  // 32: fluxvm.network.v1.Network.DeleteNetwork:output_type -> fluxvm.network.v1.DeleteNetworkResponse
+	11, // 33: fluxvm.network.v1.Network.CreateInterface:output_type -> fluxvm.network.v1.CreateInterfaceResponse
+	14, // 34: fluxvm.network.v1.Network.DeleteInterface:output_type -> fluxvm.network.v1.DeleteInterfaceResponse
+	16, // 35: fluxvm.network.v1.Network.InterfaceExists:output_type -> fluxvm.network.v1.InterfaceExistsResponse
+	18, // 36: fluxvm.network.v1.Network.InterfaceDetails:output_type -> fluxvm.network.v1.InterfaceDetailsResponse
+	20, // 37: fluxvm.network.v1.Network.ListInterfaces:output_type -> fluxvm.network.v1.ListInterfacesResponse
+	27, // 38: fluxvm.network.v1.Network.EnsureOverlay:output_type -> fluxvm.network.v1.EnsureOverlayResponse
+	29, // 39: fluxvm.network.v1.Network.DeleteOverlay:output_type -> fluxvm.network.v1.DeleteOverlayResponse
+	31, // 40: fluxvm.network.v1.Network.RotateOverlayKey:output_type -> fluxvm.network.v1.RotateOverlayKeyResponse
+	33, // 41: fluxvm.network.v1.Network.ListOverlays:output_type -> fluxvm.network.v1.ListOverlaysResponse
+	30, // [30:42] is the sub-list for method output_type
+	18, // [18:30] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_network_proto_init() }
@@ -1268,7 +2160,7 @@ func file_network_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_network_proto_rawDesc), len(file_network_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

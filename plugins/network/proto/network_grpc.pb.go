@@ -1,4 +1,5 @@
-// The FluxVM network contract, version 1.
+// The FluxVM network contract, version 1 (overlays: an optional part of it,
+// under the overlays capability).
 //
 // A network plugin gives VMs their network on one node: per tenant a network
 // (a subnet with a gateway, kept apart from every other tenant's), and per VM
@@ -66,6 +67,10 @@ const (
 	Network_InterfaceExists_FullMethodName  = "/fluxvm.network.v1.Network/InterfaceExists"
 	Network_InterfaceDetails_FullMethodName = "/fluxvm.network.v1.Network/InterfaceDetails"
 	Network_ListInterfaces_FullMethodName   = "/fluxvm.network.v1.Network/ListInterfaces"
+	Network_EnsureOverlay_FullMethodName    = "/fluxvm.network.v1.Network/EnsureOverlay"
+	Network_DeleteOverlay_FullMethodName    = "/fluxvm.network.v1.Network/DeleteOverlay"
+	Network_RotateOverlayKey_FullMethodName = "/fluxvm.network.v1.Network/RotateOverlayKey"
+	Network_ListOverlays_FullMethodName     = "/fluxvm.network.v1.Network/ListOverlays"
 )
 
 // NetworkClient is the client API for Network service.
@@ -86,7 +91,8 @@ type NetworkClient interface {
 	// another tenant's on this node.
 	EnsureNetwork(ctx context.Context, in *EnsureNetworkRequest, opts ...grpc.CallOption) (*EnsureNetworkResponse, error)
 	// DeleteNetwork removes the tenant's network and all the plugin made for
-	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain.
+	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain,
+	// or while the network has an overlay (DeleteOverlay first).
 	// Deleting a network that does not exist succeeds.
 	DeleteNetwork(ctx context.Context, in *DeleteNetworkRequest, opts ...grpc.CallOption) (*DeleteNetworkResponse, error)
 	// CreateInterface makes the VM's interface in its tenant's network, making
@@ -112,6 +118,28 @@ type NetworkClient interface {
 	// any plugin process, so the agent can remove those of VMs it no longer
 	// has.
 	ListInterfaces(ctx context.Context, in *ListInterfacesRequest, opts ...grpc.CallOption) (*ListInterfacesResponse, error)
+	// EnsureOverlay makes or updates the overlay of a network on this node
+	// (making the network first, with the overlay's local_subnet): its tunnel device, listen
+	// port, peers and routes become what the request says. Calling it again
+	// with the same request changes nothing; a peer left out is removed. A new
+	// overlay gets a new key pair. Fails with INVALID_ARGUMENT for a bad key,
+	// endpoint or subnet (a peer's part must lie in the overlay's subnet and
+	// not overlap the node's own part or another peer's).
+	EnsureOverlay(ctx context.Context, in *EnsureOverlayRequest, opts ...grpc.CallOption) (*EnsureOverlayResponse, error)
+	// DeleteOverlay removes the network's overlay (device, routes, rules); the
+	// network stays. Deleting an overlay that does not exist succeeds.
+	DeleteOverlay(ctx context.Context, in *DeleteOverlayRequest, opts ...grpc.CallOption) (*DeleteOverlayResponse, error)
+	// RotateOverlayKey changes the node's key in two steps, so that traffic
+	// goes on: without commit it makes a next key pair and returns its public
+	// key (the current key stays in use; a second call replaces the next key);
+	// the caller then gives every peer the next public key (OverlayPeer.
+	// next_public_key) and calls again with commit, which puts the next key in
+	// use, after which the caller moves the peers to it. A commit without a
+	// next key (never made, or lost with a plugin process) is
+	// FAILED_PRECONDITION: start again without commit.
+	RotateOverlayKey(ctx context.Context, in *RotateOverlayKeyRequest, opts ...grpc.CallOption) (*RotateOverlayKeyResponse, error)
+	// ListOverlays lists the overlays on this node, by any plugin process.
+	ListOverlays(ctx context.Context, in *ListOverlaysRequest, opts ...grpc.CallOption) (*ListOverlaysResponse, error)
 }
 
 type networkClient struct {
@@ -202,6 +230,46 @@ func (c *networkClient) ListInterfaces(ctx context.Context, in *ListInterfacesRe
 	return out, nil
 }
 
+func (c *networkClient) EnsureOverlay(ctx context.Context, in *EnsureOverlayRequest, opts ...grpc.CallOption) (*EnsureOverlayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnsureOverlayResponse)
+	err := c.cc.Invoke(ctx, Network_EnsureOverlay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *networkClient) DeleteOverlay(ctx context.Context, in *DeleteOverlayRequest, opts ...grpc.CallOption) (*DeleteOverlayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteOverlayResponse)
+	err := c.cc.Invoke(ctx, Network_DeleteOverlay_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *networkClient) RotateOverlayKey(ctx context.Context, in *RotateOverlayKeyRequest, opts ...grpc.CallOption) (*RotateOverlayKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateOverlayKeyResponse)
+	err := c.cc.Invoke(ctx, Network_RotateOverlayKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *networkClient) ListOverlays(ctx context.Context, in *ListOverlaysRequest, opts ...grpc.CallOption) (*ListOverlaysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOverlaysResponse)
+	err := c.cc.Invoke(ctx, Network_ListOverlays_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NetworkServer is the server API for Network service.
 // All implementations must embed UnimplementedNetworkServer
 // for forward compatibility.
@@ -220,7 +288,8 @@ type NetworkServer interface {
 	// another tenant's on this node.
 	EnsureNetwork(context.Context, *EnsureNetworkRequest) (*EnsureNetworkResponse, error)
 	// DeleteNetwork removes the tenant's network and all the plugin made for
-	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain.
+	// it. Fails with FAILED_PRECONDITION while interfaces of the tenant remain,
+	// or while the network has an overlay (DeleteOverlay first).
 	// Deleting a network that does not exist succeeds.
 	DeleteNetwork(context.Context, *DeleteNetworkRequest) (*DeleteNetworkResponse, error)
 	// CreateInterface makes the VM's interface in its tenant's network, making
@@ -246,6 +315,28 @@ type NetworkServer interface {
 	// any plugin process, so the agent can remove those of VMs it no longer
 	// has.
 	ListInterfaces(context.Context, *ListInterfacesRequest) (*ListInterfacesResponse, error)
+	// EnsureOverlay makes or updates the overlay of a network on this node
+	// (making the network first, with the overlay's local_subnet): its tunnel device, listen
+	// port, peers and routes become what the request says. Calling it again
+	// with the same request changes nothing; a peer left out is removed. A new
+	// overlay gets a new key pair. Fails with INVALID_ARGUMENT for a bad key,
+	// endpoint or subnet (a peer's part must lie in the overlay's subnet and
+	// not overlap the node's own part or another peer's).
+	EnsureOverlay(context.Context, *EnsureOverlayRequest) (*EnsureOverlayResponse, error)
+	// DeleteOverlay removes the network's overlay (device, routes, rules); the
+	// network stays. Deleting an overlay that does not exist succeeds.
+	DeleteOverlay(context.Context, *DeleteOverlayRequest) (*DeleteOverlayResponse, error)
+	// RotateOverlayKey changes the node's key in two steps, so that traffic
+	// goes on: without commit it makes a next key pair and returns its public
+	// key (the current key stays in use; a second call replaces the next key);
+	// the caller then gives every peer the next public key (OverlayPeer.
+	// next_public_key) and calls again with commit, which puts the next key in
+	// use, after which the caller moves the peers to it. A commit without a
+	// next key (never made, or lost with a plugin process) is
+	// FAILED_PRECONDITION: start again without commit.
+	RotateOverlayKey(context.Context, *RotateOverlayKeyRequest) (*RotateOverlayKeyResponse, error)
+	// ListOverlays lists the overlays on this node, by any plugin process.
+	ListOverlays(context.Context, *ListOverlaysRequest) (*ListOverlaysResponse, error)
 	mustEmbedUnimplementedNetworkServer()
 }
 
@@ -279,6 +370,18 @@ func (UnimplementedNetworkServer) InterfaceDetails(context.Context, *InterfaceDe
 }
 func (UnimplementedNetworkServer) ListInterfaces(context.Context, *ListInterfacesRequest) (*ListInterfacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListInterfaces not implemented")
+}
+func (UnimplementedNetworkServer) EnsureOverlay(context.Context, *EnsureOverlayRequest) (*EnsureOverlayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EnsureOverlay not implemented")
+}
+func (UnimplementedNetworkServer) DeleteOverlay(context.Context, *DeleteOverlayRequest) (*DeleteOverlayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOverlay not implemented")
+}
+func (UnimplementedNetworkServer) RotateOverlayKey(context.Context, *RotateOverlayKeyRequest) (*RotateOverlayKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateOverlayKey not implemented")
+}
+func (UnimplementedNetworkServer) ListOverlays(context.Context, *ListOverlaysRequest) (*ListOverlaysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOverlays not implemented")
 }
 func (UnimplementedNetworkServer) mustEmbedUnimplementedNetworkServer() {}
 func (UnimplementedNetworkServer) testEmbeddedByValue()                 {}
@@ -445,6 +548,78 @@ func _Network_ListInterfaces_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Network_EnsureOverlay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnsureOverlayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NetworkServer).EnsureOverlay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Network_EnsureOverlay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NetworkServer).EnsureOverlay(ctx, req.(*EnsureOverlayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Network_DeleteOverlay_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOverlayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NetworkServer).DeleteOverlay(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Network_DeleteOverlay_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NetworkServer).DeleteOverlay(ctx, req.(*DeleteOverlayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Network_RotateOverlayKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateOverlayKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NetworkServer).RotateOverlayKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Network_RotateOverlayKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NetworkServer).RotateOverlayKey(ctx, req.(*RotateOverlayKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Network_ListOverlays_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOverlaysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NetworkServer).ListOverlays(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Network_ListOverlays_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NetworkServer).ListOverlays(ctx, req.(*ListOverlaysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Network_ServiceDesc is the grpc.ServiceDesc for Network service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -483,6 +658,22 @@ var Network_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListInterfaces",
 			Handler:    _Network_ListInterfaces_Handler,
+		},
+		{
+			MethodName: "EnsureOverlay",
+			Handler:    _Network_EnsureOverlay_Handler,
+		},
+		{
+			MethodName: "DeleteOverlay",
+			Handler:    _Network_DeleteOverlay_Handler,
+		},
+		{
+			MethodName: "RotateOverlayKey",
+			Handler:    _Network_RotateOverlayKey_Handler,
+		},
+		{
+			MethodName: "ListOverlays",
+			Handler:    _Network_ListOverlays_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
