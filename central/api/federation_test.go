@@ -161,6 +161,14 @@ func TestTwoCentralsPairThroughTheWholeFlowComparingBothScreensCodes(t *testing.
 		t.Errorf("member's own badge after a poll: %+v", f.Membership.Health)
 	}
 
+	// A launch the owner's nodes cannot take names the member with room.
+	owner.must(req{method: "PUT", path: "/fleet/images/tiny", token: testFleetToken, body: `{"guest_os": "linux", "image": "/images/tiny.img"}`}, 201)
+	var np sdk.NoPlacementBody
+	owner.must(req{method: "POST", path: "/fleet/vms", token: testFleetToken, body: `{"name": "nowhere", "image": "tiny"}`}, 409).decode(t, &np)
+	if !strings.Contains(np.Hint, "fleet member site-b has 1 node(s) up") {
+		t.Errorf("the no-placement hint does not name the member: %q", np.Hint)
+	}
+
 	// One central is in at most one fleet.
 	member.must(req{method: "POST", path: "/fleet/federation/invites", token: testFleetToken, body: `{"kind": "central"}`}, 409)
 	member.must(req{method: "POST", path: "/fleet/federation/join", token: testFleetToken,
