@@ -377,3 +377,40 @@ func TestFleetTokenIsAdmittedOnFleetRoutesOnly(t *testing.T) {
 	}
 	e.must(req{method: "POST", path: "/fleet/federation/report", token: cred, body: `{"site": {"member": "x", "nodes": [], "vms": 0, "checked_at": "2026-01-01T00:00:00Z"}}`}, 200)
 }
+
+// TestFleetRoutesRefuseBadInputWithTheRightStatus: each pairing route says
+// what is wrong with its input, with 400, 404 or 409 as the case is.
+func TestFleetRoutesRefuseBadInputWithTheRightStatus(t *testing.T) {
+	e := fedEnv(t, nil)
+	cred, _ := pairByHand(t, e, sdk.PairCentral, "site-b")
+	goodNonce := sdk.NewPairingNonce()
+	for _, c := range []struct {
+		what, method, path, token, body string
+		status                          int
+		says                            string
+	}{
+		{"an unknown kind", "POST", "/fleet/federation/invites", testFleetToken, `{"kind": "satellite"}`, 400, "kind"},
+		{"a nonce of the wrong shape", "POST", "/fleet/pairing/redeem", "", `{"invite": "AAAA-BBBB-CCCC-DDDD", "nonce": "abc", "kind": "node", "name": "n"}`, 400, "nonce"},
+		{"a redeem without a name", "POST", "/fleet/pairing/redeem", "", jsonBody(t, sdk.FleetRedeemRequest{Invite: "AAAA-BBBB-CCCC-DDDD", Nonce: goodNonce, Kind: "node"}), 400, "name"},
+		{"an approval without six digits", "POST", "/fleet/federation/requests/pr-0/approve", testFleetToken, `{"code": "12a456"}`, 400, "six digits"},
+		{"an approval of no request", "POST", "/fleet/federation/requests/pr-0/approve", testFleetToken, `{"code": "123456"}`, 404, "not found"},
+		{"a join with a URL that is none", "POST", "/fleet/federation/join", testFleetToken, `{"owner_url": "ftp://x", "invite": "AAAA-BBBB-CCCC-DDDD", "name": "b"}`, 400, "owner_url"},
+		{"a join with a bad invite", "POST", "/fleet/federation/join", testFleetToken, `{"owner_url": "http://127.0.0.1:1", "invite": "nope", "name": "b"}`, 400, "invite"},
+		{"a join with a bad name", "POST", "/fleet/federation/join", testFleetToken, `{"owner_url": "http://127.0.0.1:1", "invite": "AAAA-BBBB-CCCC-DDDD", "name": "-x"}`, 400, "name"},
+		{"a join while owning member centrals", "POST", "/fleet/federation/join", testFleetToken, `{"owner_url": "http://127.0.0.1:1", "invite": "AAAA-BBBB-CCCC-DDDD", "name": "b"}`, 409, "owner with members"},
+		{"a confirm while not joining", "POST", "/fleet/federation/confirm", testFleetToken, `{"code": "123456"}`, 409, "not joining"},
+		{"leaving no fleet", "DELETE", "/fleet/federation/membership", testFleetToken, "", 404, "in no fleet"},
+		{"removing nobody", "DELETE", "/fleet/federation/members/nobody", testFleetToken, "", 404, "not found"},
+		{"a report with a bad node name", "POST", "/fleet/federation/report", cred, `{"site": {"member": "x", "nodes": [{"name": "-bad", "state": "up", "vms": 0}], "vms": 0, "checked_at": "2026-01-01T00:00:00Z"}}`, 400, "valid name"},
+	} {
+		r := e.call(req{method: c.method, path: c.path, token: c.token, body: c.body})
+		if r.status != c.status || !strings.Contains(r.errorBody(t).Error, c.says) {
+			t.Errorf("%s: %d %s, want %d saying %q", c.what, r.status, r.body, c.status, c.says)
+		}
+	}
+	alone := fedEnv(t, nil)
+	r := alone.call(req{method: "POST", path: "/fleet/federation/join", token: testFleetToken, body: `{"owner_url": "http://127.0.0.1:1", "invite": "AAAA-BBBB-CCCC-DDDD", "name": "b"}`})
+	if r.status != 502 || !strings.Contains(r.errorBody(t).Error, "did not answer") {
+		t.Errorf("a join to an owner that does not answer: %d %s", r.status, r.body)
+	}
+}
