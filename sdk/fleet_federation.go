@@ -24,6 +24,9 @@ const (
 	FleetTokenPrefix = "fvf_"
 	// NodeCredentialPrefix starts an enrolled node's credential.
 	NodeCredentialPrefix = "fvn_"
+	// OwnerPollPrefix starts the token a member central gives its owner to
+	// read the member's site (GET /fleet/federation/site) at its URL.
+	OwnerPollPrefix = "fvp_"
 )
 
 // The two kinds of pairing.
@@ -119,6 +122,10 @@ type FleetApproveRequest struct {
 // that the codes match, with its nonce as the credential.
 type FleetPairingConfirm struct {
 	Nonce string `json:"nonce"`
+	// PollToken (fvp_), from a member central that gave a URL, is what the
+	// owner presents to read the member's site there; the member keeps its
+	// hash.
+	PollToken string `json:"poll_token,omitempty"`
 }
 
 // FleetPairingResult answers the joiner's confirm: pending until the owner
@@ -243,8 +250,21 @@ func (f *FleetClient) RedeemInvite(ctx context.Context, req FleetRedeemRequest) 
 // ConfirmPairing is the joiner's confirm to the owner (no token needed):
 // pending until the owner approved, then the credential, once.
 func (f *FleetClient) ConfirmPairing(ctx context.Context, nonce string) (*FleetPairingResult, error) {
+	return f.ConfirmPairingWith(ctx, FleetPairingConfirm{Nonce: nonce})
+}
+
+// ConfirmPairingWith is ConfirmPairing with the whole request (a member
+// central's poll token).
+func (f *FleetClient) ConfirmPairingWith(ctx context.Context, req FleetPairingConfirm) (*FleetPairingResult, error) {
 	var out FleetPairingResult
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/pairing/confirm", nil, FleetPairingConfirm{Nonce: nonce}, &out)
+	return &out, f.c.call(ctx, http.MethodPost, "/fleet/pairing/confirm", nil, req, &out)
+}
+
+// FleetSiteOf reads a member central's site at its URL (the owner, with the
+// member's poll token).
+func (f *FleetClient) FleetSiteOf(ctx context.Context) (*FleetSite, error) {
+	var out FleetSite
+	return &out, f.c.call(ctx, http.MethodGet, "/fleet/federation/site", nil, nil, &out)
 }
 
 // ListPairingRequests lists the requests waiting on the owner.

@@ -285,6 +285,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/federation/report":                {own: "/fleet/federation/report", body: `{"site": {"member": "x", "nodes": [], "vms": 0, "checked_at": "2026-01-01T00:00:00Z"}}`},
 		"POST /fleet/federation/leave":                 {own: "/fleet/federation/leave"},
 		"POST /fleet/federation/refresh":               {own: "/fleet/federation/refresh"},
+		"GET /fleet/federation/site":                   {own: "/fleet/federation/site"},
 		"GET /signup/config":                           {own: "/signup/config"},
 		"POST /signup":                                 {own: "/signup", body: `{"email": "a@example.com", "tenant": "a"}`, public: 404},
 		"GET /signup/confirm":                          {own: "/signup/confirm?token=fsu_0", public: 404},

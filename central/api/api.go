@@ -140,7 +140,10 @@ type Route struct {
 	// NodeOwn admits an enrolled node's credential on the route for its own
 	// {name} (its heartbeat and channel), besides the route's Access.
 	NodeOwn bool
-	handler func(*Server) http.HandlerFunc
+	// OwnerPoll admits the poll token a member central gave its owner
+	// (GET /fleet/federation/site on the member).
+	OwnerPoll bool
+	handler   func(*Server) http.HandlerFunc
 }
 
 // Principal is who is calling.
@@ -379,7 +382,7 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 	if token != "" && len(s.fleet) > 0 && subtle.ConstantTimeCompare([]byte(token), s.fleet) == 1 {
 		return Principal{Operator: true}, 0, "", ""
 	}
-	if strings.HasPrefix(token, sdk.FleetTokenPrefix) || strings.HasPrefix(token, sdk.NodeCredentialPrefix) {
+	if strings.HasPrefix(token, sdk.FleetTokenPrefix) || strings.HasPrefix(token, sdk.NodeCredentialPrefix) || strings.HasPrefix(token, sdk.OwnerPollPrefix) {
 		return s.fleetPrincipal(r, token)
 	}
 	if strings.HasPrefix(token, TenantTokenPrefix) || strings.HasPrefix(token, sdk.APIKeyPrefix) {

@@ -101,7 +101,7 @@ func (s *Server) confirmPairing(w http.ResponseWriter, r *http.Request) {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
 	}
-	out, err := s.federation.Confirm(r.Context(), req.Nonce)
+	out, err := s.federation.Confirm(r.Context(), req.Nonce, req.PollToken)
 	if errors.Is(err, fleet.ErrNotFound) {
 		jsonapi.WriteError(w, http.StatusNotFound, "no such pairing: it was rejected, expired or never made",
 			"ask the owner's operator for a new invite and pair again")
@@ -261,6 +261,17 @@ func (s *Server) memberLeave(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// memberSite is GET /fleet/federation/site: this member central's nodes and
+// VM counts, for its owner's poll (the poll token it gave the owner).
+func (s *Server) memberSite(w http.ResponseWriter, r *http.Request) {
+	site, err := s.federation.Site(r.Context())
+	if err != nil {
+		s.fleetError(w, "read this central's site", err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, site)
+}
+
 // memberRefresh is POST /fleet/federation/refresh (a member's fleet token).
 func (s *Server) memberRefresh(w http.ResponseWriter, r *http.Request) {
 	cred, err := s.federation.Refresh(r.Context(), PrincipalOf(r.Context()).Member.ID)
@@ -303,6 +314,11 @@ func memberRefusal(rt Route, r *http.Request, p Principal) (msg, hint string) {
 		}
 		return "the credential of node " + p.Member.Name + " calls only that node's heartbeat and channel, not " + r.Method + " " + rt.Path,
 			"the operator's and tenants' routes take their own tokens"
+	case p.Member.Kind == fleet.KindOwner:
+		if rt.OwnerPoll {
+			return "", ""
+		}
+		return "the owner's poll token reads only this central's site, not " + r.Method + " " + rt.Path, "GET /fleet/federation/site"
 	case rt.Access != FleetMember:
 		return "this token is scoped to the fleet: it may not call " + r.Method + " " + rt.Path,
 			"a member's fleet token calls only the fleet routes (report, leave, refresh)"

@@ -134,6 +134,23 @@ func TestTwoCentralsPairThroughTheWholeFlowComparingBothScreensCodes(t *testing.
 		t.Fatalf("member's fleet before its first poll: %+v", f)
 	}
 
+	// The owner reads the site of a member that gave a URL, with the poll
+	// token that member gave it; the token opens nothing else there.
+	if err := owner.api.federation.PollMembers(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f := federation(t, owner); len(f.Sites) != 2 || f.Sites[1].Member != "site-b" || f.Sites[1].VMs != 3 || f.Members[0].Health.Badge != sdk.HealthOK {
+		t.Fatalf("owner's view after polling site-b: %+v", f)
+	}
+	pm, err := owner.api.federation.Member(context.Background(), "site-b")
+	if err != nil || !strings.HasPrefix(pm.PollToken, sdk.OwnerPollPrefix) {
+		t.Fatalf("site-b's poll token on the owner: %+v %v", pm, err)
+	}
+	member.must(req{method: "GET", path: "/fleet/federation/site", token: pm.PollToken}, 200)
+	member.must(req{method: "GET", path: "/fleet/federation", token: pm.PollToken}, 403)
+	member.must(req{method: "GET", path: "/fleet/nodes", token: pm.PollToken}, 403)
+	member.must(req{method: "POST", path: "/fleet/federation/refresh", token: pm.PollToken}, 403)
+
 	// The member's poll carries its site up and brings the fleet view back.
 	if err := member.api.federation.Poll(context.Background()); err != nil {
 		t.Fatal(err)

@@ -132,6 +132,7 @@ var leastRole = map[string]string{
 	"POST /fleet/federation/report":                        "member",
 	"POST /fleet/federation/leave":                         "member",
 	"POST /fleet/federation/refresh":                       "member",
+	"GET /fleet/federation/site":                           "member",
 }
 
 // TestEveryRouteHasItsRoleForEveryKindOfCaller holds the access table to

@@ -157,6 +157,7 @@ func Routes() []Route {
 		{Method: "DELETE", Path: "/fleet/federation/membership", Action: "leave the fleet", Access: Operator, handler: h((*Server).leaveFleet)},
 		{Method: "POST", Path: "/fleet/federation/report", Access: FleetMember, NoActivity: true, handler: h((*Server).memberReport)},
 		{Method: "POST", Path: "/fleet/federation/leave", Action: "leave the fleet", Access: FleetMember, handler: h((*Server).memberLeave)},
+		{Method: "GET", Path: "/fleet/federation/site", Access: FleetMember, OwnerPoll: true, handler: h((*Server).memberSite)},
 		{Method: "POST", Path: "/fleet/federation/refresh", Action: "refresh fleet token", Access: FleetMember, handler: h((*Server).memberRefresh)},
 		{Method: "GET", Path: "/signup/config", Access: Public, handler: h((*Server).signupConfig)},
 		{Method: "POST", Path: "/signup", Access: Public, handler: h((*Server).postSignup)},

@@ -69,7 +69,15 @@ type Member struct {
 	JoinedAt         time.Time      `json:"joined_at"`
 	LastSeen         time.Time      `json:"last_seen,omitzero"`
 	Site             *sdk.FleetSite `json:"site,omitempty"`
+	// PollToken is what the owner presents to read a member central's site
+	// at its URL (the member keeps its hash): a credential the owner uses,
+	// kept as given, and good for that one read-only route.
+	PollToken string `json:"poll_token,omitempty"`
 }
+
+// KindOwner is the kind of the principal an owner's poll token makes on
+// the member it polls.
+const KindOwner = "owner"
 
 type invite struct {
 	Kind      string    `json:"kind"`
@@ -102,7 +110,9 @@ type membership struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	MemberID  string    `json:"member_id,omitempty"`
 	Token     string    `json:"token,omitempty"`
-	JoinedAt  time.Time `json:"joined_at,omitzero"`
+	// PollSHA256 is the hash of the poll token this central gave its owner.
+	PollSHA256 string    `json:"poll_sha256,omitempty"`
+	JoinedAt   time.Time `json:"joined_at,omitzero"`
 	// LastPoll is the last report the owner answered; LastError and
 	// LastStatus the last that failed (since then).
 	LastPoll   time.Time       `json:"last_poll,omitzero"`
@@ -193,6 +203,10 @@ func mustJSON(v any) string {
 		panic(err) // our own records always encode
 	}
 	return string(b)
+}
+
+func validPollToken(t string) bool {
+	return strings.HasPrefix(t, sdk.OwnerPollPrefix) && len(t) >= 40 && len(t) <= 64
 }
 
 func newID(prefix string) string { return prefix + hash(NewNonce())[:16] }
@@ -430,7 +444,7 @@ func (s *Service) Reject(ctx context.Context, id string) error {
 // credential. Before the owner approved it answers pending; after, the
 // member comes into being with its credential, returned this once and kept
 // only as a hash. A rejected, expired or unknown pairing is ErrNotFound.
-func (s *Service) Confirm(ctx context.Context, nonce string) (*sdk.FleetPairingResult, error) {
+func (s *Service) Confirm(ctx context.Context, nonce string, pollToken ...string) (*sdk.FleetPairingResult, error) {
 	if !ValidNonce(nonce) {
 		return nil, ErrNotFound
 	}
@@ -466,6 +480,9 @@ func (s *Service) Confirm(ctx context.Context, nonce string) (*sdk.FleetPairingR
 	}
 	cred := store.NewToken(prefix)
 	m := Member{ID: newID("mem-"), Kind: q.Kind, Name: q.Name, URL: q.URL, CredentialSHA256: hash(cred), JoinedAt: now}
+	if len(pollToken) > 0 && q.Kind == sdk.PairCentral && q.URL != "" && validPollToken(pollToken[0]) {
+		m.PollToken = pollToken[0]
+	}
 	conds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.requestKey(id)), "=", rev)}
 	ops := []clientv3.Op{clientv3.OpDelete(s.requestKey(id)), clientv3.OpDelete(s.nonceKey(nh)),
 		clientv3.OpPut(s.memberKey(m.ID), mustJSON(m)), clientv3.OpPut(s.credKey(m.CredentialSHA256), m.ID)}
@@ -502,6 +519,18 @@ const touchEvery = 5 * time.Second
 // never did. It notes when the member was last seen.
 func (s *Service) Authenticate(ctx context.Context, credential string) (*Member, error) {
 	h := hash(credential)
+	if strings.HasPrefix(credential, sdk.OwnerPollPrefix) {
+		var m membership
+		if _, err := s.get(ctx, s.membershipKey(), &m); errors.Is(err, ErrNotFound) {
+			return nil, ErrUnknown
+		} else if err != nil {
+			return nil, err
+		}
+		if m.State != sdk.PairingJoined || m.PollSHA256 == "" || subtle.ConstantTimeCompare([]byte(h), []byte(m.PollSHA256)) != 1 {
+			return nil, ErrUnknown
+		}
+		return &Member{ID: KindOwner, Kind: KindOwner, Name: KindOwner, URL: m.OwnerURL}, nil
+	}
 	r, err := s.kv.Txn(ctx).Then(clientv3.OpGet(s.credKey(h)), clientv3.OpGet(s.tombKey(h))).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("look up a fleet credential: %w", err)

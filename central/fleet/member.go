@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -116,7 +117,11 @@ func (s *Service) ConfirmJoin(ctx context.Context, code string) (*sdk.FleetMembe
 	if err != nil {
 		return nil, err
 	}
-	res, err := oc.ConfirmPairing(ctx, m.Nonce)
+	var poll string
+	if m.URL != "" {
+		poll = store.NewToken(sdk.OwnerPollPrefix)
+	}
+	res, err := oc.ConfirmPairingWith(ctx, sdk.FleetPairingConfirm{Nonce: m.Nonce, PollToken: poll})
 	if err != nil {
 		if OwnerStatus(err) == http.StatusNotFound {
 			_, _ = s.kv.Delete(ctx, s.membershipKey())
@@ -131,6 +136,9 @@ func (s *Service) ConfirmJoin(ctx context.Context, code string) (*sdk.FleetMembe
 		return nil, fmt.Errorf("%w admitted this central without a credential", ErrOwner)
 	}
 	m.State, m.Token, m.MemberID, m.JoinedAt, m.Nonce = sdk.PairingJoined, res.Credential, res.MemberID, s.now().UTC(), ""
+	if poll != "" {
+		m.PollSHA256 = hash(poll)
+	}
 	resp, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.membershipKey()), "=", rev)).
 		Then(clientv3.OpPut(s.membershipKey(), mustJSON(m))).Commit()
 	if err != nil || !resp.Succeeded {
@@ -204,7 +212,65 @@ func (s *Service) Poll(ctx context.Context) error {
 	return err
 }
 
-// Run polls the owner every interval until ctx ends (on the leader).
+// PollMembers is the owner's side of the fleet view: it reads the site of
+// every member central that gave a URL, with the poll token that member
+// gave. A member that does not answer keeps its last site; its badge
+// follows from when it was last heard from.
+func (s *Service) PollMembers(ctx context.Context) error {
+	ms, err := s.Members(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range ms {
+		if m.Kind != sdk.PairCentral || m.URL == "" || m.PollToken == "" {
+			continue
+		}
+		c, err := s.owner(m.URL, m.PollToken)
+		var site *sdk.FleetSite
+		if err == nil {
+			site, err = c.FleetSiteOf(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("poll member %s: %w", m.Name, err))
+			continue
+		}
+		if len(site.Nodes) > MaxSiteNodes {
+			errs = append(errs, fmt.Errorf("member %s reports %d nodes: at most %d", m.Name, len(site.Nodes), MaxSiteNodes))
+			continue
+		}
+		var cur Member
+		rev, err := s.get(ctx, s.memberKey(m.ID), &cur)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		now := s.now().UTC()
+		site.Member, site.CheckedAt = cur.Name, now
+		cur.Site, cur.LastSeen = site, now
+		if _, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.memberKey(cur.ID)), "=", rev)).
+			Then(clientv3.OpPut(s.memberKey(cur.ID), mustJSON(cur))).Commit(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Site is this central's own site, as a member answers its owner's poll.
+func (s *Service) Site(ctx context.Context) (sdk.FleetSite, error) {
+	site, err := s.local(ctx)
+	if err != nil {
+		return site, err
+	}
+	var m membership
+	if _, err := s.get(ctx, s.membershipKey(), &m); err == nil {
+		site.Member = m.Name
+	}
+	site.CheckedAt = s.now().UTC()
+	return site, nil
+}
+
+// Run polls every interval until ctx ends (on the leader): a member
+// reports to its owner, an owner reads its members' sites.
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = PollInterval
@@ -214,6 +280,9 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	for {
 		if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("cannot report to the fleet's owner", "error", err)
+		}
+		if err := s.PollMembers(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("cannot read a member's site", "error", err)
 		}
 		select {
 		case <-ctx.Done():
