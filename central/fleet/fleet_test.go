@@ -229,3 +229,16 @@ func FuzzNormalizeInvite(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNormalizeCode: a code taken as typed is six digits or refused.
+func FuzzNormalizeCode(f *testing.F) {
+	f.Add("123 456")
+	f.Add("12-34-56")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, ok := NormalizeCode(s)
+		if ok && !ValidCode(c) {
+			t.Fatalf("%q accepted as %q", s, c)
+		}
+	})
+}
