@@ -238,13 +238,19 @@ type FleetRefreshReply struct {
 // CreateFleetInvite mints a single-use invite (the owner's operator).
 func (f *FleetClient) CreateFleetInvite(ctx context.Context, kind string) (*FleetInvite, error) {
 	var out FleetInvite
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/federation/invites", nil, FleetCreateInviteRequest{Kind: kind}, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/federation/invites", nil, FleetCreateInviteRequest{Kind: kind}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // RedeemInvite is the joiner's first call to the owner (no token needed).
 func (f *FleetClient) RedeemInvite(ctx context.Context, req FleetRedeemRequest) (*FleetRedeemReply, error) {
 	var out FleetRedeemReply
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/pairing/redeem", nil, req, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/pairing/redeem", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // ConfirmPairing is the joiner's confirm to the owner (no token needed):
@@ -257,26 +263,38 @@ func (f *FleetClient) ConfirmPairing(ctx context.Context, nonce string) (*FleetP
 // central's poll token).
 func (f *FleetClient) ConfirmPairingWith(ctx context.Context, req FleetPairingConfirm) (*FleetPairingResult, error) {
 	var out FleetPairingResult
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/pairing/confirm", nil, req, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/pairing/confirm", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // FleetSiteOf reads a member central's site at its URL (the owner, with the
 // member's poll token).
 func (f *FleetClient) FleetSiteOf(ctx context.Context) (*FleetSite, error) {
 	var out FleetSite
-	return &out, f.c.call(ctx, http.MethodGet, "/fleet/federation/site", nil, nil, &out)
+	if err := f.c.call(ctx, http.MethodGet, "/fleet/federation/site", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // ListPairingRequests lists the requests waiting on the owner.
 func (f *FleetClient) ListPairingRequests(ctx context.Context) (*FleetRequestList, error) {
 	var out FleetRequestList
-	return &out, f.c.call(ctx, http.MethodGet, "/fleet/federation/requests", nil, nil, &out)
+	if err := f.c.call(ctx, http.MethodGet, "/fleet/federation/requests", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // ApprovePairing approves request id when code is the one the joiner shows.
 func (f *FleetClient) ApprovePairing(ctx context.Context, id, code string) (*FleetPairingRequest, error) {
 	var out FleetPairingRequest
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/federation/requests/"+url.PathEscape(id)+"/approve", nil, FleetApproveRequest{Code: code}, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/federation/requests/"+url.PathEscape(id)+"/approve", nil, FleetApproveRequest{Code: code}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // RejectPairing rejects request id.
@@ -287,7 +305,10 @@ func (f *FleetClient) RejectPairing(ctx context.Context, id string) error {
 // Federation reads this central's role, members, membership and fleet view.
 func (f *FleetClient) Federation(ctx context.Context) (*Federation, error) {
 	var out Federation
-	return &out, f.c.call(ctx, http.MethodGet, "/fleet/federation", nil, nil, &out)
+	if err := f.c.call(ctx, http.MethodGet, "/fleet/federation", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // RemoveFleetMember removes a member central or an enrolled node (the owner).
@@ -299,13 +320,19 @@ func (f *FleetClient) RemoveFleetMember(ctx context.Context, id string) error {
 // the code to compare.
 func (f *FleetClient) JoinFleet(ctx context.Context, req FleetJoinRequest) (*FleetMembership, error) {
 	var out FleetMembership
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/federation/join", nil, req, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/federation/join", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // ConfirmJoin confirms, with the code the owner shows, that the codes match.
 func (f *FleetClient) ConfirmJoin(ctx context.Context, code string) (*FleetMembership, error) {
 	var out FleetMembership
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/federation/confirm", nil, FleetConfirmJoinRequest{Code: code}, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/federation/confirm", nil, FleetConfirmJoinRequest{Code: code}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // LeaveFleet has this central leave its fleet (or abandon a join).
@@ -316,7 +343,10 @@ func (f *FleetClient) LeaveFleet(ctx context.Context) error {
 // ReportToOwner is a member central's poll of its owner (fleet token).
 func (f *FleetClient) ReportToOwner(ctx context.Context, site FleetSite) (*FleetView, error) {
 	var out FleetView
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/federation/report", nil, FleetReport{Site: site}, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/federation/report", nil, FleetReport{Site: site}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // LeaveOwner tells the owner this member leaves (fleet token).
@@ -327,7 +357,10 @@ func (f *FleetClient) LeaveOwner(ctx context.Context) error {
 // RefreshFleetToken swaps the member's fleet token for a new one (fleet token).
 func (f *FleetClient) RefreshFleetToken(ctx context.Context) (*FleetRefreshReply, error) {
 	var out FleetRefreshReply
-	return &out, f.c.call(ctx, http.MethodPost, "/fleet/federation/refresh", nil, nil, &out)
+	if err := f.c.call(ctx, http.MethodPost, "/fleet/federation/refresh", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // pairDomain separates the confirmation code's hash from every other use
