@@ -18,6 +18,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/agent/api"
 	"github.com/fluxvm/fluxvm/agent/config"
+	"github.com/fluxvm/fluxvm/agent/images"
 	"github.com/fluxvm/fluxvm/agent/link"
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/agent/store"
@@ -105,7 +106,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return fmt.Errorf("node api: %w", err)
 	}
 	handler := api.New(api.Options{
-		Manager: mgr, AdminTokens: reveal(cfg.Tokens.Admin), ReadOnlyTokens: reveal(cfg.Tokens.ReadOnly),
+		Manager: mgr, Images: images.New(images.Options{Dir: imageDirs[0], AllowedDirs: imageDirs}), AdminTokens: reveal(cfg.Tokens.Admin), ReadOnlyTokens: reveal(cfg.Tokens.ReadOnly),
 		Logger: log.Named("api"), Version: opts.Version,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/central/console"
 	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/store"
@@ -171,7 +172,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("central: fleet api: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	studio, err := console.New()
+	if err != nil {
+		return fmt.Errorf("central: %w", err)
+	}
+	// The web console is served beside the API, not in its access table:
+	// its files are public, and every call it makes is an API call.
+	hs := &http.Server{Handler: studio.Mount(srv), ReadHeaderTimeout: 10 * time.Second}
 	if opts.FleetToken == "" {
 		log.Warn("no -token: lab mode, anyone who reaches the API is the operator until the first tenant exists")
 	}

@@ -48,6 +48,9 @@ func Load(name string) (*Spec, error) {
 		// Pages for browsers (the sign-up's confirmation page) are checked
 		// as strings.
 		openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.FileBodyDecoder)
+		// Progress streams (image pull and push) are checked as the array
+		// of their lines.
+		openapi3filter.RegisterBodyDecoder("application/x-ndjson", ndjsonDecoder)
 	})
 	data, err := files.ReadFile(name)
 	if err != nil {
@@ -119,4 +122,20 @@ func (s *Spec) Check(req *http.Request, reqBody []byte, status int, header http.
 		Body: io.NopCloser(bytes.NewReader(body)), Options: options,
 	})
 	return requestErr, responseErr
+}
+
+// ndjsonDecoder reads newline-delimited JSON as an array of its lines.
+func ndjsonDecoder(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	dec := json.NewDecoder(body)
+	dec.UseNumber()
+	out := []any{}
+	for {
+		var v any
+		if err := dec.Decode(&v); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("line %d of the stream: %w", len(out)+1, err)
+		}
+		out = append(out, v)
+	}
 }

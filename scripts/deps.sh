@@ -18,6 +18,7 @@ declare -A need=(
   [curl]=curl
   [ssh]=openssh-client
   [rsync]=rsync
+  [chromium]=chromium   # the console's browser tests (central/console)
 )
 missing=()
 for cmd in "${!need[@]}"; do

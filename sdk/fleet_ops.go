@@ -316,7 +316,9 @@ type Pool struct {
 	// Shared: the pool is the operator's, for the tenants the policy lets
 	// claim from shared pools (Tenant is "").
 	Shared bool `json:"shared"`
-	// Mode is "running": members are booted, idle VMs holding their memory.
+	// Mode is "running" (members are booted, idle VMs holding their
+	// memory) or "snapshot" (one booted guest is kept saved, no VM running,
+	// and each claim resumes a copy of it).
 	Mode string `json:"mode"`
 }
 
@@ -335,6 +337,8 @@ type CreatePoolRequest struct {
 	Size         *int              `json:"size,omitempty"`
 	MaxSize      int               `json:"max_size,omitempty"`
 	NodeSelector map[string]string `json:"node_selector,omitempty"`
+	// Mode is "running" (the default) or "snapshot".
+	Mode string `json:"mode,omitempty"`
 	// Tenant (id or name) is the operator's: a pool made for a tenant;
 	// without it the operator makes a shared pool.
 	Tenant string `json:"tenant,omitempty"`

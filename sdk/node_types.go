@@ -274,4 +274,8 @@ type CloneRequest struct {
 	// Snapshot is the source's snapshot tag to clone; empty for its current disk.
 	Snapshot string            `json:"snapshot,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
+	// ResumeMemory resumes the clone from Snapshot's memory instead of
+	// booting it (a memory snapshot the driver can resume from); the guest
+	// keeps its own idea of its identity (MAC, machine id, host name).
+	ResumeMemory bool `json:"resume_memory,omitempty"`
 }

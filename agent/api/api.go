@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxvm/fluxvm/agent/images"
 	"github.com/fluxvm/fluxvm/agent/vmm"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/plugins/driver"
@@ -28,6 +29,8 @@ import (
 type Options struct {
 	// Manager runs the node's VMs.
 	Manager *vmm.Manager
+	// Images is the node's image directory (pull and push).
+	Images *images.Store
 	// AdminTokens may call every endpoint; ReadOnlyTokens only GET ones
 	// (health, VMs, logs, screenshots, metrics). Only their SHA-256 digests
 	// are kept.
@@ -124,6 +127,9 @@ func (s *server) routes() {
 	r.HandleFunc("/v1/vms/{id}/snapshots/{tag}", s.deleteSnapshot).Methods(http.MethodDelete)
 	r.HandleFunc("/v1/vms/{id}/restore", s.restoreVM).Methods(http.MethodPost)
 	r.HandleFunc("/v1/vms/{id}/clone", s.cloneVM).Methods(http.MethodPost)
+	r.HandleFunc("/v1/images", s.withImages(s.listImages)).Methods(http.MethodGet)
+	r.HandleFunc("/v1/images/pull", s.withImages(s.pullImage)).Methods(http.MethodPost)
+	r.HandleFunc("/v1/images/push", s.withImages(s.pushImage)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/volumes", s.listVolumes).Methods(http.MethodGet)
 	r.HandleFunc("/v1/volumes", s.createVolume).Methods(http.MethodPost)
 	r.HandleFunc("/v1/volumes/{name}", s.getVolume).Methods(http.MethodGet)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/agent/images"
 	"github.com/fluxvm/fluxvm/agent/pluginhost"
 	"github.com/fluxvm/fluxvm/agent/store"
 	"github.com/fluxvm/fluxvm/agent/vmm"
@@ -127,7 +128,7 @@ func newEnvWith(t *testing.T, extra func(s *server), plugins []pluginhost.Plugin
 		t.Fatal(err)
 	}
 
-	s := newServer(Options{Manager: mgr, AdminTokens: []string{adminToken}, ReadOnlyTokens: []string{readOnlyToken},
+	s := newServer(Options{Manager: mgr, Images: images.New(images.Options{Dir: imageDir}), AdminTokens: []string{adminToken}, ReadOnlyTokens: []string{readOnlyToken},
 		Logger: logger.Named("api"), Version: "test"})
 	s.routes()
 	if extra != nil {

@@ -3,9 +3,7 @@ package pluginhost
 import (
 	"context"
 	"fmt"
-	"os"
 
-	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/network"
 )
 
@@ -21,22 +19,8 @@ func (h *Host) launchNetwork(ctx context.Context, s *supervised) error {
 		return fmt.Errorf("network plugin %s: %w", name, err)
 	}
 	fail := func(err error) error { p.Kill(); return fmt.Errorf("network plugin %s: %w", name, err) }
-	schema, err := p.ConfigSchema(ctx)
-	if err != nil {
-		return fail(fmt.Errorf("config schema: %w", err))
-	}
-	cfg, err := s.spec.Config(schema)
-	if err != nil {
+	if err := h.configure(ctx, p, s, h.networkStateDir(name)); err != nil {
 		return fail(err)
-	}
-	dir := h.networkStateDir(name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail(err)
-	}
-	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: cfg, Agent: &basepb.AgentContext{
-		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: basepb.LogLevel_LOG_LEVEL_DEBUG,
-	}}); err != nil {
-		return fail(fmt.Errorf("set config: %w", err))
 	}
 	caps, err := p.Capabilities(ctx)
 	if err != nil {

@@ -158,22 +158,8 @@ func (h *Host) launch(ctx context.Context, s *supervised) error {
 		return fmt.Errorf("plugin %s: %w", name, err)
 	}
 	fail := func(err error) error { p.Kill(); return fmt.Errorf("plugin %s: %w", name, err) }
-	schema, err := p.ConfigSchema(ctx)
-	if err != nil {
-		return fail(fmt.Errorf("config schema: %w", err))
-	}
-	cfg, err := s.spec.Config(schema)
-	if err != nil {
+	if err := h.configure(ctx, p, s, h.StateDir(name)); err != nil {
 		return fail(err)
-	}
-	dir := h.StateDir(name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail(err)
-	}
-	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: cfg, Agent: &basepb.AgentContext{
-		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: basepb.LogLevel_LOG_LEVEL_DEBUG,
-	}}); err != nil {
-		return fail(fmt.Errorf("set config: %w", err))
 	}
 	// The contract says capabilities do not change while a plugin process
 	// runs: asked once here, they gate every optional call to this process.
@@ -217,6 +203,29 @@ func (h *Host) launch(ctx context.Context, s *supervised) error {
 	}()
 	if h.opts.Ready != nil {
 		h.opts.Ready(ctx, name, gated)
+	}
+	return nil
+}
+
+// configure hands a launched plugin (a driver or a network plugin: both
+// serve the base service) its HCL block, checked against the schema the
+// plugin describes, and its state directory dir, made 0700 if missing.
+func (h *Host) configure(ctx context.Context, p base.Plugin, s *supervised, dir string) error {
+	schema, err := p.ConfigSchema(ctx)
+	if err != nil {
+		return fmt.Errorf("config schema: %w", err)
+	}
+	cfg, err := s.spec.Config(schema)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: cfg, Agent: &basepb.AgentContext{
+		StateDir: dir, NodeName: h.opts.NodeName, LogLevel: basepb.LogLevel_LOG_LEVEL_DEBUG,
+	}}); err != nil {
+		return fmt.Errorf("set config: %w", err)
 	}
 	return nil
 }

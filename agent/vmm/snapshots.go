@@ -112,7 +112,7 @@ func (m *Manager) Clone(ctx context.Context, id string, req sdk.CloneRequest) (*
 			"vm %s is in its tenant's network, and clones of such VMs are not built yet", src.Name)
 	}
 	vm, err := m.create(ctx, creq, func(d driver.Driver, newID string, _ *pb.Network) error {
-		_, err := d.CloneVM(ctx, &pb.CloneVMRequest{SourceId: src.ID, SnapshotTag: req.Snapshot, Id: newID, Name: creq.Name, Labels: creq.Labels})
+		_, err := d.CloneVM(ctx, &pb.CloneVMRequest{SourceId: src.ID, SnapshotTag: req.Snapshot, Id: newID, Name: creq.Name, Labels: creq.Labels, ResumeMemory: req.ResumeMemory})
 		return err
 	})
 	if err != nil {

@@ -118,6 +118,20 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	previewOf := map[string]string{}
+	for _, v := range []struct{ tenant, vm string }{{a.ID, "vm-a"}, {b.ID, "vm-b"}} {
+		id := store.NewPreviewID()
+		if _, err := e.store.AddPreview(ctx, &store.Preview{Preview: sdk.Preview{ID: id, Tenant: v.tenant, Node: "node-1", VM: v.vm, VMName: v.vm,
+			Port: 8080, OpenedAt: time.Now().UTC()}, Owner: v.tenant, VMStartedAt: time.Now().UTC()},
+			func([]store.Preview) (*store.Preview, error) { return nil, nil }); err != nil {
+			t.Fatal(err)
+		}
+		previewOf[v.vm] = id
+	}
+	previewCase := func(path string, reads bool) routeCase {
+		return routeCase{own: "/fleet/previews/" + previewOf["vm-a"] + path, other: "/fleet/previews/" + previewOf["vm-b"] + path,
+			foreign: 404, tenantOK: 502, readOnlyRefused: reads}
+	}
 	node := func(action string) routeCase { return routeCase{own: "/fleet/nodes/node-ops/" + action} }
 	// Warm pools of A and B (nothing boots: no pool loop runs here).
 	for _, pl := range []store.Pool{{Pool: sdk.Pool{Name: "pool-a", Tenant: a.ID}}, {Pool: sdk.Pool{Name: "pool-b", Tenant: b.ID}},
@@ -217,6 +231,18 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/vms/{node}/{id}/ws-ticket": {own: "/fleet/vms/node-1/vm-a/ws-ticket", other: "/fleet/vms/node-1/vm-b/ws-ticket",
 			body: `{"kind": "vnc"}`, foreign: 404, tenantOK: 201},
 		"GET /fleet/ws/{ticket}": {own: "/fleet/ws/no-such-ticket", public: 404},
+		// A's preview of vm-a and B's of vm-b (recorded above); node-1 never
+		// answers, so A's own is a 502 once found.
+		"POST /fleet/vms/{node}/{id}/preview": {own: "/fleet/vms/node-1/vm-a/preview", other: "/fleet/vms/node-1/vm-b/preview",
+			body: `{"port": 8080}`, foreign: 404, tenantOK: 502},
+		"DELETE /fleet/vms/{node}/{id}/preview": {own: "/fleet/vms/node-1/vm-a/preview?port=9999", other: "/fleet/vms/node-1/vm-b/preview",
+			foreign: 404, tenantOK: 404},
+		"GET /fleet/previews":                   {own: "/fleet/previews", tenantOK: 200},
+		"GET /fleet/previews/{id}/{path:.*}":    previewCase("/index.html", true),
+		"POST /fleet/previews/{id}/{path:.*}":   previewCase("/api", false),
+		"PUT /fleet/previews/{id}/{path:.*}":    previewCase("/api", false),
+		"PATCH /fleet/previews/{id}/{path:.*}":  previewCase("/api", false),
+		"DELETE /fleet/previews/{id}/{path:.*}": previewCase("/api", false),
 		"POST /fleet/vms/{node}/{id}/input": {own: "/fleet/vms/node-1/vm-a/input", other: "/fleet/vms/node-1/vm-b/input",
 			body: `{"actions": [{"kind": "text", "text": "x"}]}`, foreign: 404},
 		"GET /fleet/vms/{node}/{id}/snapshots": {own: "/fleet/vms/node-1/vm-a/snapshots", other: "/fleet/vms/node-1/vm-b/snapshots", foreign: 404},
@@ -447,7 +473,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 				// let through, to the same answers as a key.
 				for _, role := range sdk.Roles {
 					who := string(role) + " session"
-					if role.Rank() < sdk.Role(leastRole[key]).Rank() {
+					if role.Rank() < sdk.Role(leastRole[key]).Rank() || leastRole[key] == "token" {
 						expect(who, inSession(sessions[role], c.own), is(http.StatusForbidden), "403")
 						if c.other != "" {
 							expect(who+" on B's", inSession(sessions[role], c.other), is(http.StatusForbidden), "403")

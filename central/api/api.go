@@ -29,6 +29,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/placement"
 	"github.com/fluxvm/fluxvm/central/pools"
+	"github.com/fluxvm/fluxvm/central/previews"
 	"github.com/fluxvm/fluxvm/central/reconciler"
 	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/central/snapshots"
@@ -210,6 +211,7 @@ type Server struct {
 	sessions  *identity.Sessions
 	webhooks  *webhooks.Service
 	tunnels   *tunnels.Manager
+	previews  *previews.Service
 	snapshots *snapshots.Service
 	volumes   *volumes.Service
 	payments  *payments.Service
@@ -252,6 +254,7 @@ func New(opts Options) *Server {
 				opts.Activity.Append(e)
 			}
 		}})
+	s.previews = previews.New(previews.Options{Store: opts.Store, Client: s.nodes.Client, Now: opts.Now, Logger: opts.Logger.Named("previews")})
 	s.sessions = identity.NewSessions(opts.Store, opts.SessionTTL, opts.Now, s.isOperatorEmail, opts.Logger)
 	if u, err := url.Parse(opts.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
 		s.publicOrigin = u.Scheme + "://" + u.Host
@@ -264,7 +267,10 @@ func New(opts Options) *Server {
 	s.vms.Notify, s.launch.Notify, s.drainer.Notify, s.leases.Notify = events, events, events, events
 	s.snapshots = snapshots.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("snapshots"))
 	s.snapshots.Notify = events
-	s.vms.Deleted = s.snapshots.VMDeleted // a snapshot is deleted with its VM
+	s.vms.Deleted = func(ctx context.Context, node, vmID string) { // snapshots and previews end with their VM
+		s.snapshots.VMDeleted(ctx, node, vmID)
+		s.previews.VMDeleted(ctx, node, vmID)
+	}
 	s.volumes = volumes.New(opts.Store, s.nodes, opts.Now, opts.Logger.Named("volumes"))
 	s.volumes.Notify = events
 	s.recon = reconciler.New(reconciler.Options{Store: opts.Store, Nodes: s.nodes, Leases: s.leases, Drains: s.drainer, Budgets: s.metering,

@@ -23,7 +23,23 @@ func inBounds(rt Route, next http.HandlerFunc) http.HandlerFunc {
 	if err != nil {
 		panic("central's fleet API description does not load: " + err.Error()) // it is embedded and tested: a broken build
 	}
+	// Only a route that takes JSON has a body to look at: any other's (a
+	// preview's, passed on to a guest as it came) is never read here.
+	var jsonBody bool
+	if item := spec.Doc.Paths.Value(rt.Path); item != nil {
+		if op := item.GetOperation(rt.Method); op != nil && op.RequestBody != nil && op.RequestBody.Value != nil {
+			jsonBody = op.RequestBody.Value.Content.Get("application/json") != nil
+		}
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if !jsonBody {
+			if e := spec.Bounds(rt.Method, rt.Path, r.URL.Query(), nil); e != nil {
+				jsonapi.WriteError(w, http.StatusBadRequest, e.Error(), limitsHint)
+				return
+			}
+			next(w, r)
+			return
+		}
 		// The body is held once (jsonapi.BufferBody) for this look, the
 		// activity log's and the handler's. One too large, or unreadable,
 		// is the handler's to answer (413, 400) as it always has.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/fluxvm/fluxvm/central/drainer"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/gorilla/mux"
 )
@@ -112,7 +113,7 @@ func (s *Server) scrubNode(w http.ResponseWriter, r *http.Request) {
 func (s *Server) scrubError(w http.ResponseWriter, r *http.Request, err error) {
 	name := mux.Vars(r)["name"]
 	var le *drainer.LeasedError
-	var ne *drainer.NodeError
+	var ne *nodecall.NodeError
 	var lo *drainer.LeftoverError
 	switch {
 	case errors.As(err, &le):
@@ -121,10 +122,10 @@ func (s *Server) scrubError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, drainer.ErrNodeDown):
 		jsonapi.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("node %s is down: a scrub needs it to answer", name),
 			"retry once the node reports again")
-	case errors.As(err, &ne) && ne.Op == "":
+	case errors.As(err, &ne) && ne.What == "":
 		jsonapi.WriteError(w, http.StatusBadGateway, ne.Err.Error(), "the node's heartbeat must carry its API address")
 	case errors.As(err, &ne):
-		s.nodeError(w, PrincipalOf(r.Context()), ne.Node, ne.Op, ne.Err)
+		s.nodeError(w, PrincipalOf(r.Context()), ne.Node, ne.What, ne.Err)
 	case errors.As(err, &lo) && lo.Workspaces:
 		hint := "add force=true to have the node destroy them with the scrub"
 		if lo.Forced {

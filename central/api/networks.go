@@ -19,7 +19,7 @@ func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk
 	place *scheduler.Request, pol sdk.Policy, dryRun bool) bool {
 	mode, err := vms.ChooseNetwork(pol, spec.Tenant, spec.Network)
 	if err != nil {
-		s.refusal(w, err)
+		s.refused(w, r, "check the request", err)
 		return false
 	}
 	spec.Network = mode
@@ -37,7 +37,7 @@ func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk
 	}
 	subnet, err := vms.TenantSubnet(r.Context(), s.opts.Store, pol, spec.Tenant)
 	if err != nil {
-		s.refusal(w, err)
+		s.refused(w, r, "check the request", err)
 		return false
 	}
 	spec.Subnet = subnet

@@ -118,7 +118,7 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pool, err := s.pools.Create(r.Context(), store.Pool{Pool: sdk.Pool{Name: req.Name, Tenant: owner, Image: req.Image,
-		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Size: *req.Size, MaxSize: req.MaxSize, NodeSelector: req.NodeSelector}})
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Size: *req.Size, MaxSize: req.MaxSize, NodeSelector: req.NodeSelector, Mode: req.Mode}})
 	switch {
 	case errors.Is(err, pools.ErrNoImage):
 		names, err := vms.CatalogNames(r.Context(), s.opts.Store)

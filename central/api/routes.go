@@ -97,6 +97,15 @@ func Routes() []Route {
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/tunnel", Access: Tenant, Role: Member, handler: h((*Server).openTunnel)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/ws-ticket", Action: "screen ticket for", Access: Tenant, Role: Member, handler: h((*Server).wsTicket)},
 		{Method: "GET", Path: "/fleet/ws/{ticket}", Access: Public, handler: h((*Server).redeemTicket)},
+		// Previews (docs/previews.md): the proxy's routes take a token or a key, never a console session, and are not activity.
+		{Method: "POST", Path: "/fleet/vms/{node}/{id}/preview", Action: "open a preview of", Access: Tenant, Role: Member, handler: h((*Server).openPreview)},
+		{Method: "DELETE", Path: "/fleet/vms/{node}/{id}/preview", Action: "close the preview of", Access: Tenant, Role: Member, handler: h((*Server).closePreview)},
+		{Method: "GET", Path: "/fleet/previews", Access: Tenant, Role: Viewer, handler: h((*Server).listPreviews)},
+		{Method: "GET", Path: "/fleet/previews/{id}/{path:.*}", Access: Tenant, NoActivity: true, handler: h((*Server).servePreview)},
+		{Method: "POST", Path: "/fleet/previews/{id}/{path:.*}", Access: Tenant, NoActivity: true, handler: h((*Server).servePreview)},
+		{Method: "PUT", Path: "/fleet/previews/{id}/{path:.*}", Access: Tenant, NoActivity: true, handler: h((*Server).servePreview)},
+		{Method: "PATCH", Path: "/fleet/previews/{id}/{path:.*}", Access: Tenant, NoActivity: true, handler: h((*Server).servePreview)},
+		{Method: "DELETE", Path: "/fleet/previews/{id}/{path:.*}", Access: Tenant, NoActivity: true, handler: h((*Server).servePreview)},
 		{Method: "POST", Path: "/fleet/vms/{node}/{id}/input", Action: "send input to", Access: Tenant, Role: Member, handler: h((*Server).vmInput)},
 		// Snapshots and clones (docs/snapshots.md).
 		{Method: "GET", Path: "/fleet/vms/{node}/{id}/snapshots", Access: Tenant, Role: Viewer, handler: h((*Server).listSnapshots)},

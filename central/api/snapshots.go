@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/fluxvm/fluxvm/central/snapshots"
+	"github.com/fluxvm/fluxvm/central/nodecall"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/vms"
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -107,18 +107,13 @@ func (s *Server) cloneVM(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusCreated, out)
 }
 
-// snapshotError answers a refused or failed snapshot route.
+// snapshotError answers a refused or failed snapshot route; a node that
+// is down is told as such rather than as a failed call.
 func (s *Server) snapshotError(w http.ResponseWriter, r *http.Request, t *vms.Target, what string, err error) {
-	var re *snapshots.Error
-	var ne *snapshots.NodeError
-	switch {
-	case errors.As(err, &re):
-		jsonapi.WriteError(w, re.Kind.Status(), re.Msg, re.Hint)
-	case errors.As(err, &ne):
-		if _, ok := s.nodeClient(w, t); ok { // a node that is down is told as such
-			s.nodeError(w, PrincipalOf(r.Context()), ne.Node, ne.What, ne.Err)
+	if errors.As(err, new(*nodecall.NodeError)) {
+		if _, ok := s.nodeClient(w, t); !ok {
+			return
 		}
-	default:
-		s.storeError(w, what, err)
 	}
+	s.refused(w, r, what, err)
 }

@@ -50,14 +50,14 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 	req := body
 	spec, imageName, err := vms.Resolve(r.Context(), s.opts.Store, tenantID(p), &req)
 	if err != nil {
-		s.refusal(w, err)
+		s.refused(w, r, "check the request", err)
 		return
 	}
 	if len(body.Volumes) > 0 {
 		// Volumes pin the VM to their node, before anything is reserved.
 		node, ids, err := s.volumes.ForLaunch(r.Context(), volumeCaller(p), body.Volumes, req.Node)
 		if err != nil {
-			s.volumeError(w, r, "check the volumes", err)
+			s.refused(w, r, "check the volumes", err)
 			return
 		}
 		req.Node, spec.Volumes = node, ids
@@ -106,16 +106,22 @@ func (s *Server) createVM(w http.ResponseWriter, r *http.Request) {
 		Placement: sdk.Placement{Reason: l.Decision.Reason, Considered: verdicts(l.Decision.Considered)}})
 }
 
-// refusal answers a create refused before anything was reserved.
-func (s *Server) refusal(w http.ResponseWriter, err error) {
-	var rf *vms.Refusal
-	if !errors.As(err, &rf) {
-		s.storeError(w, "check the request", err)
-		return
+// refused answers a mechanism's error: a rule's refusal (*jsonapi.Error)
+// as it is, a node's refusal or failure (*nodecall.NodeError) through
+// nodeError, anything else as the store's failure to do what.
+func (s *Server) refused(w http.ResponseWriter, r *http.Request, what string, err error) {
+	var re *jsonapi.Error
+	var ne *nodecall.NodeError
+	switch {
+	case errors.As(err, &re):
+		jsonapi.WriteError(w, re.Status, re.Msg, re.Hint)
+	case errors.As(err, &ne) && ne.What == "":
+		jsonapi.WriteError(w, http.StatusBadGateway, ne.Err.Error(), "the node's heartbeat must carry its API address")
+	case errors.As(err, &ne):
+		s.nodeError(w, PrincipalOf(r.Context()), ne.Node, ne.What, ne.Err)
+	default:
+		s.storeError(w, what, err)
 	}
-	status := map[vms.RefusalKind]int{vms.Invalid: http.StatusBadRequest, vms.Forbidden: http.StatusForbidden,
-		vms.Unavailable: http.StatusServiceUnavailable}[rf.Kind]
-	jsonapi.WriteError(w, status, rf.Msg, rf.Hint)
 }
 
 // launchError answers a launch that did not happen.
@@ -123,7 +129,7 @@ func (s *Server) launchError(w http.ResponseWriter, r *http.Request, err error) 
 	p := PrincipalOf(r.Context())
 	var np *scheduler.NoPlacementError
 	var qe *store.QuotaError
-	var ne *vms.NodeError
+	var ne *nodecall.NodeError
 	var de *vms.DeletedError
 	switch {
 	case errors.As(err, &np):
@@ -146,7 +152,7 @@ func (s *Server) launchError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.Is(err, store.ErrInvalid) && p.Tenant != nil:
 		jsonapi.WriteError(w, http.StatusForbidden, "tenant "+p.Tenant.Name+" is disabled", "ask the operator to enable it")
 	case errors.As(err, &ne):
-		s.nodeError(w, p, ne.Node, "create the vm", ne.Err)
+		s.nodeError(w, p, ne.Node, ne.What, ne.Err)
 	case errors.As(err, &de):
 		jsonapi.WriteError(w, http.StatusConflict, de.Error(), "nothing is left of it and nothing is charged; launch it again if you still want it")
 	default:

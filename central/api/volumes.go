@@ -57,7 +57,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := s.volumes.List(r.Context(), volumeCaller(p), tenant)
 	if err != nil {
-		s.volumeError(w, r, "list the volumes", err)
+		s.refused(w, r, "list the volumes", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, out)
@@ -79,7 +79,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	}
 	v, err := s.volumes.Create(r.Context(), c, req)
 	if err != nil {
-		s.volumeError(w, r, "create the volume", err)
+		s.refused(w, r, "create the volume", err)
 		return
 	}
 	nameTarget(r, v.Name)
@@ -90,7 +90,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	v, err := s.volumes.Get(r.Context(), volumeCaller(PrincipalOf(r.Context())), mux.Vars(r)["name"])
 	if err != nil {
-		s.volumeError(w, r, "read the volume", err)
+		s.refused(w, r, "read the volume", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, v)
@@ -99,7 +99,7 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	v, err := s.volumes.Delete(r.Context(), volumeCaller(PrincipalOf(r.Context())), mux.Vars(r)["name"])
 	if err != nil {
-		s.volumeError(w, r, "delete the volume", err)
+		s.refused(w, r, "delete the volume", err)
 		return
 	}
 	nameTarget(r, v.Name)
@@ -114,24 +114,9 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
 	}
 	v, err := s.volumes.Resize(r.Context(), volumeCaller(PrincipalOf(r.Context())), mux.Vars(r)["name"], req.SizeGiB)
 	if err != nil {
-		s.volumeError(w, r, "resize the volume", err)
+		s.refused(w, r, "resize the volume", err)
 		return
 	}
 	nameTarget(r, v.Name)
 	jsonapi.Write(w, http.StatusOK, v)
-}
-
-// volumeError answers a refused or failed volume route (or a launch's
-// volume check).
-func (s *Server) volumeError(w http.ResponseWriter, r *http.Request, what string, err error) {
-	var re *volumes.Error
-	var ne *volumes.NodeError
-	switch {
-	case errors.As(err, &re):
-		jsonapi.WriteError(w, re.Kind.Status(), re.Msg, re.Hint)
-	case errors.As(err, &ne):
-		s.nodeError(w, PrincipalOf(r.Context()), ne.Node, ne.What, ne.Err)
-	default:
-		s.storeError(w, what, err)
-	}
 }

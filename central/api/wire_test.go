@@ -64,7 +64,7 @@ func TestWireTypesCarryEveryRecordField(t *testing.T) {
 		wireOnly     []string // computed for the answer
 		storageOnly  []string // never shown
 	}{
-		{"pool", reflect.TypeFor[store.Pool](), reflect.TypeFor[sdk.Pool](), []string{"shared", "mode"}, nil},
+		{"pool", reflect.TypeFor[store.Pool](), reflect.TypeFor[sdk.Pool](), []string{"shared"}, nil},
 		{"drain", reflect.TypeFor[store.Drain](), reflect.TypeFor[sdk.Drain](), []string{"draining"}, nil},
 		{"node", reflect.TypeFor[store.Node](), reflect.TypeFor[sdk.FleetNode](), nil, nil},
 		{"tenant", reflect.TypeFor[store.Tenant](), reflect.TypeFor[sdk.Tenant](), nil, []string{"token_sha256"}},
@@ -137,7 +137,7 @@ func TestWireConversionsCopyEveryField(t *testing.T) {
 		wireOnly     []string
 		storageOnly  []string
 	}{
-		{"pool", pool, pools.Wire(*pool), []string{"shared", "mode"}, nil},
+		{"pool", pool, pools.Wire(*pool), []string{"shared"}, nil},
 		{"drain", drain, drainer.Wire(*drain), nil, nil},
 		{"node", node, wireNode(node), nil, nil},
 		{"tenant", tenant, wireTenant(tenant), nil, []string{"token_sha256"}},

@@ -13,22 +13,6 @@ import (
 // ErrNodeDown: the node does not report; a scrub needs it to answer.
 var ErrNodeDown = errors.New("node is down")
 
-// NodeError is a failed call to Node while doing Op ("list its vms"). Op is
-// empty when the node's reported address is unusable.
-type NodeError struct {
-	Node *store.Node
-	Op   string
-	Err  error
-}
-
-func (e *NodeError) Error() string {
-	if e.Op == "" {
-		return e.Err.Error()
-	}
-	return fmt.Sprintf("node %s: %s: %v", e.Node.Name, e.Op, e.Err)
-}
-func (e *NodeError) Unwrap() error { return e.Err }
-
 // LeftoverError: a scrub found the node still holding VMs, or VM workspaces
 // no VM owns, and stopped.
 type LeftoverError struct {
@@ -62,7 +46,7 @@ func (e *LeftoverError) Unwrap() error { return e.Err }
 // unless force, which deletes them; then the node must list no VM and no VM
 // workspace (force has it destroy leftover workspaces). A node under a lease
 // (*LeasedError) or down (ErrNodeDown) is refused. Node failures are
-// *NodeError, the store's *store.OpError. The work goes on past ctx's end,
+// *nodecall.NodeError, the store's *store.OpError. The work goes on past ctx's end,
 // within Timeout.
 func (dr *Drainer) Scrub(ctx context.Context, name string, force bool) (*sdk.ScrubResult, error) {
 	n, err := dr.node(ctx, name)
@@ -77,7 +61,7 @@ func (dr *Drainer) Scrub(ctx context.Context, name string, force bool) (*sdk.Scr
 	}
 	nc, err := dr.nodes.Client(n)
 	if err != nil {
-		return nil, &NodeError{Node: n, Err: err}
+		return nil, &nodecall.NodeError{Node: n, Err: err}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), Timeout)
 	defer cancel()
@@ -86,7 +70,7 @@ func (dr *Drainer) Scrub(ctx context.Context, name string, force bool) (*sdk.Scr
 		defer cancel()
 		vms, err := nc.ListVMs(lctx)
 		if err != nil {
-			return nil, &NodeError{Node: n, Op: "list its vms", Err: err}
+			return nil, &nodecall.NodeError{Node: n, What: "list its vms", Err: err}
 		}
 		return vms, nil
 	}
@@ -143,7 +127,7 @@ func (dr *Drainer) scrubWorkspaces(ctx context.Context, nc *sdk.NodeClient, n *s
 		return "the node lists no VM (its agent is too old to list VM workspaces)", nil
 	}
 	if err != nil {
-		return "", &NodeError{Node: n, Op: "list its vm workspaces", Err: err}
+		return "", &nodecall.NodeError{Node: n, What: "list its vm workspaces", Err: err}
 	}
 	if len(ws) > 0 && force {
 		cctx, cancel := context.WithTimeout(ctx, nodecall.CallTimeout)
@@ -153,10 +137,10 @@ func (dr *Drainer) scrubWorkspaces(ctx context.Context, nc *sdk.NodeClient, n *s
 			res.WorkspacesRemoved = append(res.WorkspacesRemoved, x.Driver+"/"+x.ID)
 		}
 		if err != nil {
-			return "", &NodeError{Node: n, Op: "destroy leftover vm workspaces", Err: err}
+			return "", &nodecall.NodeError{Node: n, What: "destroy leftover vm workspaces", Err: err}
 		}
 		if ws, err = list(); err != nil {
-			return "", &NodeError{Node: n, Op: "list its vm workspaces", Err: err}
+			return "", &nodecall.NodeError{Node: n, What: "list its vm workspaces", Err: err}
 		}
 	}
 	if len(ws) > 0 {

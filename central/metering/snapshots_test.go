@@ -61,32 +61,41 @@ func TestSnapshotStorageIsGiBHoursTimesThePriceExactly(t *testing.T) {
 	clk := &clock{t: day(20, 0, 0)}
 	m := New(st, st, clk.now, hclog.NewNullLogger())
 
-	line := func() billing.Line {
-		t.Helper()
-		got, err := m.Statements(ctx, StatementQuery{Tenant: acme.ID, Month: october})
+	checkStorageLine(t, m, clk, acme.ID, billing.KindSnapshot, "Snapshot storage", price, []gibHoursAt{{0, 30 + 2 + 10 + 3}, {36 * time.Minute, 30 + 2 + 10 + 3 + 3}})
+}
+
+// gibHoursAt is a storage line's expected GiB-hours once the clock has
+// moved on by advance.
+type gibHoursAt struct {
+	advance  time.Duration
+	gibHours int64
+}
+
+// checkStorageLine moves clk through steps and checks, at each, that the
+// tenant's October statement has exactly one line of kind, described as
+// desc and priced per GiB-hour at price, that it is the whole charge, and
+// that its amount is the step's GiB-hours times the price to the millionth.
+func checkStorageLine(t *testing.T, m *Service, clk *clock, tenant, kind, desc string, price int64, steps []gibHoursAt) {
+	t.Helper()
+	for _, step := range steps {
+		clk.add(step.advance)
+		got, err := m.Statements(context.Background(), StatementQuery{Tenant: tenant, Month: october})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var found []billing.Line
 		for _, l := range got.Statements[0].Lines {
-			if l.Kind == billing.KindSnapshot {
+			if l.Kind == kind {
 				found = append(found, l)
 			}
 		}
-		if len(found) != 1 || found[0].Description != "Snapshot storage" || found[0].Unit != "GiB-hour" || found[0].UnitPrice != price {
-			t.Fatalf("snapshot lines: %+v", got.Statements[0].Lines)
+		if len(found) != 1 || found[0].Description != desc || found[0].Unit != "GiB-hour" || found[0].UnitPrice != billing.Micros(price) {
+			t.Fatalf("%s lines: %+v", desc, got.Statements[0].Lines)
 		}
-		if got.Statements[0].Total != found[0].Amount {
-			t.Fatalf("total %d, the snapshot line %d: nothing else is charged", got.Statements[0].Total, found[0].Amount)
+		l := found[0]
+		if got.Statements[0].Total != l.Amount {
+			t.Fatalf("total %d, the %s line %d: nothing else is charged", got.Statements[0].Total, desc, l.Amount)
 		}
-		return found[0]
-	}
-	for _, step := range []struct {
-		advance  time.Duration
-		gibHours int64
-	}{{0, 30 + 2 + 10 + 3}, {36 * time.Minute, 30 + 2 + 10 + 3 + 3}} {
-		clk.add(step.advance)
-		l := line()
 		if l.QuantitySeconds != step.gibHours*3600 || l.Amount != billing.Micros(step.gibHours*price) {
 			t.Fatalf("at %s: %s GiB-hours (%d GiB-seconds) for %d, want %d GiB-hours for exactly %d", clk.now().Format(time.DateTime),
 				l.Quantity, l.QuantitySeconds, l.Amount, step.gibHours, step.gibHours*price)

@@ -74,35 +74,5 @@ func TestVolumeStorageIsGiBHoursTimesThePriceExactly(t *testing.T) {
 	clk := &clock{t: day(20, 0, 0)}
 	m := New(st, st, clk.now, hclog.NewNullLogger())
 
-	line := func() billing.Line {
-		t.Helper()
-		got, err := m.Statements(ctx, StatementQuery{Tenant: acme.ID, Month: october})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var found []billing.Line
-		for _, l := range got.Statements[0].Lines {
-			if l.Kind == billing.KindVolume {
-				found = append(found, l)
-			}
-		}
-		if len(found) != 1 || found[0].Description != "Volume storage" || found[0].Unit != "GiB-hour" || found[0].UnitPrice != price {
-			t.Fatalf("volume lines: %+v", got.Statements[0].Lines)
-		}
-		if got.Statements[0].Total != found[0].Amount {
-			t.Fatalf("total %d, the volume line %d: nothing else is charged", got.Statements[0].Total, found[0].Amount)
-		}
-		return found[0]
-	}
-	for _, step := range []struct {
-		advance  time.Duration
-		gibHours int64
-	}{{0, 30 + 2 + 14 + 10}, {36 * time.Minute, 30 + 2 + 14 + 10 + 3}} {
-		clk.add(step.advance)
-		l := line()
-		if l.QuantitySeconds != step.gibHours*3600 || l.Amount != billing.Micros(step.gibHours*price) {
-			t.Fatalf("at %s: %s GiB-hours (%d GiB-seconds) for %d, want %d GiB-hours for exactly %d", clk.now().Format(time.DateTime),
-				l.Quantity, l.QuantitySeconds, l.Amount, step.gibHours, step.gibHours*price)
-		}
-	}
+	checkStorageLine(t, m, clk, acme.ID, billing.KindVolume, "Volume storage", price, []gibHoursAt{{0, 30 + 2 + 14 + 10}, {36 * time.Minute, 30 + 2 + 14 + 10 + 3}})
 }

@@ -156,3 +156,21 @@ func TenantVMNamed(ctx context.Context, nc *sdk.NodeClient, tenant, name string)
 	}
 	return nil, &sdk.APIError{Status: http.StatusNotFound, Message: "no vm named " + name}
 }
+
+// NodeError is a node that refused or failed a call central made while doing
+// What ("create the vm"); Err is the node's answer. What is empty when the
+// node could not be called at all (its reported address is unusable), and
+// Err then says why.
+type NodeError struct {
+	Node *store.Node
+	What string
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	if e.What == "" {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("node %s: %s: %v", e.Node.Name, e.What, e.Err)
+}
+func (e *NodeError) Unwrap() error { return e.Err }

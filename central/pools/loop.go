@@ -105,6 +105,10 @@ func (s *Service) reconcilePool(ctx context.Context, pool *store.Pool) error {
 			// Created by an earlier leader: watch it here.
 			live++
 			s.watchBooting(ctx, pool, m)
+		case m.State == store.MemberWarm && pool.Mode == ModeSnapshot:
+			// A saved template's entry ended when it was saved; a
+			// template gone from its node shows in the next claim.
+			live++
 		case m.State == store.MemberWarm:
 			if e, err := s.st.GetEntry(ctx, m.EntryID); err == nil && !e.Running() {
 				// The VM went (deleted on its node, or by its owner).
@@ -131,6 +135,9 @@ func (s *Service) reconcilePool(ctx context.Context, pool *store.Pool) error {
 	}
 	s.mu.Unlock()
 	want := target(pool, recentClaims(ms, now))
+	if pool.Mode == ModeSnapshot {
+		want = snapshotTarget(pool)
+	}
 	for i := 0; live > want && i < len(warm); i++ {
 		// Shrink: retire the youngest warm members.
 		m := warm[len(warm)-1-i]
@@ -266,6 +273,13 @@ func (s *Service) createMember(ctx context.Context, pool store.Pool, id string) 
 	}
 	spec := sdk.CreateVMRequest{Name: id, Image: im.Image, GuestOS: pool.GuestOS, VCPUs: pool.VCPUs, MemoryMiB: pool.MemoryMiB,
 		Tenant: pool.Tenant, Labels: map[string]string{Label: pool.Name}}
+	if pool.Mode == ModeSnapshot {
+		// No tenant stamp: once saved its ledger entry ends (a stopped
+		// template holds no vCPU or memory), and the reconciler adopts
+		// only stamped VMs. Its copies, which inherit the stamp, are
+		// the claimer's by their ledger entries, like a shared pool's.
+		spec.DriverConfig, spec.Tenant = templateConfig, ""
+	}
 	vm, err := s.nodes.Create(ctx, node, spec)
 	if err != nil {
 		release()
@@ -294,7 +308,7 @@ func (s *Service) createMember(ctx context.Context, pool store.Pool, id string) 
 	if pool.Blocked != "" {
 		blocked("")
 	}
-	s.waitWarm(ctx, node, got)
+	s.waitWarm(ctx, node, got, pool.Mode == ModeSnapshot)
 }
 
 // watchBooting takes over a booting member this central did not create.
@@ -312,13 +326,14 @@ func (s *Service) watchBooting(ctx context.Context, pool *store.Pool, m store.Po
 		if err != nil {
 			return
 		}
-		s.waitWarm(context.WithoutCancel(ctx), n, &m)
+		s.waitWarm(context.WithoutCancel(ctx), n, &m, pool.Mode == ModeSnapshot)
 	}()
 }
 
 // waitWarm waits for a booting member's guest agent and makes it warm; one
-// that does not answer in readyTimeout (or stops) is retired.
-func (s *Service) waitWarm(ctx context.Context, node *store.Node, m *store.PoolMember) {
+// that does not answer in readyTimeout (or stops) is retired. A snapshot
+// pool's template is saved and stopped first.
+func (s *Service) waitWarm(ctx context.Context, node *store.Node, m *store.PoolMember, template bool) {
 	nc, err := s.nodes.Client(node)
 	if err != nil {
 		return
@@ -331,6 +346,17 @@ func (s *Service) waitWarm(ctx context.Context, node *store.Node, m *store.PoolM
 		s.log.Warn("pool vm did not become ready; deleting it", "pool", m.Pool, "vm", m.ID, "error", err)
 		s.markRetiring(ctx, m, []string{store.MemberBooting})
 		return
+	}
+	if template {
+		if err := s.saveTemplate(ctx, nc, m); err != nil {
+			s.log.Warn("pool template could not be saved; deleting it", "pool", m.Pool, "vm", m.ID, "error", err)
+			_, _ = s.st.UpdatePool(ctx, m.Tenant, m.Pool, func(p *store.Pool) error {
+				p.Blocked, p.BlockedSince = "node "+node.Name+": "+err.Error(), s.now().UTC()
+				return nil
+			})
+			s.markRetiring(ctx, m, []string{store.MemberBooting})
+			return
+		}
 	}
 	if _, err := s.st.UpdateMember(ctx, m.Tenant, m.Pool, m.ID, []string{store.MemberBooting}, func(x *store.PoolMember) {
 		x.State, x.ReadyAt = store.MemberWarm, s.now().UTC()

@@ -33,8 +33,11 @@ const (
 	readyTimeout = 5 * time.Minute
 	// MaxNameLen keeps pool-<name>-<8 hex> a valid VM name (63).
 	MaxNameLen = 49
-	// ModeRunning is the only mode built: members are running VMs.
+	// ModeRunning: members are booted, idle VMs.
 	ModeRunning = "running"
+	// ModeSnapshot: one saved template, a resumed copy per claim
+	// (snapshot.go).
+	ModeSnapshot = "snapshot"
 )
 
 // Conditions callers branch on.
@@ -95,6 +98,9 @@ type Store interface {
 	Commit(ctx context.Context, res *store.Reservation, e store.LedgerEntry) (*store.LedgerEntry, error)
 	// Release gives a reservation's room back.
 	Release(ctx context.Context, res *store.Reservation) error
+	// Reserve holds room on one node and the tenant's quota (a snapshot
+	// pool's copy is made on its template's node).
+	Reserve(ctx context.Context, req store.ReserveRequest) (*store.Reservation, error)
 }
 
 // Service keeps the warm pools. It is safe for concurrent use; Loop runs on
@@ -210,6 +216,13 @@ func (s *Service) Create(ctx context.Context, p store.Pool) (*store.Pool, error)
 	if p.Image == "" || !store.ValidName(p.Image) {
 		return nil, ErrNoImage
 	}
+	switch p.Mode {
+	case "":
+		p.Mode = ModeRunning
+	case ModeRunning, ModeSnapshot:
+	default:
+		return nil, fmt.Errorf("%w: mode %q is not one of running, snapshot", store.ErrInvalid, p.Mode)
+	}
 	im, err := s.st.GetImage(ctx, p.Image)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrNoImage
@@ -226,6 +239,9 @@ func (s *Service) Create(ctx context.Context, p store.Pool) (*store.Pool, error)
 	}
 	if p.GuestOS == "" {
 		p.GuestOS = store.GuestLinux
+	}
+	if p.Mode == ModeSnapshot && p.GuestOS != store.GuestLinux {
+		return nil, fmt.Errorf("%w: snapshot mode keeps Linux guests only (a saved guest is resumed by the QEMU driver); image %s is %s", store.ErrInvalid, p.Image, p.GuestOS)
 	}
 	if p.MaxSize == 0 {
 		p.MaxSize = p.Size
@@ -321,6 +337,9 @@ func (s *Service) Status(ctx context.Context, pool *store.Pool) (*Status, error)
 	recent := recentClaims(ms, s.now())
 	out := &Status{Target: target(pool, recent), RecentClaims: recent, Members: ms}
 	out.Growing = out.Target > pool.Size
+	if pool.Mode == ModeSnapshot {
+		out.Target, out.Growing = snapshotTarget(pool), false
+	}
 	for _, m := range ms {
 		switch m.State {
 		case store.MemberWarm:
@@ -411,6 +430,12 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (*Claimed, error)
 		}
 	}
 	for _, pl := range cands {
+		if pl.Mode == ModeSnapshot {
+			if c := s.claimSnapshot(ctx, pl, req); c != nil {
+				return c, nil
+			}
+			continue
+		}
 		c, err := s.st.ClaimMember(ctx, store.ClaimRequest{PoolTenant: pl.Tenant, Pool: pl.Name, Tenant: req.Tenant, Now: s.now()})
 		var qe *store.QuotaError
 		switch {

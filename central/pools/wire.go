@@ -14,14 +14,14 @@ import (
 // record's sdk.Pool with the fields derived from it, Shared and Mode.
 func Wire(p store.Pool) sdk.Pool {
 	out := p.Pool
-	out.Shared, out.Mode = p.Tenant == "", ModeRunning
+	out.Shared, out.Mode = p.Tenant == "", modeOf(&p)
 	return out
 }
 
 // WireStatus is GET /fleet/pools/{name}/status (sdk.PoolStatus): the pool
 // and what Status counted of its members.
 func WireStatus(p *store.Pool, st *Status) sdk.PoolStatus {
-	out := sdk.PoolStatus{Name: p.Name, Tenant: p.Tenant, Shared: p.Tenant == "", Mode: ModeRunning,
+	out := sdk.PoolStatus{Name: p.Name, Tenant: p.Tenant, Shared: p.Tenant == "", Mode: modeOf(p),
 		Size: p.Size, MaxSize: p.MaxSize, Target: st.Target, RecentClaims: st.RecentClaims,
 		DemandWindowS: int(DemandWindow / time.Second), Growing: st.Growing, Warm: st.Warm, Booting: st.Booting,
 		Retiring: st.Retiring, Deleting: p.Deleting, Blocked: p.Blocked, Members: []sdk.PoolMember{}}
@@ -36,4 +36,12 @@ func WireStatus(p *store.Pool, st *Status) sdk.PoolStatus {
 		out.Members = append(out.Members, v)
 	}
 	return out
+}
+
+// modeOf is a pool's mode; records written before snapshot mode have none.
+func modeOf(p *store.Pool) string {
+	if p.Mode == "" {
+		return ModeRunning
+	}
+	return p.Mode
 }

@@ -42,39 +42,6 @@ type Store interface {
 	Release(ctx context.Context, res *store.Reservation) error
 }
 
-// Kind says what an Error is, and so its status.
-type Kind int
-
-const (
-	Invalid  Kind = iota // 400
-	NotFound             // 404
-	Conflict             // 409
-	Limit                // 429
-)
-
-// Status is the HTTP status of the kind.
-func (k Kind) Status() int {
-	return [...]int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusTooManyRequests}[k]
-}
-
-// Error is a request refused by a rule, in words for people.
-type Error struct {
-	Kind      Kind
-	Msg, Hint string
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// NodeError is the node's refusal or failure; Err is its answer.
-type NodeError struct {
-	Node *store.Node
-	What string
-	Err  error
-}
-
-func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %s: %v", e.Node.Name, e.What, e.Err) }
-func (e *NodeError) Unwrap() error { return e.Err }
-
 // Service does the snapshot and clone routes' work. It is safe for
 // concurrent use.
 type Service struct {
@@ -96,7 +63,7 @@ func New(st Store, nodes *nodecall.Caller, now func() time.Time, log hclog.Logge
 // every name central keeps: store.ValidName).
 func CheckName(name string) error {
 	if !store.ValidName(name) {
-		return &Error{Kind: Invalid, Msg: fmt.Sprintf("snapshot name %q is not valid", jsonapi.Echo(name)),
+		return &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("snapshot name %q is not valid", jsonapi.Echo(name)),
 			Hint: "a snapshot name is 1-64 letters, digits, '.', '_' and '-', starting with a letter or digit"}
 	}
 	return nil
@@ -133,7 +100,7 @@ func owner(t *vms.Target, vm *sdk.VM) string {
 func (s *Service) client(t *vms.Target) (*sdk.NodeClient, error) {
 	nc, err := s.nodes.Client(t.Node)
 	if err != nil {
-		return nil, &NodeError{Node: t.Node, What: "reach the node", Err: err}
+		return nil, &nodecall.NodeError{Node: t.Node, What: "reach the node", Err: err}
 	}
 	return nc, nil
 }
@@ -155,7 +122,7 @@ func (s *Service) Take(ctx context.Context, t *vms.Target, req sdk.FleetSnapshot
 	}
 	vm, err := nc.GetVM(ctx, t.ID)
 	if err != nil {
-		return nil, &NodeError{Node: t.Node, What: "read the vm", Err: err}
+		return nil, &nodecall.NodeError{Node: t.Node, What: "read the vm", Err: err}
 	}
 	tenant := owner(t, vm)
 	limit, err := s.Limit(ctx, tenant)
@@ -163,11 +130,11 @@ func (s *Service) Take(ctx context.Context, t *vms.Target, req sdk.FleetSnapshot
 		return nil, err
 	}
 	if limit == 0 {
-		return nil, &Error{Kind: Limit, Msg: "snapshots are turned off for this VM's tenant (max_snapshots_per_vm is 0)",
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: "snapshots are turned off for this VM's tenant (max_snapshots_per_vm is 0)",
 			Hint: "the operator sets max_snapshots_per_vm in the policy or in the tenant's quota"}
 	}
 	if req.IncludeMemory && vm.State != sdk.StateRunning && vm.State != sdk.StatePaused {
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("vm %s is %s: a snapshot with memory needs a running or paused VM", vm.Name, vm.State),
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("vm %s is %s: a snapshot with memory needs a running or paused VM", vm.Name, vm.State),
 			Hint: "start the VM first (fluxctl fleet start), or take a disk-only snapshot (without --memory)"}
 	}
 	rec := &store.Snapshot{FleetSnapshot: sdk.FleetSnapshot{Name: req.Name, Node: t.Node.Name, VMID: vm.ID, VM: vm.Name, Memory: req.IncludeMemory},
@@ -175,10 +142,10 @@ func (s *Service) Take(ctx context.Context, t *vms.Target, req sdk.FleetSnapshot
 	var qe *store.QuotaError
 	switch err := s.st.AddSnapshot(ctx, rec, limit); {
 	case errors.As(err, &qe):
-		return nil, &Error{Kind: Limit, Msg: fmt.Sprintf("vm %s keeps %d snapshots, its limit (max_snapshots_per_vm %d)", vm.Name, qe.Used, limit),
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: fmt.Sprintf("vm %s keeps %d snapshots, its limit (max_snapshots_per_vm %d)", vm.Name, qe.Used, limit),
 			Hint: "delete one first (fluxctl fleet snapshot-rm VM SNAPSHOT), or ask the operator to raise max_snapshots_per_vm"}
 	case errors.Is(err, store.ErrExists):
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("vm %s has a snapshot named %s already", vm.Name, req.Name),
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("vm %s has a snapshot named %s already", vm.Name, req.Name),
 			Hint: "names are unique per VM, without regard to case: pick another, or delete the old one first"}
 	case err != nil:
 		return nil, &store.OpError{Op: "record the snapshot", Err: err}
@@ -192,7 +159,7 @@ func (s *Service) Take(ctx context.Context, t *vms.Target, req sdk.FleetSnapshot
 		if derr := s.st.DropSnapshot(ctx, rec); derr != nil {
 			s.log.Warn("drop the record of a snapshot not taken; a listing drops it", "vm", vm.Name, "snapshot", req.Name, "error", derr)
 		}
-		return nil, &NodeError{Node: t.Node, What: "take the snapshot", Err: err}
+		return nil, &nodecall.NodeError{Node: t.Node, What: "take the snapshot", Err: err}
 	}
 	rec.Pending, rec.TakenAt, rec.VMState = false, s.now().UTC(), snap.VMState
 	rec.SizeGiB = gib(snap.SizeBytes)
@@ -230,11 +197,11 @@ func (s *Service) List(ctx context.Context, t *vms.Target) (*sdk.FleetSnapshotLi
 	}
 	vm, err := nc.GetVM(ctx, t.ID)
 	if err != nil {
-		return nil, &NodeError{Node: t.Node, What: "read the vm", Err: err}
+		return nil, &nodecall.NodeError{Node: t.Node, What: "read the vm", Err: err}
 	}
 	onNode, err := nc.Snapshots(ctx, vm.ID)
 	if err != nil {
-		return nil, &NodeError{Node: t.Node, What: "list the snapshots", Err: err}
+		return nil, &nodecall.NodeError{Node: t.Node, What: "list the snapshots", Err: err}
 	}
 	tenant := owner(t, vm)
 	limit, err := s.Limit(ctx, tenant)
@@ -300,18 +267,18 @@ func (s *Service) find(ctx context.Context, nc *sdk.NodeClient, t *vms.Target, n
 	}
 	vm, err := nc.GetVM(ctx, t.ID)
 	if err != nil {
-		return nil, nil, &NodeError{Node: t.Node, What: "read the vm", Err: err}
+		return nil, nil, &nodecall.NodeError{Node: t.Node, What: "read the vm", Err: err}
 	}
 	snaps, err := nc.Snapshots(ctx, vm.ID)
 	if err != nil {
-		return nil, nil, &NodeError{Node: t.Node, What: "list the snapshots", Err: err}
+		return nil, nil, &nodecall.NodeError{Node: t.Node, What: "list the snapshots", Err: err}
 	}
 	for i := range snaps {
 		if strings.EqualFold(snaps[i].Tag, name) {
 			return vm, &snaps[i], nil
 		}
 	}
-	return vm, nil, &Error{Kind: NotFound, Msg: fmt.Sprintf("vm %s has no snapshot %s", vm.Name, jsonapi.Echo(name)),
+	return vm, nil, &jsonapi.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("vm %s has no snapshot %s", vm.Name, jsonapi.Echo(name)),
 		Hint: "fluxctl fleet snapshots VM lists its snapshots"}
 }
 
@@ -331,7 +298,7 @@ func (s *Service) Delete(ctx context.Context, t *vms.Target, name string) (strin
 	cctx, cancel := context.WithTimeout(ctx, NodeTimeout)
 	defer cancel()
 	if err := nc.DeleteSnapshot(cctx, vm.ID, snap.Tag); err != nil && !sdk.IsNotFound(err) {
-		return "", &NodeError{Node: t.Node, What: "delete the snapshot", Err: err}
+		return "", &nodecall.NodeError{Node: t.Node, What: "delete the snapshot", Err: err}
 	}
 	s.end(ctx, t.Node.Name, vm.ID, func(r *store.Snapshot) bool { return r.Name == snap.Tag })
 	return snap.Tag, nil
@@ -381,20 +348,20 @@ func (s *Service) Restore(ctx context.Context, t *vms.Target, name string) (*sdk
 	switch {
 	case snap.Memory && !runs:
 		if _, err := nc.StartVM(cctx, vm.ID); err != nil {
-			return nil, "", &NodeError{Node: t.Node, What: "start the vm to restore its memory", Err: err}
+			return nil, "", &nodecall.NodeError{Node: t.Node, What: "start the vm to restore its memory", Err: err}
 		}
 	case !snap.Memory && runs:
 		if _, err := nc.StopVM(cctx, vm.ID, 0); err != nil {
-			return nil, "", &NodeError{Node: t.Node, What: "stop the vm to restore its disk", Err: err}
+			return nil, "", &nodecall.NodeError{Node: t.Node, What: "stop the vm to restore its disk", Err: err}
 		}
 	}
 	out, err := nc.RestoreVM(cctx, vm.ID, snap.Tag)
 	if err != nil {
-		return nil, "", &NodeError{Node: t.Node, What: "restore the vm", Err: err}
+		return nil, "", &nodecall.NodeError{Node: t.Node, What: "restore the vm", Err: err}
 	}
 	if !snap.Memory {
 		if out, err = nc.StartVM(cctx, vm.ID); err != nil {
-			return nil, "", &NodeError{Node: t.Node, What: "start the restored vm", Err: err}
+			return nil, "", &nodecall.NodeError{Node: t.Node, What: "start the restored vm", Err: err}
 		}
 	}
 	notify.Send(ctx, s.Notify, s.log, notify.Event{Type: sdk.NotifyVMRestored, Tenant: owner(t, vm),
@@ -410,11 +377,11 @@ func (s *Service) Restore(ctx context.Context, t *vms.Target, name string) (*sdk
 // down) are checked in the reservation's transaction.
 func (s *Service) Clone(ctx context.Context, t *vms.Target, req sdk.FleetCloneRequest) (*sdk.FleetCreateVMResponse, error) {
 	if !store.ValidName(req.Name) {
-		return nil, &Error{Kind: Invalid, Msg: fmt.Sprintf("clone name %q is not valid", jsonapi.Echo(req.Name)),
+		return nil, &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("clone name %q is not valid", jsonapi.Echo(req.Name)),
 			Hint: "a VM name is 1-64 letters, digits, '.', '_' and '-', starting with a letter or digit"}
 	}
 	if t.Entry == nil {
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("vm %s was not launched through central: its size is not recorded", t.Name),
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("vm %s was not launched through central: its size is not recorded", t.Name),
 			Hint: "clone a VM central launched; the reconciler records adopted VMs within a minute"}
 	}
 	nc, err := s.client(t)
@@ -430,10 +397,10 @@ func (s *Service) Clone(ctx context.Context, t *vms.Target, req sdk.FleetCloneRe
 		req.Snapshot = snap.Tag
 	} else {
 		if vm, err = nc.GetVM(ctx, t.ID); err != nil {
-			return nil, &NodeError{Node: t.Node, What: "read the vm", Err: err}
+			return nil, &nodecall.NodeError{Node: t.Node, What: "read the vm", Err: err}
 		}
 		if vm.State != sdk.StateStopped {
-			return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("vm %s is %s: a clone of its disk needs it stopped", vm.Name, vm.State),
+			return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("vm %s is %s: a clone of its disk needs it stopped", vm.Name, vm.State),
 				Hint: "stop it first (fluxctl fleet stop), or clone one of its snapshots (--snapshot)"}
 		}
 	}
@@ -453,13 +420,13 @@ func (s *Service) Clone(ctx context.Context, t *vms.Target, req sdk.FleetCloneRe
 	var ce *store.CapacityError
 	switch {
 	case errors.As(err, &qe):
-		return nil, &Error{Kind: Limit, Msg: "a clone counts against the tenant's quota: " + qe.Error(),
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: "a clone counts against the tenant's quota: " + qe.Error(),
 			Hint: fmt.Sprintf("%s is a quota of the tenant (VMs being created count too): delete a VM (fluxctl fleet rm NAME), or ask the operator to raise it", qe.Field)}
 	case errors.As(err, &ce) && ce.Resource == "state":
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("cannot clone onto node %s: it is %s", t.Node.Name, strings.TrimPrefix(ce.Reason, "it is ")),
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("cannot clone onto node %s: it is %s", t.Node.Name, strings.TrimPrefix(ce.Reason, "it is ")),
 			Hint: "a clone is made on its source's node, which takes no new VMs now; clone once the operator uncordons it, or launch a new VM elsewhere"}
 	case errors.As(err, &ce):
-		return nil, &Error{Kind: Conflict, Msg: "cannot clone: " + ce.Error(),
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: "cannot clone: " + ce.Error(),
 			Hint: "a clone is made on its source's node; free room there (fluxctl fleet rm NAME) and try again"}
 	case err != nil:
 		return nil, &store.OpError{Op: "reserve room for the clone", Err: err}
@@ -475,7 +442,7 @@ func (s *Service) Clone(ctx context.Context, t *vms.Target, req sdk.FleetCloneRe
 	clone, err := nc.CloneVM(cctx, vm.ID, sdk.CloneRequest{Name: req.Name, Snapshot: req.Snapshot})
 	if err != nil {
 		release()
-		return nil, &NodeError{Node: t.Node, What: "clone the vm", Err: err}
+		return nil, &nodecall.NodeError{Node: t.Node, What: "clone the vm", Err: err}
 	}
 	entry := store.LedgerEntry{VMID: clone.ID, Name: clone.Name, VCPUs: e.VCPUs, MemoryMiB: e.MemoryMiB, GuestOS: e.GuestOS,
 		Image: e.Image, StartedAt: s.now().UTC()}

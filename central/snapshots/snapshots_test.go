@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
 )
 
 // TestNamesAreTheSpecsRule: 1-64 letters (either case), digits, '.', '_'
@@ -22,11 +23,11 @@ func TestNamesAreTheSpecsRule(t *testing.T) {
 		{".lead", false}, {"with space", false}, {"a/b", false}, {"é", false},
 	} {
 		err := CheckName(c.name)
-		var e *Error
+		var e *jsonapi.Error
 		switch {
 		case c.ok && err != nil:
 			t.Errorf("CheckName(%q) = %v, want nil", c.name, err)
-		case !c.ok && (!errors.As(err, &e) || e.Kind.Status() != http.StatusBadRequest || e.Hint == ""):
+		case !c.ok && (!errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Hint == ""):
 			t.Errorf("CheckName(%q) = %v, want a 400 with a hint", c.name, err)
 		}
 	}
@@ -41,15 +42,6 @@ func TestSizesAreWholeGiBRoundedUpWithinTheRange(t *testing.T) {
 	} {
 		if got := gib(c.bytes); got != c.gib {
 			t.Errorf("gib(%d) = %d, want %d", c.bytes, got, c.gib)
-		}
-	}
-}
-
-// TestKindsAnswerTheirStatus: each kind of refusal has its status.
-func TestKindsAnswerTheirStatus(t *testing.T) {
-	for k, want := range map[Kind]int{Invalid: 400, NotFound: 404, Conflict: 409, Limit: 429} {
-		if k.Status() != want {
-			t.Errorf("kind %d answers %d, want %d", k, k.Status(), want)
 		}
 	}
 }

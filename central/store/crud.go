@@ -59,6 +59,7 @@ import (
 //	P webhook-done/<id>/<notification>       delivery id: the notification went to the webhook
 //	P snapshots/<node>/<vm-id>/<id>            Snapshot record of a VM's snapshot (kept and deleted: snapshots.go)
 //	P volumes/<id>                              Volume record (kept and deleted: volumes.go)
+//	P previews/<owner>/<id>                     Preview of a guest port (owner: tenant id, or _operator: previews.go)
 //	P migrations/<name>                      marker of a migration of stored data that has run (ledger-months)
 //	P tenant-subnets/<tenant>                the tenant's subnet index n (subnets.go)
 //	P subnet-indexes/<n>                     the tenant id holding index n

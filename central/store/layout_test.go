@@ -102,6 +102,10 @@ func TestKeyLayoutNamesEveryKey(t *testing.T) {
 		ID: NewSnapshotID(), Tenant: acme.ID, CreatedAt: now}, 20); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.AddPreview(ctx, &Preview{Preview: sdk.Preview{ID: NewPreviewID(), Node: "n1", VM: "vm-1", VMName: "a", Port: 8080},
+		Owner: acme.ID}, func([]Preview) (*Preview, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.AddVolume(ctx, &Volume{FleetVolume: sdk.FleetVolume{ID: NewVolumeID(), Name: "data", Tenant: acme.ID, Node: "n1", SizeGiB: 1,
 		CreatedAt: now}, Sizes: []VolumeSize{{GiB: 1, From: now}}}, 0); err != nil {
 		t.Fatal(err)

@@ -58,16 +58,20 @@ const MaxPoolSize = 100
 // record goes last; Blocked says why the pool loop could not fill it on its last try ("" when
 // it could).
 //
-// sdk.Pool's Shared (the pool has no tenant) and Mode (every pool runs its members) are
-// derived: the record never stores them (MarshalJSON) and central/pools.Wire fills them.
+// sdk.Pool's Shared (the pool has no tenant) is derived: the record never stores it
+// (MarshalJSON) and central/pools.Wire fills it. Mode is stored; a record without one
+// (written before snapshot mode) is a running pool.
 type Pool struct {
 	sdk.Pool
 }
 
-// MarshalJSON writes the record without sdk.Pool's derived "shared" and "mode".
+// MarshalJSON writes the record without sdk.Pool's derived "shared".
 func (p Pool) MarshalJSON() ([]byte, error) {
 	type record Pool // the same fields, without this method
-	return marshalWithout(record(p), "shared", "mode")
+	if p.Mode == "" {
+		return marshalWithout(record(p), "shared", "mode")
+	}
+	return marshalWithout(record(p), "shared")
 }
 
 // Validate checks what the store relies on.

@@ -93,18 +93,6 @@ type Launched struct {
 	Decision scheduler.Decision
 }
 
-// NodeError is a node that refused or failed a create: the room is given
-// back and Err is the node's answer.
-type NodeError struct {
-	Node *store.Node
-	Err  error
-}
-
-func (e *NodeError) Error() string {
-	return fmt.Sprintf("node %s: create the vm: %v", e.Node.Name, e.Err)
-}
-func (e *NodeError) Unwrap() error { return e.Err }
-
 // DeletedError is a VM deleted (DELETE /fleet/vms) before its create
 // finished: nothing is recorded or charged. It wraps store.ErrDeleted.
 type DeletedError struct {
@@ -119,7 +107,7 @@ func (e *DeletedError) Unwrap() error { return store.ErrDeleted }
 // Launch places the VM, reserves its room, has the node create it and
 // records its ledger entry (or releases the room). The errors are
 // placement's (*scheduler.NoPlacementError, *store.QuotaError,
-// placement.ErrNoRoom, ...), *NodeError and *DeletedError. A ledger write
+// placement.ErrNoRoom, ...), *nodecall.NodeError and *DeletedError. A ledger write
 // that fails otherwise leaves the VM running, for the reconciler to adopt
 // from its tenant stamp: the launch still succeeds.
 func (l *Launcher) Launch(ctx context.Context, req Launch) (*Launched, error) {
@@ -151,7 +139,7 @@ func (l *Launcher) Launch(ctx context.Context, req Launch) (*Launched, error) {
 	vm, err := l.nodes.Create(ctx, node, req.Spec)
 	if err != nil {
 		release()
-		return nil, &NodeError{Node: node, Err: err}
+		return nil, &nodecall.NodeError{Node: node, What: "create the vm", Err: err}
 	}
 	if l.AfterNodeCreate != nil {
 		l.AfterNodeCreate(node.Name, *vm)

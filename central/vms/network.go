@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -38,17 +39,17 @@ type SubnetStore interface {
 //     "user" (the default) or "none", whatever the policy.
 //
 // It returns the mode for the node ("" leaves the node's default, "user"),
-// or a *Refusal.
+// or a *jsonapi.Error.
 func ChooseNetwork(pol sdk.Policy, tenant, asked string) (string, error) {
 	switch asked {
 	case "", NetworkUser, NetworkNone, NetworkTenant:
 	default:
-		return "", &Refusal{Kind: Invalid, Msg: fmt.Sprintf("network %q is not known", jsonapi.Echo(asked)),
+		return "", &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("network %q is not known", jsonapi.Echo(asked)),
 			Hint: `use "tenant" (your tenant's own network), "user" (NAT) or "none"`}
 	}
 	if tenant == "" {
 		if asked == NetworkTenant {
-			return "", &Refusal{Kind: Invalid, Msg: "the operator's VMs belong to no tenant, so they have no tenant network",
+			return "", &jsonapi.Error{Status: http.StatusBadRequest, Msg: "the operator's VMs belong to no tenant, so they have no tenant network",
 				Hint: `use "user" (NAT, the default) or "none"; a tenant's VMs get their tenant's network`}
 		}
 		return asked, nil
@@ -60,7 +61,7 @@ func ChooseNetwork(pol sdk.Policy, tenant, asked string) (string, error) {
 	case "":
 		return NetworkTenant, nil
 	case NetworkUser:
-		return "", &Refusal{Kind: Forbidden, Msg: "user-mode networking is not allowed for tenants while the fleet policy isolates tenant networks",
+		return "", &jsonapi.Error{Status: http.StatusForbidden, Msg: "user-mode networking is not allowed for tenants while the fleet policy isolates tenant networks",
 			Hint: `leave network out (or "tenant") for your tenant's own network, or ask for "none"; the operator sets isolate_tenant_networks`}
 	}
 	return asked, nil
@@ -68,21 +69,21 @@ func ChooseNetwork(pol sdk.Policy, tenant, asked string) (string, error) {
 
 // TenantSubnet is the tenant's subnet, <tenant_subnet_prefix>.<n>.0/24, with
 // n its index in the store (assigned at the first need and kept). It returns
-// a *Refusal when there is none to give.
+// a *jsonapi.Error when there is none to give.
 func TenantSubnet(ctx context.Context, st SubnetStore, pol sdk.Policy, tenant string) (string, error) {
 	n, err := st.TenantSubnetIndex(ctx, tenant)
 	switch {
 	case errors.Is(err, store.ErrNoSubnet):
-		return "", &Refusal{Kind: Unavailable, Msg: fmt.Sprintf("every one of the %d tenant subnets is held by a tenant", store.MaxTenantSubnets),
+		return "", &jsonapi.Error{Status: http.StatusServiceUnavailable, Msg: fmt.Sprintf("every one of the %d tenant subnets is held by a tenant", store.MaxTenantSubnets),
 			Hint: "the operator frees one by deleting a tenant that no longer needs it, or turns isolate_tenant_networks off"}
 	case errors.Is(err, store.ErrNotFound):
-		return "", &Refusal{Kind: Forbidden, Msg: "tenant " + tenant + " no longer exists", Hint: "sign in again"}
+		return "", &jsonapi.Error{Status: http.StatusForbidden, Msg: "tenant " + tenant + " no longer exists", Hint: "sign in again"}
 	case err != nil:
-		return "", &Refusal{Kind: Unavailable, Msg: "cannot read the tenant's subnet", Hint: "retry in a moment"}
+		return "", &jsonapi.Error{Status: http.StatusServiceUnavailable, Msg: "cannot read the tenant's subnet", Hint: "retry in a moment"}
 	}
 	subnet, err := network.TenantSubnet(pol.TenantSubnetPrefix, n)
 	if err != nil {
-		return "", &Refusal{Kind: Unavailable, Msg: "the policy's tenant_subnet_prefix does not make a subnet: " + err.Error(),
+		return "", &jsonapi.Error{Status: http.StatusServiceUnavailable, Msg: "the policy's tenant_subnet_prefix does not make a subnet: " + err.Error(),
 			Hint: `the operator sets tenant_subnet_prefix to two octets, like "10.230" (PUT /fleet/policy)`}
 	}
 	return subnet, nil

@@ -3,9 +3,11 @@ package vms
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -20,25 +22,25 @@ func TestChooseNetwork(t *testing.T) {
 		tenant, asked string
 		want          string
 		refused       bool
-		kind          RefusalKind
+		kind          int
 	}{
 		{"tenant, isolation on, default", on, "t-1", "", NetworkTenant, false, 0},
 		{"tenant, isolation on, tenant", on, "t-1", NetworkTenant, NetworkTenant, false, 0},
 		{"tenant, isolation on, none", on, "t-1", NetworkNone, NetworkNone, false, 0},
-		{"tenant, isolation on, user", on, "t-1", NetworkUser, "", true, Forbidden},
+		{"tenant, isolation on, user", on, "t-1", NetworkUser, "", true, http.StatusForbidden},
 		{"tenant, isolation off, default", off, "t-1", "", "", false, 0},
 		{"tenant, isolation off, user", off, "t-1", NetworkUser, NetworkUser, false, 0},
 		{"tenant, isolation off, tenant", off, "t-1", NetworkTenant, NetworkTenant, false, 0},
 		{"operator, isolation on, default", on, "", "", "", false, 0},
 		{"operator, isolation on, user", on, "", NetworkUser, NetworkUser, false, 0},
-		{"operator, isolation on, tenant", on, "", NetworkTenant, "", true, Invalid},
-		{"unknown mode", off, "t-1", "bridge", "", true, Invalid},
+		{"operator, isolation on, tenant", on, "", NetworkTenant, "", true, http.StatusBadRequest},
+		{"unknown mode", off, "t-1", "bridge", "", true, http.StatusBadRequest},
 	} {
 		got, err := ChooseNetwork(c.pol, c.tenant, c.asked)
-		var rf *Refusal
+		var rf *jsonapi.Error
 		switch {
-		case c.refused && (!errors.As(err, &rf) || rf.Kind != c.kind || rf.Hint == ""):
-			t.Errorf("%s: %q, %v; want a refusal of kind %d with a hint", c.name, got, err, c.kind)
+		case c.refused && (!errors.As(err, &rf) || rf.Status != c.kind || rf.Hint == ""):
+			t.Errorf("%s: %q, %v; want a refusal of status %d with a hint", c.name, got, err, c.kind)
 		case !c.refused && (err != nil || got != c.want):
 			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
 		}
@@ -64,17 +66,17 @@ func TestTenantSubnet(t *testing.T) {
 		name string
 		f    fakeSubnets
 		pol  sdk.Policy
-		kind RefusalKind
+		kind int
 	}{
-		{"all held", fakeSubnets{err: store.ErrNoSubnet}, pol, Unavailable},
-		{"tenant gone", fakeSubnets{err: store.ErrNotFound}, pol, Forbidden},
-		{"store down", fakeSubnets{err: errors.New("etcd: no leader")}, pol, Unavailable},
-		{"bad prefix", fakeSubnets{n: 1}, sdk.Policy{TenantSubnetPrefix: "10"}, Unavailable},
+		{"all held", fakeSubnets{err: store.ErrNoSubnet}, pol, http.StatusServiceUnavailable},
+		{"tenant gone", fakeSubnets{err: store.ErrNotFound}, pol, http.StatusForbidden},
+		{"store down", fakeSubnets{err: errors.New("etcd: no leader")}, pol, http.StatusServiceUnavailable},
+		{"bad prefix", fakeSubnets{n: 1}, sdk.Policy{TenantSubnetPrefix: "10"}, http.StatusServiceUnavailable},
 	} {
 		_, err := TenantSubnet(ctx, c.f, c.pol, "t-1")
-		var rf *Refusal
-		if !errors.As(err, &rf) || rf.Kind != c.kind || rf.Hint == "" {
-			t.Errorf("%s: %v; want a refusal of kind %d with a hint", c.name, err, c.kind)
+		var rf *jsonapi.Error
+		if !errors.As(err, &rf) || rf.Status != c.kind || rf.Hint == "" {
+			t.Errorf("%s: %v; want a refusal of status %d with a hint", c.name, err, c.kind)
 		}
 	}
 }

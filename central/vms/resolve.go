@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -38,35 +39,16 @@ var (
 	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
 )
 
-// RefusalKind is why a request is refused: the caller's mistake, a right it
-// lacks, or a store that does not answer.
-type RefusalKind int
-
-const (
-	Invalid RefusalKind = iota
-	Forbidden
-	Unavailable
-)
-
-// Refusal is a request refused before anything was reserved, in words for
-// the caller.
-type Refusal struct {
-	Kind      RefusalKind
-	Msg, Hint string
-}
-
-func (r *Refusal) Error() string { return r.Msg }
-
 // Resolve checks a create request of tenant ("" is the operator) and turns
 // it into the node's request (image path, guest OS and size filled from the
 // catalog, the tenant stamped). It returns the image's name for the ledger,
-// or a *Refusal.
+// or a *jsonapi.Error.
 func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCreateVMRequest) (spec sdk.CreateVMRequest, image string, err error) {
 	bad := func(m, h string) (sdk.CreateVMRequest, string, error) {
-		return sdk.CreateVMRequest{}, "", &Refusal{Kind: Invalid, Msg: m, Hint: h}
+		return sdk.CreateVMRequest{}, "", &jsonapi.Error{Status: http.StatusBadRequest, Msg: m, Hint: h}
 	}
-	refuse := func(k RefusalKind, m, h string) (sdk.CreateVMRequest, string, error) {
-		return sdk.CreateVMRequest{}, "", &Refusal{Kind: k, Msg: m, Hint: h}
+	refuse := func(k int, m, h string) (sdk.CreateVMRequest, string, error) {
+		return sdk.CreateVMRequest{}, "", &jsonapi.Error{Status: k, Msg: m, Hint: h}
 	}
 	if !nameRE.MatchString(req.Name) {
 		return bad(fmt.Sprintf("name %q is not a valid vm name", jsonapi.Echo(req.Name)), "use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
@@ -79,7 +61,7 @@ func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCrea
 	case req.ImagePath != "":
 		if tenant != "" {
 			names, _ := CatalogNames(ctx, cat)
-			return refuse(Forbidden, "image_path is for the operator", "launch a catalog image by name instead (\"image\"): "+names)
+			return refuse(http.StatusForbidden, "image_path is for the operator", "launch a catalog image by name instead (\"image\"): "+names)
 		}
 		if !filepath.IsAbs(req.ImagePath) {
 			return bad("image_path must be an absolute path on the nodes", "or launch a catalog image by name (\"image\")")
@@ -88,7 +70,7 @@ func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCrea
 	default:
 		names, err := CatalogNames(ctx, cat)
 		if err != nil {
-			return refuse(Unavailable, "cannot read the image catalog", "retry in a moment")
+			return refuse(http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment")
 		}
 		if req.Image == "" {
 			return bad("image is required: a catalog image's name", "catalog images: "+names)
@@ -98,7 +80,7 @@ func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCrea
 			return bad(fmt.Sprintf("no image %q in the catalog", jsonapi.Echo(req.Image)), "catalog images: "+names)
 		}
 		if err != nil {
-			return refuse(Unavailable, "cannot read the image catalog", "retry in a moment")
+			return refuse(http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment")
 		}
 		if spec.GuestOS != "" && spec.GuestOS != im.GuestOS {
 			return bad(fmt.Sprintf("guest_os %q does not match image %s, a %s image", jsonapi.Echo(spec.GuestOS), im.Name, im.GuestOS),

@@ -3,11 +3,13 @@ package vms
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -33,28 +35,28 @@ func TestResolve(t *testing.T) {
 		what   string
 		tenant string
 		req    sdk.FleetCreateVMRequest
-		kind   RefusalKind
+		kind   int
 		says   string
 	}{
-		{"a bad name", "t-acme", sdk.FleetCreateVMRequest{Name: "-x", Image: "deb"}, Invalid, "not a valid vm name"},
-		{"a 1 MiB name", "t-acme", sdk.FleetCreateVMRequest{Name: huge, Image: "deb"}, Invalid, "not a valid vm name"},
-		{"no image", "t-acme", sdk.FleetCreateVMRequest{Name: "a"}, Invalid, "image is required"},
-		{"an unknown image", "t-acme", sdk.FleetCreateVMRequest{Name: "a", Image: "nope"}, Invalid, `no image "nope"`},
-		{"a tenant's image_path", "t-acme", sdk.FleetCreateVMRequest{Name: "a", ImagePath: "/img/deb"}, Forbidden, "for the operator"},
-		{"a relative image_path", "", sdk.FleetCreateVMRequest{Name: "a", ImagePath: "img/deb"}, Invalid, "absolute path"},
-		{"a reserved label", "t-acme", sdk.FleetCreateVMRequest{Name: "a", Image: "deb", Labels: map[string]string{"fluxvm.dev/pool": "p"}}, Invalid, "reserved prefix"},
+		{"a bad name", "t-acme", sdk.FleetCreateVMRequest{Name: "-x", Image: "deb"}, http.StatusBadRequest, "not a valid vm name"},
+		{"a 1 MiB name", "t-acme", sdk.FleetCreateVMRequest{Name: huge, Image: "deb"}, http.StatusBadRequest, "not a valid vm name"},
+		{"no image", "t-acme", sdk.FleetCreateVMRequest{Name: "a"}, http.StatusBadRequest, "image is required"},
+		{"an unknown image", "t-acme", sdk.FleetCreateVMRequest{Name: "a", Image: "nope"}, http.StatusBadRequest, `no image "nope"`},
+		{"a tenant's image_path", "t-acme", sdk.FleetCreateVMRequest{Name: "a", ImagePath: "/img/deb"}, http.StatusForbidden, "for the operator"},
+		{"a relative image_path", "", sdk.FleetCreateVMRequest{Name: "a", ImagePath: "img/deb"}, http.StatusBadRequest, "absolute path"},
+		{"a reserved label", "t-acme", sdk.FleetCreateVMRequest{Name: "a", Image: "deb", Labels: map[string]string{"fluxvm.dev/pool": "p"}}, http.StatusBadRequest, "reserved prefix"},
 		{"too many labels", "t-acme", sdk.FleetCreateVMRequest{Name: "a", Image: "deb", Labels: func() map[string]string {
 			m := map[string]string{}
 			for i := range MaxLabels + 1 {
 				m[strings.Repeat("k", i+1)] = "v"
 			}
 			return m
-		}()}, Invalid, "at most"},
+		}()}, http.StatusBadRequest, "at most"},
 	} {
 		_, _, err := Resolve(ctx, st, tc.tenant, &tc.req)
-		var rf *Refusal
-		if !errors.As(err, &rf) || rf.Kind != tc.kind || !strings.Contains(rf.Msg, tc.says) || rf.Hint == "" {
-			t.Errorf("%s: %v; want a refusal of kind %d saying %q, with a hint", tc.what, err, tc.kind, tc.says)
+		var rf *jsonapi.Error
+		if !errors.As(err, &rf) || rf.Status != tc.kind || !strings.Contains(rf.Msg, tc.says) || rf.Hint == "" {
+			t.Errorf("%s: %v; want a refusal of status %d saying %q, with a hint", tc.what, err, tc.kind, tc.says)
 			continue
 		}
 		if len(rf.Msg) > 300 {

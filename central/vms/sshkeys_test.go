@@ -3,11 +3,13 @@ package vms
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -52,9 +54,9 @@ func TestResolveSendsSSHKeysForTheImagesLoginAndRefusesBadOnes(t *testing.T) {
 		{"a macOS guest", sdk.FleetCreateVMRequest{Name: "a", Image: "mac", SSHAuthorizedKeys: []string{key}}, "Linux guest agent"},
 	} {
 		_, _, err := Resolve(ctx, st, "t-acme", &tc.req)
-		var rf *Refusal
-		if !errors.As(err, &rf) || rf.Kind != Invalid || !strings.Contains(rf.Msg, tc.says) || rf.Hint == "" || len(rf.Msg) > 300 {
-			t.Errorf("%s: %v; want an Invalid refusal saying %q, with a hint, short", tc.what, err, tc.says)
+		var rf *jsonapi.Error
+		if !errors.As(err, &rf) || rf.Status != http.StatusBadRequest || !strings.Contains(rf.Msg, tc.says) || rf.Hint == "" || len(rf.Msg) > 300 {
+			t.Errorf("%s: %v; want an http.StatusBadRequest refusal saying %q, with a hint, short", tc.what, err, tc.says)
 		}
 	}
 }

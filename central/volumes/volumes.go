@@ -40,39 +40,6 @@ type Store interface {
 	ListNodes(ctx context.Context) ([]store.Node, error)
 }
 
-// Kind says what an Error is, and so its status.
-type Kind int
-
-const (
-	Invalid  Kind = iota // 400
-	NotFound             // 404
-	Conflict             // 409
-	Limit                // 429
-)
-
-// Status is the HTTP status of the kind.
-func (k Kind) Status() int {
-	return [...]int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusTooManyRequests}[k]
-}
-
-// Error is a request refused by a rule, in words for people.
-type Error struct {
-	Kind      Kind
-	Msg, Hint string
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// NodeError is the node's refusal or failure; Err is its answer.
-type NodeError struct {
-	Node *store.Node
-	What string
-	Err  error
-}
-
-func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %s: %v", e.Node.Name, e.What, e.Err) }
-func (e *NodeError) Unwrap() error { return e.Err }
-
 // Service does the volume routes' work. It is safe for concurrent use.
 type Service struct {
 	st    Store
@@ -98,7 +65,7 @@ type Caller struct {
 // CheckName refuses a volume name the spec does not allow.
 func CheckName(name string) error {
 	if !nameRE.MatchString(name) {
-		return &Error{Kind: Invalid, Msg: fmt.Sprintf("volume name %q is not valid", jsonapi.Echo(name)),
+		return &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("volume name %q is not valid", jsonapi.Echo(name)),
 			Hint: "a volume name is 1-40 lowercase letters, digits and '-', starting with a letter or digit"}
 	}
 	return nil
@@ -117,7 +84,7 @@ func view(rec *store.Volume, c Caller) sdk.FleetVolume {
 func (s *Service) client(n *store.Node) (*sdk.NodeClient, error) {
 	nc, err := s.nodes.Client(n)
 	if err != nil {
-		return nil, &NodeError{Node: n, What: "reach the node", Err: err}
+		return nil, &nodecall.NodeError{Node: n, What: "reach the node", Err: err}
 	}
 	return nc, nil
 }
@@ -150,12 +117,12 @@ func (s *Service) place(ctx context.Context, c Caller, name string) (*store.Node
 	if name != "" {
 		n, err := s.st.GetNode(ctx, name)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, &Error{Kind: Invalid, Msg: fmt.Sprintf("no node %q", jsonapi.Echo(name)), Hint: "fluxctl fleet nodes lists them; or leave --node out"}
+			return nil, &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("no node %q", jsonapi.Echo(name)), Hint: "fluxctl fleet nodes lists them; or leave --node out"}
 		} else if err != nil {
 			return nil, &store.OpError{Op: "read the node", Err: err}
 		}
 		if why := usable(n); why != "" {
-			return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("node %s cannot take a volume: it is %s", n.Name, why), Hint: "pick another node, or leave --node out"}
+			return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("node %s cannot take a volume: it is %s", n.Name, why), Hint: "pick another node, or leave --node out"}
 		}
 		return n, nil
 	}
@@ -178,7 +145,7 @@ func (s *Service) place(ctx context.Context, c Caller, name string) (*store.Node
 		}
 	}
 	if best == nil {
-		return nil, &Error{Kind: Conflict, Msg: "no node can take a volume now (every node is down, cordoned, draining or leased to someone else)",
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: "no node can take a volume now (every node is down, cordoned, draining or leased to someone else)",
 			Hint: "fluxctl fleet nodes shows them; retry when one is up"}
 	}
 	return best, nil
@@ -210,10 +177,10 @@ func (s *Service) Create(ctx context.Context, c Caller, req sdk.FleetCreateVolum
 	var qe *store.QuotaError
 	switch err := s.st.AddVolume(ctx, rec, limit); {
 	case errors.As(err, &qe):
-		return nil, &Error{Kind: Limit, Msg: fmt.Sprintf("%d GiB more of volumes would make %d GiB, over max_volume_gib %d", req.SizeGiB, qe.Used+req.SizeGiB, limit),
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: fmt.Sprintf("%d GiB more of volumes would make %d GiB, over max_volume_gib %d", req.SizeGiB, qe.Used+req.SizeGiB, limit),
 			Hint: "delete a volume first (fluxctl fleet volume-rm NAME), ask for less, or ask the operator to raise max_volume_gib"}
 	case errors.Is(err, store.ErrExists):
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("a volume named %s exists already", req.Name), Hint: "names are unique per tenant: pick another, or delete the old one first"}
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("a volume named %s exists already", req.Name), Hint: "names are unique per tenant: pick another, or delete the old one first"}
 	case err != nil:
 		return nil, &store.OpError{Op: "record the volume", Err: err}
 	}
@@ -226,7 +193,7 @@ func (s *Service) Create(ctx context.Context, c Caller, req sdk.FleetCreateVolum
 		if derr := s.st.DropVolume(ctx, rec); derr != nil {
 			s.log.Warn("drop the record of a volume not made", "volume", req.Name, "error", derr)
 		}
-		return nil, &NodeError{Node: n, What: "create the volume", Err: err}
+		return nil, &nodecall.NodeError{Node: n, What: "create the volume", Err: err}
 	}
 	rec.Pending, rec.Path = false, nv.Path
 	if err := s.st.PutVolume(ctx, rec); err != nil {
@@ -303,12 +270,12 @@ func (s *Service) find(ctx context.Context, c Caller, nameOrID string) (*store.V
 	}
 	switch {
 	case len(recs) == 0:
-		return nil, &Error{Kind: NotFound, Msg: fmt.Sprintf("no volume %q", jsonapi.Echo(nameOrID)), Hint: "fluxctl fleet volumes lists yours"}
+		return nil, &jsonapi.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no volume %q", jsonapi.Echo(nameOrID)), Hint: "fluxctl fleet volumes lists yours"}
 	case len(recs) > 1:
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("%d tenants have a volume named %q", len(recs), jsonapi.Echo(nameOrID)), Hint: "name the volume by its id (vol-...)"}
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("%d tenants have a volume named %q", len(recs), jsonapi.Echo(nameOrID)), Hint: "name the volume by its id (vol-...)"}
 	}
 	if recs[0].Pending {
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("volume %s is being created", recs[0].Name), Hint: "retry in a moment"}
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("volume %s is being created", recs[0].Name), Hint: "retry in a moment"}
 	}
 	return &recs[0], nil
 }
@@ -342,10 +309,10 @@ func (s *Service) Get(ctx context.Context, c Caller, nameOrID string) (*sdk.Flee
 // refusal.
 func attachedError(n *store.Node, rec *store.Volume, what string, err error) error {
 	if sdk.IsConflict(err) {
-		return &Error{Kind: Conflict, Msg: fmt.Sprintf("volume %s is attached to a VM: it cannot be %s", rec.Name, what),
+		return &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("volume %s is attached to a VM: it cannot be %s", rec.Name, what),
 			Hint: "delete the VM that uses it first (fluxctl fleet volumes shows which); a volume is used by one VM at a time"}
 	}
-	return &NodeError{Node: n, What: "change the volume", Err: err}
+	return &nodecall.NodeError{Node: n, What: "change the volume", Err: err}
 }
 
 // Delete deletes a free volume and its data; its record is kept (deleted)
@@ -384,7 +351,7 @@ func (s *Service) Resize(ctx context.Context, c Caller, nameOrID string, sizeGiB
 		return nil, err
 	}
 	if sizeGiB < rec.SizeGiB {
-		return nil, &Error{Kind: Invalid, Msg: fmt.Sprintf("volume %s is %d GiB: volumes only grow, not to %d GiB", rec.Name, rec.SizeGiB, sizeGiB),
+		return nil, &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("volume %s is %d GiB: volumes only grow, not to %d GiB", rec.Name, rec.SizeGiB, sizeGiB),
 			Hint: fmt.Sprintf("give --size of at least %d; to shrink, copy the data to a new, smaller volume", rec.SizeGiB)}
 	}
 	n, nc, err := s.nodeOf(ctx, rec)
@@ -408,7 +375,7 @@ func (s *Service) Resize(ctx context.Context, c Caller, nameOrID string, sizeGiB
 	grown, err := s.st.GrowVolume(ctx, rec.ID, sizeGiB, limit, s.now().UTC())
 	switch {
 	case errors.As(err, &qe):
-		return nil, &Error{Kind: Limit, Msg: fmt.Sprintf("growing volume %s to %d GiB would make %d GiB of volumes, over max_volume_gib %d", rec.Name, sizeGiB, qe.Used+qe.Asked, limit),
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: fmt.Sprintf("growing volume %s to %d GiB would make %d GiB of volumes, over max_volume_gib %d", rec.Name, sizeGiB, qe.Used+qe.Asked, limit),
 			Hint: "delete a volume first (fluxctl fleet volume-rm NAME), or ask the operator to raise max_volume_gib"}
 	case err != nil:
 		return nil, &store.OpError{Op: "record the volume's size", Err: err}
@@ -437,19 +404,19 @@ func (s *Service) ForLaunch(ctx context.Context, c Caller, names []string, node 
 	for _, name := range names {
 		rec, err := s.find(ctx, c, name)
 		if err != nil {
-			var e *Error
-			if errors.As(err, &e) && e.Kind == NotFound {
-				e.Kind = Invalid // the launch is malformed, not its route unknown
+			var e *jsonapi.Error
+			if errors.As(err, &e) && e.Status == http.StatusNotFound {
+				e.Status = http.StatusBadRequest // the launch is malformed, not its route unknown
 			}
 			return "", nil, err
 		}
 		for _, id := range ids {
 			if id == rec.ID {
-				return "", nil, &Error{Kind: Invalid, Msg: fmt.Sprintf("volume %s is named twice", rec.Name), Hint: "name each volume once"}
+				return "", nil, &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("volume %s is named twice", rec.Name), Hint: "name each volume once"}
 			}
 		}
 		if at != "" && rec.Node != at {
-			return "", nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("the volumes are on two nodes (%s and %s): a VM runs on one", at, rec.Node),
+			return "", nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("the volumes are on two nodes (%s and %s): a VM runs on one", at, rec.Node),
 				Hint: "attach volumes of one node only"}
 		}
 		at = rec.Node
@@ -457,7 +424,7 @@ func (s *Service) ForLaunch(ctx context.Context, c Caller, names []string, node 
 		recs = append(recs, rec)
 	}
 	if node != "" && node != at {
-		return "", nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("the volumes are on node %s, not %s", at, node),
+		return "", nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("the volumes are on node %s, not %s", at, node),
 			Hint: "leave --node out: a launch with volumes runs on their node"}
 	}
 	n, nc, err := s.nodeOf(ctx, recs[0])
@@ -467,10 +434,10 @@ func (s *Service) ForLaunch(ctx context.Context, c Caller, names []string, node 
 	for _, rec := range recs {
 		nv, err := nc.GetVolume(ctx, rec.ID)
 		if err != nil {
-			return "", nil, &NodeError{Node: n, What: "read volume " + rec.Name, Err: err}
+			return "", nil, &nodecall.NodeError{Node: n, What: "read volume " + rec.Name, Err: err}
 		}
 		if nv.AttachedTo != "" {
-			return "", nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("volume %s is attached to another VM", rec.Name),
+			return "", nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("volume %s is attached to another VM", rec.Name),
 				Hint: "delete that VM first (fluxctl fleet volumes shows which): a volume is used by one VM at a time"}
 		}
 	}

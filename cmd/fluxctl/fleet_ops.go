@@ -596,6 +596,7 @@ toward --max-size after recent claims. --vcpus and --memory-mib default to the
 image's. As the operator, --tenant makes it for a tenant; without it the pool
 is shared.`,
 		Example: `  fluxctl fleet pools create ci --image debian-minimal --size 2
+  fluxctl fleet pools create jobs --image debian-minimal --size 5 --mode snapshot
   fluxctl fleet pools status ci`,
 		Args: oneName("pool name"),
 		RunE: f.withClient(func(c *cobra.Command, args []string, fc *sdk.FleetClient) error {
@@ -622,6 +623,7 @@ is shared.`,
 	fl.StringVar(&req.Image, "image", "", "the catalog image (required)")
 	fl.IntVar(&size, "size", 0, "how many warm VMs the pool keeps (required)")
 	fl.IntVar(&req.MaxSize, "max-size", 0, "how far it may grow toward recent demand (default: --size)")
+	fl.StringVar(&req.Mode, "mode", "", "running (default: idle booted VMs) or snapshot (one saved guest, a resumed copy per claim)")
 	fl.Int64Var(&req.VCPUs, "vcpus", 0, "vCPUs of each VM (default: the image's)")
 	fl.Int64Var(&req.MemoryMiB, "memory-mib", 0, "memory of each VM (default: the image's)")
 	fl.StringVar(&req.Tenant, "tenant", "", "make the pool for this tenant, by name or ID (operator)")

@@ -80,7 +80,7 @@ details), -o csv, and -c to pick the columns, e.g. -c name,node,state.`,
 	pf.StringVar(&a.token, "token", "", "the node's API token (env "+envToken+")")
 	pf.StringVarP(&a.output, "output", "o", "", "table, wide, json, yaml or csv (default: table on a terminal, json when piped; csv for commands that list)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
-	root.AddCommand(a.vmCommand(), a.fleetCommand())
+	root.AddCommand(a.vmCommand(), a.vmImageCommand(), a.fleetCommand())
 	a.root = root
 	return root
 }

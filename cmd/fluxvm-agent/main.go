@@ -8,6 +8,9 @@
 //	fluxvm-agent dev                      central, a node and a demo tenant in one process
 //	fluxvm-agent plugin qemu              the QEMU driver plugin (the node agent starts it)
 //	fluxvm-agent plugin sim               the simulated driver plugin
+//	fluxvm-agent plugin vz                the Virtualization framework driver plugin (macOS on Apple silicon; elsewhere it reports why it cannot run)
+//	fluxvm-agent vz-host -workspace DIR   one vz VM's host process (the vz plugin starts it)
+//	fluxvm-agent vz-install -ipsw F -out DIR   make a macOS image for the vz driver from a restore image
 //	fluxvm-agent plugin netns             the network plugin (Linux; the node agent starts it for plugin "netns" {})
 package main
 
@@ -30,6 +33,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/payments"
 	"github.com/fluxvm/fluxvm/central/signup"
 	"github.com/fluxvm/fluxvm/drivers/sim"
+	"github.com/fluxvm/fluxvm/drivers/vz"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/network"
 	"github.com/hashicorp/go-hclog"
@@ -39,6 +43,7 @@ import (
 // More are added per platform (drivers_linux.go).
 var builtinDrivers = map[string]func(hclog.Logger) driver.Driver{
 	"sim": sim.New,
+	"vz":  vz.New, // usable on darwin/arm64 with cgo; elsewhere it says why not
 }
 
 // builtinNetworks are the network plugins this binary carries (netns, on
@@ -61,6 +66,10 @@ func main() {
 		os.Exit(runDev(os.Args[2:]))
 	case "plugin":
 		os.Exit(runPlugin(os.Args[2:]))
+	case "vz-host":
+		os.Exit(vz.HostMain(os.Args[2:], os.Stderr))
+	case "vz-install":
+		os.Exit(vz.InstallMain(os.Args[2:], os.Stderr))
 	case "version", "-version", "--version":
 		fmt.Println("fluxvm-agent", version)
 	case "-h", "-help", "--help", "help":
@@ -83,6 +92,8 @@ func usage() {
   fluxvm-agent scheduler -etcd-endpoints URLS [-token T] [-listen ADDR] [-reconcile-secs N] [-heartbeat-secs N]
   fluxvm-agent dev [-state-dir DIR] [-reset] [-listen ADDR] [-node-listen ADDR]
   fluxvm-agent plugin NAME
+  fluxvm-agent vz-host -workspace DIR   (started by the vz plugin: one VM's host process)
+  fluxvm-agent vz-install -ipsw RESTORE.ipsw -out DIR [-disk-gib N]   (macOS: make a macOS image for vz)
   fluxvm-agent version
 
 built-in plugins: %v

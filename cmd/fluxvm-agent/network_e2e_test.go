@@ -437,6 +437,11 @@ func TestNodeTenantNetworksIsolateTenantsAndSurviveThePlugin(t *testing.T) {
 	if _, err := n.client.WaitReady(ctx, a2.ID, 200*time.Millisecond); err != nil {
 		t.Fatalf("a2 after its restart: %v", err)
 	}
+	// Ready comes before the guest's set-up (its address among it); an
+	// exec waits for the set-up, so one in a2 means its address is back.
+	if code, out := n.sh(a2, "true"); code != 0 {
+		t.Fatalf("exec in a2 after its restart: %d %s", code, out)
+	}
 	if !n.pings(a1, a2) {
 		t.Errorf("a1 does not ping a2 after a2's restart")
 	}

@@ -1,5 +1,6 @@
 // Command fluxvm-guest is the FluxVM guest agent. In the FluxVM initramfs it is /init
-// (PID 1); with -port it serves one port as an ordinary process, for testing.
+// (PID 1); with -port it serves one port as an ordinary process, for testing; with
+// -vsock it serves a virtio-vsock port as a service of a vz guest (macOS or Linux).
 // `fluxvm-guest ssh-keys USER` (the node agent runs it in the guest, as /init) makes
 // the keys on its standard input USER's authorized SSH keys, adding USER when missing,
 // and returns once the SSH server accepts connections.
@@ -17,6 +18,7 @@ import (
 func main() {
 	port := flag.String("port", "", "serve this agent port (a virtio-serial device or a unix socket) without PID 1 duties")
 	version := flag.Bool("version", false, "print the agent version and exit")
+	vsock := flag.Uint("vsock", 0, "serve this virtio-vsock port (1024 for the vz driver) as a service, in a macOS or Linux guest")
 	flag.Parse()
 	if *version {
 		fmt.Println(agent.Version)
@@ -34,6 +36,12 @@ func main() {
 		if err = agent.InstallAuthorizedKeys("/", flag.Arg(1), os.Stdin); err == nil {
 			err = agent.WaitSSHD()
 		}
+	case *vsock != 0:
+		if *vsock > 1<<32-1 {
+			err = fmt.Errorf("-vsock %d is not a vsock port", *vsock)
+			break
+		}
+		err = agent.RunVsock(ctx, uint32(*vsock), logf)
 	case *port != "":
 		err = agent.RunPort(ctx, *port, logf)
 	case os.Getpid() == 1:

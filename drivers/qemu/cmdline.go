@@ -59,6 +59,13 @@ type launch struct {
 	Network string
 	MAC     string
 	Tap     string
+	// RAMFile backs the guest's RAM with a file: shared (writes reach the
+	// file) for a VM created with memory_file, private (copy on write) for
+	// one resuming from a saved guest's RAM.
+	RAMFile   string
+	RAMShared bool
+	// Incoming starts QEMU waiting for a saved state (-incoming defer).
+	Incoming bool
 }
 
 // args returns QEMU's arguments (without the binary). Device names differ by
@@ -72,6 +79,9 @@ func (l launch) args() []string {
 		// The Debian kernel finds microvm's virtio-mmio devices through ACPI only.
 		machine = "microvm,acpi=on"
 	}
+	if l.RAMFile != "" {
+		machine += ",memory-backend=ram0"
+	}
 	a := []string{
 		"-name", "guest=" + l.ID + ",debug-threads=off",
 		"-uuid", l.UUID,
@@ -84,6 +94,16 @@ func (l launch) args() []string {
 		"-no-user-config",
 		// No window, ever: screendump and VNC work from the display device alone.
 		"-display", "none",
+	}
+	if l.RAMFile != "" {
+		share := "off"
+		if l.RAMShared {
+			share = "on"
+		}
+		a = append(a, "-object", "memory-backend-file,id=ram0,size="+strconv.FormatInt(l.MemoryMiB, 10)+"M,mem-path="+optPath(l.RAMFile)+",share="+share)
+	}
+	if l.Incoming {
+		a = append(a, "-incoming", "defer")
 	}
 	if l.Kernel != "" {
 		a = append(a, "-kernel", l.Kernel)

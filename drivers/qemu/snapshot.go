@@ -140,6 +140,8 @@ func (d *Driver) SnapshotVM(ctx context.Context, id, tag string, memory bool) (*
 		switch {
 		case memory && !runs(state):
 			return driver.Errorf(driver.ErrState, "vm %s is %s: a memory snapshot needs a running or paused vm", id, stateName(state))
+		case memory && v.rec.MemoryFile:
+			err = v.saveMemoryFiles(ctx, tag, state)
 		case memory:
 			// The job stops the vCPUs while it saves and resumes them after,
 			// if they ran before.
@@ -297,6 +299,9 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, id, tag string) error {
 		} else {
 			err = d.qemuImgSnapshot(ctx, "-d", tag, v.rec.Disk)
 		}
+		if err == nil {
+			err = v.removeSnapFiles(tag)
+		}
 		if err != nil {
 			return fmt.Errorf("delete snapshot %q of vm %s: %w", tag, id, err)
 		}
@@ -316,6 +321,8 @@ func (d *Driver) RestoreVM(ctx context.Context, id, tag string) (*pb.VMStatus, e
 		}
 		state := v.currentState()
 		switch {
+		case snaps[i].Memory && v.hasSnapFiles(tag):
+			return driver.Errorf(driver.ErrUnsupported, "vm %s keeps its memory in a file (memory_file), and restoring such a snapshot into the vm itself is not built yet; clone it with resume_memory instead", id)
 		case snaps[i].Memory && !runs(state):
 			return driver.Errorf(driver.ErrState, "vm %s is %s: a memory snapshot is restored into a running or paused vm (start it first)", id, stateName(state))
 		case snaps[i].Memory:
@@ -372,13 +379,20 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 		return nil, err
 	}
 	tag := req.GetSnapshotTag()
+	if req.GetResumeMemory() && tag == "" {
+		return nil, driver.Errorf(driver.ErrInvalid, "clone of vm %s: resume_memory needs a memory snapshot's tag", src.id)
+	}
 	if tag != "" {
 		snaps, err := src.readSnapshots()
 		if err != nil {
 			return nil, err
 		}
-		if _, err := snapshotIndex(snaps, src.id, tag); err != nil {
+		i, err := snapshotIndex(snaps, src.id, tag)
+		if err != nil {
 			return nil, err
+		}
+		if req.GetResumeMemory() && (!snaps[i].Memory || !src.hasSnapFiles(tag)) {
+			return nil, driver.Errorf(driver.ErrState, "snapshot %q of vm %s cannot be resumed from: only memory snapshots of a vm created with driver_config memory_file can", tag, src.id)
 		}
 	} else if st := src.currentState(); runs(st) {
 		return nil, driver.Errorf(driver.ErrState, "vm %s is %s: clone it from a snapshot, or stop it first", src.id, stateName(st))
@@ -391,6 +405,12 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 	v, err := d.lookup(spec.Id)
 	if err == nil {
 		err = d.copyDisk(ctx, src, tag, v.rec.Disk)
+	}
+	if err == nil && req.GetResumeMemory() {
+		// The clone's own later boots use ordinary memory.
+		r := snapFiles(src.ws, tag)
+		v.rec.Resume, v.rec.MemoryFile = &r, false
+		err = v.writeRecord()
 	}
 	if err != nil {
 		_ = d.DestroyVM(context.WithoutCancel(ctx), spec.Id, true)

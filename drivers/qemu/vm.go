@@ -215,6 +215,9 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 		return nil, nil, fmt.Errorf("start vm %s: acceleration probe: %w", id, err)
 	}
 	l := v.launch(accel.Accel)
+	if r := v.rec.Resume; r != nil {
+		l.RAMFile, l.RAMShared, l.Incoming = r.RAM, false, true
+	}
 	for _, f := range []string{qmpSock, agentSock, vncSock, pidFile} {
 		_ = os.Remove(filepath.Join(v.ws, f))
 	}
@@ -245,7 +248,9 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	go v.watch(proc, done)
 
 	mon, err := v.connectMonitor(ctx, done, 10*time.Second)
-	if err == nil {
+	if err == nil && l.Incoming {
+		err = v.resume(ctx, mon)
+	} else if err == nil {
 		var st string
 		if st, err = mon.queryStatus(ctx); err == nil && st != "running" {
 			err = fmt.Errorf("qemu reports status %q right after start", st)
@@ -270,6 +275,13 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 		UUID:       v.rec.UUID,
 		StartedAt:  started.UnixNano(),
 		QEMUBinary: cfg.QEMUBinary,
+	}
+	if l.Incoming {
+		// Resumed once; a later start boots.
+		v.rec.Resume = nil
+		if err := v.writeRecord(); err != nil {
+			d.logger.Warn("cannot record that the vm has resumed", "vm", id, "error", err)
+		}
 	}
 	h, err := encodeHandle(id, hs)
 	if err == nil {
@@ -303,6 +315,9 @@ func (v *vm) launch(accel string) launch {
 		Display:   v.spec.Display,
 		Network:   "none",
 		MAC:       v.rec.MAC,
+	}
+	if v.rec.MemoryFile {
+		l.RAMFile, l.RAMShared = filepath.Join(v.ws, ramFile), true
 	}
 	switch v.spec.GetNetwork().GetMode() {
 	case pb.NetworkMode_NETWORK_MODE_USER:

@@ -148,6 +148,9 @@ func (d *Driver) RestoreVM(_ context.Context, id, tag string) (*pb.VMStatus, err
 // CloneVM creates a VM with the source's spec and screen (or the
 // snapshot's) under a new id and a new UUID, without the source's MAC.
 func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMStatus, error) {
+	if req.GetResumeMemory() {
+		return nil, driver.Errorf(driver.ErrUnsupported, "sim: clones that resume from a saved guest's memory are the qemu driver's (memory_file)")
+	}
 	d.mu.Lock()
 	src, err := d.lookupLocked(req.GetSourceId())
 	var spec *pb.VMSpec

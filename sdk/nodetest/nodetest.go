@@ -33,6 +33,8 @@ type Node struct {
 	// node's allowed image dir (the sim driver only needs it to exist), or
 	// the guest image directory given to WithQEMU.
 	Image string
+	// ImageDir is the node's image directory: where pulls land.
+	ImageDir string
 	// Dir holds the config, the state dir, the images and the node's log.
 	Dir string
 }
@@ -41,9 +43,10 @@ type Node struct {
 type Option func(*options)
 
 type options struct {
-	qemuImage  string
-	adminToken string
-	simImage   string
+	qemuImage    string
+	adminToken   string
+	simImage     string
+	portForwards map[string]string
 }
 
 // WithAdminToken has the node accept token as an admin token (Node.AdminToken),
@@ -56,6 +59,13 @@ func WithAdminToken(token string) Option {
 // allow its directory, so that one create spec fits several nodes.
 func WithImage(image string) Option {
 	return func(o *options) { o.simImage = image }
+}
+
+// WithSimPortForwards gives the sim driver port_forwards: guest TCP port ->
+// a host address that stands for it, so tunnels (and previews) reach a
+// server the test runs.
+func WithSimPortForwards(forwards map[string]string) Option {
+	return func(o *options) { o.portForwards = forwards }
 }
 
 // WithQEMU runs the built-in qemu driver (TCG, no acceleration probe)
@@ -105,16 +115,33 @@ func Start(t testing.TB, opts ...Option) *Node {
 	plugin := `plugin "sim" {
   config { boot_delay_ms = 100 }
 }`
+	if len(o.portForwards) > 0 {
+		forwards := ""
+		for p, addr := range o.portForwards {
+			forwards += fmt.Sprintf("\n      %q = %q", p, addr)
+		}
+		plugin = `plugin "sim" {
+  config {
+    boot_delay_ms = 100
+    port_forwards = {` + forwards + `
+    }
+  }
+}`
+	}
+	allowed := fmt.Sprintf("%q", images)
 	if o.qemuImage != "" {
+		// The node's own directory comes first: images pulled through
+		// the node API land there, not in the shared guest image cache.
 		n.Image = o.qemuImage
-		images = filepath.Dir(o.qemuImage)
+		allowed = fmt.Sprintf("%q, %q", images, filepath.Dir(o.qemuImage))
 		plugin = fmt.Sprintf(`plugin "qemu" {
   config {
     accel      = "tcg"
-    image_dirs = [%q]
+    image_dirs = [%s]
   }
-}`, images)
+}`, allowed)
 	}
+	n.ImageDir = images
 	addr := freeAddr(t)
 	n.URL = "http://" + addr
 	cfg := fmt.Sprintf(`name = "test-node"
@@ -124,9 +151,9 @@ tokens {
   admin     = [%q]
   read_only = [%q]
 }
-policy { allowed_image_dirs = [%q] }
+policy { allowed_image_dirs = [%s] }
 %s
-`, filepath.Join(dir, "state"), addr, n.AdminToken, n.ReadOnlyToken, images, plugin)
+`, filepath.Join(dir, "state"), addr, n.AdminToken, n.ReadOnlyToken, allowed, plugin)
 	cfgPath := filepath.Join(dir, "node.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -3807,8 +3807,19 @@ type CloneVMRequest struct {
 	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	// The clone's network: the source's mode and tap when absent. Its MAC is
 	// never the source's: the driver picks a new one unless mac is set.
-	Network       *Network          `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Network *Network          `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	Labels  map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// resume_memory asks for a clone that, when started, resumes from the
+	// memory of snapshot_tag (a memory snapshot) instead of booting: a warm
+	// copy of the guest at that moment. Such a clone keeps what the guest
+	// itself holds of its identity (the MAC it read, its machine id and host
+	// name) until the guest is told otherwise; the driver still gives the
+	// VM its own id and UUID. Optional even with the clones capability:
+	// UNIMPLEMENTED when the driver cannot, FAILED_PRECONDITION when the
+	// snapshot was not taken in a way it can resume from (the QEMU driver:
+	// a VM created with driver_config memory_file), INVALID_ARGUMENT
+	// without snapshot_tag.
+	ResumeMemory  bool `protobuf:"varint,7,opt,name=resume_memory,json=resumeMemory,proto3" json:"resume_memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3883,6 +3894,13 @@ func (x *CloneVMRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *CloneVMRequest) GetResumeMemory() bool {
+	if x != nil {
+		return x.ResumeMemory
+	}
+	return false
 }
 
 type CloneVMResponse struct {
@@ -4246,14 +4264,15 @@ const file_driver_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\"G\n" +
 	"\x11RestoreVMResponse\x122\n" +
-	"\x06status\x18\x01 \x01(\v2\x1a.fluxvm.driver.v2.VMStatusR\x06status\"\xaa\x02\n" +
+	"\x06status\x18\x01 \x01(\v2\x1a.fluxvm.driver.v2.VMStatusR\x06status\"\xcf\x02\n" +
 	"\x0eCloneVMRequest\x12\x1b\n" +
 	"\tsource_id\x18\x01 \x01(\tR\bsourceId\x12!\n" +
 	"\fsnapshot_tag\x18\x02 \x01(\tR\vsnapshotTag\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x123\n" +
 	"\anetwork\x18\x05 \x01(\v2\x19.fluxvm.driver.v2.NetworkR\anetwork\x12D\n" +
-	"\x06labels\x18\x06 \x03(\v2,.fluxvm.driver.v2.CloneVMRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x06 \x03(\v2,.fluxvm.driver.v2.CloneVMRequest.LabelsEntryR\x06labels\x12#\n" +
+	"\rresume_memory\x18\a \x01(\bR\fresumeMemory\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +

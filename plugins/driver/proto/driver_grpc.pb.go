@@ -222,8 +222,8 @@ type DriverClient interface {
 	RestoreVM(ctx context.Context, in *RestoreVMRequest, opts ...grpc.CallOption) (*RestoreVMResponse, error)
 	// CloneVM creates a new VM (as CreateVM does: created, not started) whose
 	// disk is a copy of the source's: of one of its snapshots when
-	// snapshot_tag is set (only the snapshot's disk is used, never its
-	// memory), otherwise of the source's current disk, which needs a source
+	// snapshot_tag is set (only the snapshot's disk is used, not its memory,
+	// unless resume_memory asks for it), otherwise of the source's current disk, which needs a source
 	// that does not run (FAILED_PRECONDITION otherwise). The clone has its own
 	// identity: its own id, a new MAC address (the one asked for, or one the
 	// driver picks) and a new machine id for the guest; it shares nothing
@@ -646,8 +646,8 @@ type DriverServer interface {
 	RestoreVM(context.Context, *RestoreVMRequest) (*RestoreVMResponse, error)
 	// CloneVM creates a new VM (as CreateVM does: created, not started) whose
 	// disk is a copy of the source's: of one of its snapshots when
-	// snapshot_tag is set (only the snapshot's disk is used, never its
-	// memory), otherwise of the source's current disk, which needs a source
+	// snapshot_tag is set (only the snapshot's disk is used, not its memory,
+	// unless resume_memory asks for it), otherwise of the source's current disk, which needs a source
 	// that does not run (FAILED_PRECONDITION otherwise). The clone has its own
 	// identity: its own id, a new MAC address (the one asked for, or one the
 	// driver picks) and a new machine id for the guest; it shares nothing

@@ -1,0 +1,1 @@
+var c=(b,a)=>()=>(a||b((a={exports:{}}).exports,a),a.exports);export{c as a};

@@ -1,0 +1,117 @@
+//go:build linux
+
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/guest/image"
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
+	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+)
+
+// BenchmarkRestoreVsCold measures, in one run and interleaved (alternating
+// which goes first), through a real plugin process and with the same guest
+// image and size:
+//
+//   - cold:     CreateVM + StartVM + WaitReady, a boot;
+//   - restored: CloneVM (resume_memory) from a saved memory_file guest +
+//     StartVM + WaitReady, the guest resuming from its saved RAM.
+//
+// Both are timed from the first call to the guest agent's answer. It
+// reports the medians and restored/cold (goal ≤ 0.15).
+func BenchmarkRestoreVsCold(b *testing.B) {
+	m, err := image.Load(image.DefaultDir())
+	if err != nil {
+		b.Fatalf("guest image: %v (run make guest-image)", err)
+	}
+	bin := drivertest.Build(b, "../..", "./cmd/fluxvm-agent")
+	p := drivertest.LaunchCommand(bin, "plugin", "qemu")(b)
+	ctx := context.Background()
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{
+		ConfigJson: []byte(`{"machine": "microvm"}`),
+		Agent:      &basepb.AgentContext{StateDir: b.TempDir(), NodeName: "bench"},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("accel %s", waitAccel(b, p))
+	spec := func(id, cfg string) *pb.VMSpec {
+		return &pb.VMSpec{Id: id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: m.Dir(), Vcpus: 1, MemoryMib: 256,
+			Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}, DriverConfigJson: []byte(cfg)}
+	}
+	ready := func(id string) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if _, err := p.WaitReady(rctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The saved guest: booted once, saved, stopped.
+	if _, err := p.CreateVM(ctx, spec("template", `{"memory_file": true}`)); err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := p.StartVM(ctx, "template"); err != nil {
+		b.Fatal(err)
+	}
+	ready("template")
+	if _, err := p.SnapshotVM(ctx, "template", "warm", true); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := p.StopVM(ctx, "template", 10*time.Second); err != nil {
+		b.Fatal(err)
+	}
+	defer p.DestroyVM(ctx, "template", true)
+
+	var cold, restored []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		coldRun := func() {
+			id := fmt.Sprintf("cold-%d", i)
+			start := time.Now()
+			if _, err := p.CreateVM(ctx, spec(id, "")); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := p.StartVM(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			ready(id)
+			cold = append(cold, time.Since(start))
+			if err := p.DestroyVM(ctx, id, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		restoreRun := func() {
+			id := fmt.Sprintf("restored-%d", i)
+			start := time.Now()
+			if _, err := p.CloneVM(ctx, &pb.CloneVMRequest{SourceId: "template", SnapshotTag: "warm", Id: id, ResumeMemory: true}); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := p.StartVM(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			ready(id)
+			restored = append(restored, time.Since(start))
+			if err := p.DestroyVM(ctx, id, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if i%2 == 0 {
+			coldRun()
+			restoreRun()
+		} else {
+			restoreRun()
+			coldRun()
+		}
+	}
+	b.StopTimer()
+	mc, mr := median(cold), median(restored)
+	b.ReportMetric(mc.Seconds(), "cold-s")
+	b.ReportMetric(mr.Seconds(), "restored-s")
+	b.ReportMetric(mr.Seconds()/mc.Seconds(), "restored/cold")
+	b.Logf("medians of %d: cold launch %v, restored launch %v; restored/cold %.3f (goal ≤ 0.15)",
+		b.N, mc.Round(time.Millisecond), mr.Round(time.Millisecond), mr.Seconds()/mc.Seconds())
+}
