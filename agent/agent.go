@@ -117,10 +117,27 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	if c := cfg.Central; c != nil {
-		go startLink(ctx, c, cfg.Name, ln.Addr(), host, mgr, opts.Version, log.Named("link"))
+		token, channelHandler := c.Token.Reveal(), handler
+		if token == "" {
+			// An enrolled node (fluxvm-agent node enroll) holds its own
+			// credential; central calls it only through its channel.
+			cred, err := link.LoadCredential(cfg.StateDir)
+			switch {
+			case err != nil:
+				return err
+			case cred == nil:
+				log.Warn("this node is not enrolled and its config holds no central token: central will refuse it",
+					"fix", "run fluxvm-agent node enroll -config CONFIG -invite INVITE")
+			case cred.CentralURL != c.URL || cred.Node != cfg.Name:
+				return fmt.Errorf("the node's credential is for node %q at %s, its config says %q at %s: enroll again", cred.Node, cred.CentralURL, cfg.Name, c.URL)
+			default:
+				token, channelHandler = cred.Credential, api.FromCentral(handler)
+			}
+		}
+		go startLink(ctx, c, token, cfg.Name, ln.Addr(), host, mgr, opts.Version, log.Named("link"))
 		go func() {
-			_ = link.RunChannel(ctx, link.ChannelOptions{CentralURL: c.URL, Token: c.Token.Reveal(), Node: cfg.Name,
-				Handler: handler, Logger: log.Named("channel"), Version: opts.Version})
+			_ = link.RunChannel(ctx, link.ChannelOptions{CentralURL: c.URL, Token: token, Node: cfg.Name,
+				Handler: channelHandler, Logger: log.Named("channel"), Version: opts.Version})
 		}()
 	}
 	select {
@@ -177,7 +194,7 @@ func listenAddr(ln net.Listener) string {
 // URL, with its fleet token, which the node's tokens.admin must list. A
 // node whose API listens on a unix socket advertises no URL unless its
 // config names one: central reaches it only through the channel.
-func startLink(ctx context.Context, c *config.Central, node string, addr net.Addr, host *pluginhost.Host, mgr *vmm.Manager, version string, log hclog.Logger) {
+func startLink(ctx context.Context, c *config.Central, token, node string, addr net.Addr, host *pluginhost.Host, mgr *vmm.Manager, version string, log hclog.Logger) {
 	advertise := c.Advertise
 	if _, unix := addr.(*net.UnixAddr); advertise == "" && !unix {
 		advertise = advertiseURL(addr)
@@ -195,7 +212,7 @@ func startLink(ctx context.Context, c *config.Central, node string, addr net.Add
 		}
 		return link.Snapshot(advertise, mgr.Health(), guestOS, false, vms), nil
 	}
-	err := link.Run(ctx, link.Options{CentralURL: c.URL, Token: c.Token.Reveal(), Node: node, Report: report,
+	err := link.Run(ctx, link.Options{CentralURL: c.URL, Token: token, Node: node, Report: report,
 		Logger: log, Version: version})
 	if err != nil {
 		log.Error("no link to central", "error", err)

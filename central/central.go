@@ -392,6 +392,8 @@ func runLoops(ctx context.Context, l *store.Leader, srv *api.Server, opts Option
 	// Webhooks are delivered in their own goroutine too: a receiver that
 	// does not answer holds up only its own deliveries.
 	go dispatchWebhooks(pctx, srv, time.Second, log)
+	// A member central reports to its fleet's owner (docs/fleets.md).
+	go srv.FederationLoop(pctx, 0)
 	for {
 		select {
 		case <-ctx.Done():

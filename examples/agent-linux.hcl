@@ -44,11 +44,11 @@ plugin "qemu" {
 }
 
 # Report to central (`fluxvm-agent central`): a heartbeat every 10 s with this
-# node's address, capacity, drivers, labels and VMs. Central calls this node
-# back with the same fleet token, so that token must ALSO be listed in
-# tokens.admin above, or central cannot create VMs here.
+# node's address, capacity, drivers, labels and VMs. Enroll the node once
+# (docs/fleets.md): `fluxctl fleet invite --node` on the operator's machine,
+# then `fluxvm-agent node enroll -config THIS-FILE -invite INVITE` here and
+# compare the six-digit codes. The credential central hands over lands in
+# state_dir; no central token belongs in this file.
 # central {
-#   url       = "https://central.example.net:7799"
-#   token     = "replace-with-central's-fleet-token"
-#   advertise = "http://10.0.0.5:7777" # how central reaches this node's API; default: from listen
+#   url = "https://central.example.net:7799"
 # }

@@ -225,6 +225,10 @@ type FleetNode struct {
 	Networks []string `json:"networks,omitempty"`
 	// VMs are every VM of the node's last heartbeat.
 	VMs []HeartbeatVM `json:"vms,omitempty"`
+	// Enrolled is a node that heartbeats with its own credential (fluxvm-agent
+	// node enroll): central calls it only through its channel, without the
+	// operator's token.
+	Enrolled bool `json:"enrolled,omitempty"`
 }
 
 // FleetNodeCapacity is a node's capacity as central keeps it.

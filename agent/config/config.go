@@ -83,7 +83,9 @@ type Policy struct {
 type Central struct {
 	// URL is central's base URL (http or https).
 	URL string
-	// Token authenticates this node to central; empty until pairing exists.
+	// Token is the operator's fleet token, the older way to authenticate
+	// this node to central; empty: the node uses the credential enrollment
+	// wrote to its state dir (link.LoadCredential).
 	Token Secret
 	// Advertise is the URL central calls this node's API at; empty: derived
 	// from Listen (its host, or this machine's host name when Listen binds

@@ -314,10 +314,26 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/billing/payment-method": {own: "/fleet/billing/payment-method", tenantOK: 409},
 		"PUT /fleet/tenants/{id}/billing":    {own: "/fleet/tenants/" + a.ID + "/billing", other: "/fleet/tenants/" + b.ID + "/billing", body: `{"stripe_customer": "cus_a"}`},
 		"POST /stripe/webhook":               {own: "/stripe/webhook", body: `{}`, public: 404},
-		"GET /signup/config":                 {own: "/signup/config"},
-		"POST /signup":                       {own: "/signup", body: `{"email": "a@example.com", "tenant": "a"}`, public: 404},
-		"GET /signup/confirm":                {own: "/signup/confirm?token=fsu_0", public: 404},
-		"POST /signup/confirm":               {own: "/signup/confirm", body: `{"token": "fsu_0"}`, public: 404},
+		// Fleets (federation_test.go pairs for real): refused for the input, or not found, after the access checks.
+		"POST /fleet/pairing/redeem":                   {own: "/fleet/pairing/redeem", body: `{}`, public: 404},
+		"POST /fleet/pairing/confirm":                  {own: "/fleet/pairing/confirm", body: `{"nonce": "x"}`, public: 404},
+		"GET /fleet/federation":                        {own: "/fleet/federation"},
+		"POST /fleet/federation/invites":               {own: "/fleet/federation/invites", body: `{"kind": "node"}`},
+		"GET /fleet/federation/requests":               {own: "/fleet/federation/requests"},
+		"POST /fleet/federation/requests/{id}/approve": {own: "/fleet/federation/requests/pr-none/approve", body: `{"code": "123456"}`},
+		"POST /fleet/federation/requests/{id}/reject":  {own: "/fleet/federation/requests/pr-none/reject"},
+		"DELETE /fleet/federation/members/{id}":        {own: "/fleet/federation/members/mem-none"},
+		"POST /fleet/federation/join":                  {own: "/fleet/federation/join", body: `{}`},
+		"POST /fleet/federation/confirm":               {own: "/fleet/federation/confirm", body: `{"code": "123456"}`},
+		"DELETE /fleet/federation/membership":          {own: "/fleet/federation/membership"},
+		"POST /fleet/federation/report":                {own: "/fleet/federation/report", body: `{"site": {"member": "x", "nodes": [], "vms": 0, "checked_at": "2026-01-01T00:00:00Z"}}`},
+		"POST /fleet/federation/leave":                 {own: "/fleet/federation/leave"},
+		"POST /fleet/federation/refresh":               {own: "/fleet/federation/refresh"},
+		"GET /fleet/federation/site":                   {own: "/fleet/federation/site"},
+		"GET /signup/config":                           {own: "/signup/config"},
+		"POST /signup":                                 {own: "/signup", body: `{"email": "a@example.com", "tenant": "a"}`, public: 404},
+		"GET /signup/confirm":                          {own: "/signup/confirm?token=fsu_0", public: 404},
+		"POST /signup/confirm":                         {own: "/signup/confirm", body: `{"token": "fsu_0"}`, public: 404},
 	}
 
 	// The table, the router and the spec agree: every route the mux serves
@@ -421,6 +437,12 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 			expect("disabled tenant's session", inSession(sessionD, c.own), is(http.StatusForbidden), "403")
 			reads := rt.Method == http.MethodGet
 			switch rt.Access {
+			case FleetMember:
+				// A member central's fleet token only (federation_test.go): the operator is no member.
+				for who, tok := range map[string]string{"tenant A": tokenA, "tenant A's key": keyA, "operator": testFleetToken} {
+					expect(who, call(tok, c.own), is(http.StatusForbidden), "403")
+				}
+				return
 			case Operator:
 				for who, tok := range map[string]string{"tenant A": tokenA, "tenant A's key": keyA, "tenant A's read-only key": readOnlyA} {
 					expect(who, call(tok, c.own), is(http.StatusForbidden), "403")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/drainer"
+	"github.com/fluxvm/fluxvm/central/fleet"
 	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/leases"
@@ -113,10 +114,13 @@ const (
 	Tenant
 	// Public routes need no token.
 	Public
+	// FleetMember routes are for a member central's fleet-scoped token only
+	// (docs/fleets.md), on the owner central.
+	FleetMember
 )
 
 func (a Access) String() string {
-	return [...]string{"operator", "tenant", "public"}[a]
+	return [...]string{"operator", "tenant", "public", "member"}[a]
 }
 
 // Route is one entry of the access table: every route the server serves is
@@ -134,8 +138,14 @@ type Route struct {
 	// team needs to call it (the primary token acts as an owner, an API key
 	// as an admin). Empty closes the route to members: a new tenant route is
 	// theirs only once it says which role may call it.
-	Role    sdk.Role
-	handler func(*Server) http.HandlerFunc
+	Role sdk.Role
+	// NodeOwn admits an enrolled node's credential on the route for its own
+	// {name} (its heartbeat and channel), besides the route's Access.
+	NodeOwn bool
+	// OwnerPoll admits the poll token a member central gave its owner
+	// (GET /fleet/federation/site on the member).
+	OwnerPoll bool
+	handler   func(*Server) http.HandlerFunc
 }
 
 // Principal is who is calling.
@@ -151,12 +161,18 @@ type Principal struct {
 	// User is the email of the member whose console session made the call
 	// ("": no session).
 	User string
+	// Member is the fleet member whose credential made the call: a member
+	// central's fleet-scoped token or an enrolled node's credential.
+	Member *fleet.Member
 }
 
 // Who names the principal for logs.
 func (p Principal) Who() string {
 	if p.Tenant != nil {
 		return "tenant:" + p.Tenant.ID
+	}
+	if p.Member != nil {
+		return p.Member.Kind + ":" + p.Member.Name
 	}
 	return "operator"
 }
@@ -202,6 +218,8 @@ type Server struct {
 	overlays  *overlays.Service
 	payments  *payments.Service
 	signup    *signup.Service
+	// federation pairs this central with others and enrolls nodes (docs/fleets.md).
+	federation *fleet.Service
 	// pruned is when the leader last dropped old notifications (UnixNano).
 	pruned atomic.Int64
 	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
@@ -268,6 +286,7 @@ func New(opts Options) *Server {
 		Logger: opts.Logger.Named("webhooks")})
 	s.payments = s.newPayments()
 	s.signup = s.newSignup()
+	s.federation = fleet.New(fleet.Options{Store: opts.Store, Now: opts.Now, Logger: opts.Logger.Named("fleet"), LocalSite: s.localSite})
 	for _, rt := range Routes() {
 		rt := rt
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)
@@ -301,7 +320,12 @@ func (s *Server) guard(rt Route, next http.HandlerFunc) http.Handler {
 			jsonapi.WriteError(w, status, msg, hint)
 			return
 		}
-		if rt.Access == Operator && !p.Operator {
+		if msg, hint := memberRefusal(rt, r, p); msg != "" {
+			s.record(r, p, rt.Action, "", http.StatusForbidden)
+			jsonapi.WriteError(w, http.StatusForbidden, msg, hint)
+			return
+		}
+		if rt.Access == Operator && !p.Operator && !(rt.NodeOwn && p.Member != nil) {
 			s.record(r, p, rt.Action, "", http.StatusForbidden)
 			jsonapi.WriteError(w, http.StatusForbidden, "this route is for the operator: "+r.Method+" "+rt.Path,
 				"tenants may call the routes listed in docs/tenancy.md; ask the operator for anything else")
@@ -366,6 +390,9 @@ func (s *Server) authenticate(r *http.Request) (p Principal, status int, msg, hi
 	token = strings.TrimSpace(token)
 	if token != "" && len(s.fleet) > 0 && subtle.ConstantTimeCompare([]byte(token), s.fleet) == 1 {
 		return Principal{Operator: true}, 0, "", ""
+	}
+	if strings.HasPrefix(token, sdk.FleetTokenPrefix) || strings.HasPrefix(token, sdk.NodeCredentialPrefix) || strings.HasPrefix(token, sdk.OwnerPollPrefix) {
+		return s.fleetPrincipal(r, token)
 	}
 	if strings.HasPrefix(token, TenantTokenPrefix) || strings.HasPrefix(token, sdk.APIKeyPrefix) {
 		var err error

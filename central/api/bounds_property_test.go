@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/hashicorp/go-hclog"
 )
@@ -211,6 +212,7 @@ func TestEveryWriteRouteKeepsNumbersInRange(t *testing.T) {
 	e := newEnv(t, nil)
 	e.registerMac("mac-1")
 	tenant, tenantToken := e.createTenant("acme", "")
+	memberToken, _ := pairByHand(t, e, sdk.PairCentral, "prop-member") // the fleet routes' caller
 	e.must(req{method: "PUT", path: "/fleet/images/tiny", token: testFleetToken, body: `{"guest_os": "linux", "image": "/images/tiny.img"}`}, 201)
 	e.must(req{method: "POST", path: "/fleet/pools", token: tenantToken, body: `{"name": "warm", "image": "tiny", "size": 0}`}, 201)
 	params := map[string]string{"{name}": "fz-node", "{id}": tenant.ID, "{node}": "nowhere", "{key}": "fz-key"}
@@ -286,6 +288,9 @@ func TestEveryWriteRouteKeepsNumbersInRange(t *testing.T) {
 			token := testFleetToken
 			if rt.Access == Tenant && (rng.IntN(2) == 0 || strings.HasPrefix(rt.Path, "/fleet/tenants/me/")) {
 				token = tenantToken
+			}
+			if rt.Access == FleetMember {
+				token = memberToken
 			}
 			out := e.call(req{method: rt.Method, path: path, token: token, body: string(data)})
 			sent++

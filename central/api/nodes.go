@@ -56,6 +56,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	n, err := s.opts.Store.UpdateNode(r.Context(), name, true, func(n *store.Node) error {
 		wasDown = n.State == store.NodeDown
 		applyHeartbeat(n, &hb, now)
+		markEnrolled(n, PrincipalOf(r.Context()))
 		return nil
 	})
 	if err != nil {

@@ -126,6 +126,21 @@ var leastRole = map[string]string{
 	"POST /signup":                                         "public",
 	"GET /signup/confirm":                                  "public",
 	"POST /signup/confirm":                                 "public",
+	"POST /fleet/pairing/redeem":                           "public",
+	"POST /fleet/pairing/confirm":                          "public",
+	"GET /fleet/federation":                                "operator",
+	"POST /fleet/federation/invites":                       "operator",
+	"GET /fleet/federation/requests":                       "operator",
+	"POST /fleet/federation/requests/{id}/approve":         "operator",
+	"POST /fleet/federation/requests/{id}/reject":          "operator",
+	"DELETE /fleet/federation/members/{id}":                "operator",
+	"POST /fleet/federation/join":                          "operator",
+	"POST /fleet/federation/confirm":                       "operator",
+	"DELETE /fleet/federation/membership":                  "operator",
+	"POST /fleet/federation/report":                        "member",
+	"POST /fleet/federation/leave":                         "member",
+	"POST /fleet/federation/refresh":                       "member",
+	"GET /fleet/federation/site":                           "member",
 
 	// Previews. "token" is a tenant route that names no role: the
 	// tenant's token and keys may call it, no console session may.
@@ -167,7 +182,7 @@ func TestEveryRouteHasItsRoleForEveryKindOfCaller(t *testing.T) {
 			continue
 		}
 		switch rt.Access {
-		case Public, Operator:
+		case Public, Operator, FleetMember:
 			if want != rt.Access.String() || rt.Role != "" {
 				t.Errorf("%s is %s with role %q in the table, %s here", key, rt.Access, rt.Role, want)
 			}

@@ -133,8 +133,11 @@ func (s *Server) launchError(w http.ResponseWriter, r *http.Request, err error) 
 	var de *vms.DeletedError
 	switch {
 	case errors.As(err, &np):
-		jsonapi.Write(w, http.StatusConflict, sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts),
-			Hint: noPlacementHint(np)})
+		hint := noPlacementHint(np)
+		if note := s.federation.PlacementNote(r.Context()); note != "" && p.Operator {
+			hint += "; " + note // the operator's fleet (docs/fleets.md)
+		}
+		jsonapi.Write(w, http.StatusConflict, sdk.NoPlacementBody{Error: np.Summary, Considered: verdicts(np.Verdicts), Hint: hint})
 	case errors.Is(err, scheduler.ErrInvalidRequest):
 		jsonapi.WriteError(w, http.StatusBadRequest, err.Error(), specHint)
 	case errors.As(err, &qe):

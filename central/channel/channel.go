@@ -228,6 +228,21 @@ func (r *Registry) DialContext(ctx context.Context, node string) (net.Conn, erro
 	}
 }
 
+// Drop ends node's channel now (the node was removed from the fleet); the
+// node's next dial is refused by the access checks, not here.
+func (r *Registry) Drop(node string) {
+	r.mu.Lock()
+	s := r.sessions[node]
+	if s != nil {
+		s.reason = errors.New("the node was removed from the fleet")
+		delete(r.sessions, node)
+	}
+	r.mu.Unlock()
+	if s != nil {
+		s.mux.Close()
+	}
+}
+
 // Close ends every channel and refuses new ones: central is stopping.
 // Hijacked connections outlive http.Server.Shutdown, so central calls this.
 func (r *Registry) Close() {

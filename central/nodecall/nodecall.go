@@ -76,10 +76,13 @@ func (c *Caller) Channels() *channel.Registry { return c.channels }
 // since they dial with the client's transport.
 func (c *Caller) Client(n *store.Node) (*sdk.NodeClient, error) {
 	opts := []sdk.Option{sdk.WithUserAgent("fluxvm-central")}
-	if c.token != "" {
+	// An enrolled node holds its own credential, not the operator's token:
+	// it is reached only through the channel it opened, which it trusts as
+	// central, and is never sent the token.
+	if c.token != "" && !n.Enrolled {
 		opts = append(opts, sdk.WithToken(c.token))
 	}
-	if n.URL != "" && !c.channels.Has(n.Name) {
+	if n.URL != "" && !n.Enrolled && !c.channels.Has(n.Name) {
 		nc, err := sdk.NewNodeClient(n.URL, append(opts, sdk.WithHTTPClient(c.direct))...)
 		if err != nil {
 			return nil, fmt.Errorf("node %s reports a bad url: %w", n.Name, err)

@@ -81,6 +81,7 @@ NODE/NAME.`,
 		f.invoicesCmd(), f.billingCustomerCmd(), f.cardCmd(),
 		f.notificationsCmd(), f.webhooksCmd(),
 		f.sshCmd(), f.portForwardCmd(), f.tunnelsCmd(), f.tunnelStdioCmd(),
+		f.inviteCmd(), f.joinCmd(), f.confirmJoinCmd(), f.requestsCmd(), f.approveCmd(), f.rejectCmd(), f.peersCmd(), f.removePeerCmd(), f.leaveCmd(),
 		f.previewCmd(), f.previewsCmd(), f.previewRmCmd(),
 	)
 	f.cmd = c

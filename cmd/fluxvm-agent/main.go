@@ -91,6 +91,7 @@ var version = "0.1.0-dev"
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
   fluxvm-agent node -config agent.hcl [-check]
+  fluxvm-agent node enroll -config agent.hcl -invite INVITE [-code CODE]
   fluxvm-agent central [-token T] [-listen ADDR] [-state-dir DIR] [-etcd-endpoints URLS | -etcd-listen URL] [-reconcile-secs N]
   fluxvm-agent scheduler -etcd-endpoints URLS [-token T] [-listen ADDR] [-reconcile-secs N] [-heartbeat-secs N]
   fluxvm-agent dev [-state-dir DIR] [-reset] [-listen ADDR] [-node-listen ADDR]
@@ -105,6 +106,9 @@ built-in plugins: %v
 
 // runNode runs the node agent, or with -check validates its config.
 func runNode(args []string) int {
+	if len(args) > 0 && args[0] == "enroll" {
+		return runEnroll(args[1:])
+	}
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "the node's HCL config file (required)")
 	check := fs.Bool("check", false, "validate the config (and each plugin block against its plugin) and exit")

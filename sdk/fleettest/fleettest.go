@@ -10,6 +10,7 @@
 package fleettest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -17,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -50,6 +52,16 @@ type Fleet struct {
 	Image string
 	// Dir holds the binaries' state, configs and logs.
 	Dir string
+	// NodeToken is the node API's admin token: the operator's token, or
+	// with WithEnrollment one of the node's own that central never holds.
+	NodeToken string
+	// NodeConfig is the node's HCL file and NodeStateDir its state dir
+	// (with WithEnrollment, where its credential lives).
+	NodeConfig, NodeStateDir string
+	// EnrollCodes are, with WithEnrollment, the confirmation codes as the
+	// node printed it and as central's request showed it, compared before
+	// approval.
+	EnrollCodes [2]string
 
 	central, node *process
 	// centralArgs start central again on the same state dir and port.
@@ -65,7 +77,14 @@ type options struct {
 	vcpus, memoryMiB int64
 	tcpNode          bool
 	portForwards     map[string]string
+	enroll           bool
 }
+
+// WithEnrollment has the node enroll into central by pairing (fluxvm-agent
+// node enroll, the codes compared, the operator approving with the node's
+// code) instead of holding the operator's token: its config lists only a
+// token of its own, and central calls it only through its channel.
+func WithEnrollment() Option { return func(o *options) { o.enroll = true } }
 
 // WithQEMU runs the node with the qemu driver (TCG, microvm) instead of
 // sim, so VMs boot a real guest and exec works. imageDir is a guest image
@@ -128,6 +147,10 @@ func Launch(opts ...Option) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{Dir: dir, OperatorToken: "fleet-" + randomHex(), Node: "node-1"}
+	f.NodeToken = f.OperatorToken
+	if o.enroll {
+		f.NodeToken = "node-own-" + randomHex()
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -206,6 +229,11 @@ func Launch(opts ...Option) (*Fleet, error) {
 		sock := filepath.Join(dir, "api.sock")
 		naddr, f.NodeURL = "unix:"+sock, "unix://"+sock
 	}
+	f.NodeStateDir = filepath.Join(dir, "node")
+	centralToken := fmt.Sprintf("\n  token = %q", f.OperatorToken)
+	if o.enroll {
+		centralToken = ""
+	}
 	cfg := fmt.Sprintf(`name = %q
 state_dir = %q
 listen = %q
@@ -215,13 +243,18 @@ tokens {
 policy { allowed_image_dirs = [%q] }
 %s
 central {
-  url   = %q
-  token = %q
+  url   = %q%s
 }
-`, f.Node, filepath.Join(dir, "node"), naddr, f.OperatorToken, images, plugin, f.URL, f.OperatorToken)
+`, f.Node, f.NodeStateDir, naddr, f.NodeToken, images, plugin, f.URL, centralToken)
 	cfgPath := filepath.Join(dir, "node.hcl")
+	f.NodeConfig = cfgPath
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
+	}
+	if o.enroll {
+		if err := f.enroll(); err != nil {
+			return nil, err
+		}
 	}
 	f.node, err = startProcess(filepath.Join(dir, "node.log"), bin, "node", "-config", cfgPath, "-log-level", "debug")
 	if err != nil {
@@ -232,6 +265,92 @@ central {
 	}
 	ok = true
 	return f, nil
+}
+
+// enroll runs `fluxvm-agent node enroll` as a person would: the operator
+// mints a node invite, the node prints its code, the operator finds the
+// same code on the request and approves with the node's code, and the
+// person at the node types the code the operator reads out.
+func (f *Fleet) enroll() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	fc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
+	if err != nil {
+		return err
+	}
+	inv, err := fc.CreateFleetInvite(ctx, sdk.PairNode)
+	if err != nil {
+		return fmt.Errorf("mint a node invite: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, f.bin, "node", "enroll", "-config", f.NodeConfig, "-invite", inv.Invite)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start fluxvm-agent node enroll: %w", err)
+	}
+	lines := make(chan string, 16)
+	var printed bytes.Buffer
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var nodeCode string
+	for nodeCode == "" {
+		line, ok := <-lines
+		if !ok {
+			_ = cmd.Wait()
+			return fmt.Errorf("fluxvm-agent node enroll printed no code:\n%s%s", printed.String(), stderr.String())
+		}
+		printed.WriteString(line + "\n")
+		if c, found := strings.CutPrefix(line, "Confirmation code: "); found {
+			nodeCode = strings.TrimSpace(c)
+		}
+	}
+	list, err := fc.ListPairingRequests(ctx)
+	if err != nil {
+		return fmt.Errorf("list pairing requests: %w", err)
+	}
+	var req *sdk.FleetPairingRequest
+	for i := range list.Requests {
+		if list.Requests[i].Name == f.Node && list.Requests[i].Kind == sdk.PairNode {
+			req = &list.Requests[i]
+		}
+	}
+	if req == nil {
+		return fmt.Errorf("central lists no enrollment request of %s: %+v", f.Node, list.Requests)
+	}
+	ownerCode := sdk.ShowPairingCode(req.Code)
+	f.EnrollCodes = [2]string{nodeCode, ownerCode}
+	if nodeCode != ownerCode {
+		return fmt.Errorf("the node shows %s, central's request %s: not approving", nodeCode, ownerCode)
+	}
+	if _, err := fc.ApprovePairing(ctx, req.ID, nodeCode); err != nil {
+		return fmt.Errorf("approve the enrollment: %w", err)
+	}
+	if _, err := io.WriteString(stdin, ownerCode+"\n"); err != nil {
+		return err
+	}
+	_ = stdin.Close()
+	go func() {
+		for l := range lines {
+			printed.WriteString(l + "\n")
+		}
+	}()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("fluxvm-agent node enroll: %w\n%s", err, stderr.String())
+	}
+	return nil
 }
 
 // startCentral runs central with centralArgs and waits for its GET
@@ -293,7 +412,7 @@ func (f *Fleet) Stop() {
 func (f *Fleet) stopProcesses() {
 	if f.node != nil && f.NodeURL != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if nc, err := sdk.NewNodeClient(f.NodeURL, sdk.WithToken(f.OperatorToken)); err == nil {
+		if nc, err := sdk.NewNodeClient(f.NodeURL, sdk.WithToken(f.NodeToken)); err == nil {
 			if vms, err := nc.ListVMs(ctx); err == nil {
 				for _, vm := range vms {
 					_ = nc.DeleteVM(ctx, vm.ID)
