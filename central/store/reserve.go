@@ -509,7 +509,9 @@ func (s *Store) QuotaLeft(ctx context.Context, req ReserveRequest) error {
 
 // QuotaRoom is a *QuotaError when quotas q, with used in use, have no room
 // for req's VM (a check on data the caller holds, such as a watched view).
-func QuotaRoom(q sdk.Quotas, used Usage, req ReserveRequest) error { return checkQuota(q, used, req.ask()) }
+func QuotaRoom(q sdk.Quotas, used Usage, req ReserveRequest) error {
+	return checkQuota(q, used, req.ask())
+}
 
 func checkQuota(q sdk.Quotas, used, ask Usage) error {
 	for _, c := range []struct {
