@@ -149,7 +149,7 @@ func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol
 	var last error
 	synced := false
 	for range Tries {
-		d, node, err := v.decide(req, SchedulerPolicy(pol), keep, p.busy)
+		d, node, err := v.decide(req, SchedulerPolicy(pol), keep, p.busy())
 		var np *scheduler.NoPlacementError
 		if errors.As(err, &np) && !synced {
 			// Confirm on an up-to-date view: a node may have joined or freed room.
@@ -157,13 +157,14 @@ func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol
 				return d, nil, nil, fmt.Errorf("read the fleet: %w", err)
 			}
 			synced = true
-			d, node, err = v.decide(req, SchedulerPolicy(pol), keep, p.busy)
+			d, node, err = v.decide(req, SchedulerPolicy(pol), keep, p.busy())
 		}
 		if err != nil {
 			return d, nil, nil, err
 		}
 		rr.Node = d.Node
-		rr.Seen = func(ctx context.Context, atLeast int64) *store.Seen { return v.seen(ctx, rr.Tenant, d.Node, atLeast) }
+		rr.Seen = func(ctx context.Context, wrote store.Wrote) *store.Seen { return v.seen(ctx, rr.Tenant, d.Node, wrote) }
+		rr.Took = v.took
 		p.flow(d.Node, 1)
 		res, err := p.st.Reserve(ctx, rr)
 		p.flow(d.Node, -1)
@@ -188,11 +189,18 @@ func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol
 	return scheduler.Decision{}, nil, nil, fmt.Errorf("%w: %w", ErrNoRoom, last)
 }
 
-// busy says whether this Placer is reserving on node now.
-func (p *Placer) busy(node string) bool {
+// busy is the set of nodes this Placer is reserving on now (nil: none).
+func (p *Placer) busy() func(string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.inFlow[node] > 0
+	if len(p.inFlow) == 0 {
+		return nil
+	}
+	set := make(map[string]bool, len(p.inFlow))
+	for n := range p.inFlow {
+		set[n] = true
+	}
+	return func(node string) bool { return set[node] }
 }
 
 func (p *Placer) flow(node string, delta int) {

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -25,8 +26,14 @@ type view struct {
 	rev     int64
 	moved   chan struct{} // closed and replaced each time rev moves
 	nodes   map[string]*nodeState
-	names   []string // sorted names of the nodes with a record; nil: to be rebuilt
 	tenants map[string]*tenantState
+	// list is the scheduler's view of every node with a record, in name order, and recs
+	// their records: updated in place as changes come, and given to the scheduler as they
+	// are (under the read lock), so a decision copies nothing. index finds a node in them;
+	// nil index: the set of nodes changed and they are rebuilt.
+	list  []scheduler.Node
+	recs  []*store.Node
+	index map[string]int
 }
 
 type usageState struct {
@@ -39,6 +46,9 @@ type usageState struct {
 func (u *usageState) apply(c *store.FleetChange) {
 	switch c.Kind {
 	case store.FleetNodeUsage, store.FleetTenantUsage:
+		if c.ModRev < u.usageRev {
+			return // a write this view already took (view.took) is older than what it holds
+		}
 		if c.Deleted {
 			u.usage, u.gen, u.usageRev = store.Usage{}, 0, 0
 		} else {
@@ -113,7 +123,7 @@ func (v *view) run(ctx context.Context, rev int64) {
 
 func (v *view) reset(rev int64, changes []store.FleetChange) {
 	v.mu.Lock()
-	v.nodes, v.tenants, v.names = map[string]*nodeState{}, map[string]*tenantState{}, nil
+	v.nodes, v.tenants, v.index = map[string]*nodeState{}, map[string]*tenantState{}, nil
 	v.mu.Unlock()
 	v.apply(rev, changes)
 }
@@ -122,7 +132,7 @@ func (v *view) reset(rev int64, changes []store.FleetChange) {
 func (v *view) apply(rev int64, changes []store.FleetChange) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	touched := map[*nodeState]bool{}
+	touched := map[string]*nodeState{}
 	for i := range changes {
 		c := &changes[i]
 		switch c.Kind {
@@ -134,7 +144,7 @@ func (v *view) apply(rev int64, changes []store.FleetChange) {
 			}
 			if c.Kind == store.FleetNode {
 				if (n.rec == nil) != c.Deleted {
-					v.names = nil
+					v.index = nil // a node joined or left
 				}
 				n.rec, n.rev = c.Node, c.ModRev
 				if c.Deleted {
@@ -143,7 +153,7 @@ func (v *view) apply(rev int64, changes []store.FleetChange) {
 			} else {
 				n.usageState.apply(c)
 			}
-			touched[n] = true
+			touched[c.Name] = n
 		default:
 			t := v.tenants[c.Name]
 			if t == nil {
@@ -160,9 +170,27 @@ func (v *view) apply(rev int64, changes []store.FleetChange) {
 			}
 		}
 	}
-	for n := range touched {
-		if n.rec != nil {
-			n.sched = SchedulerNode(n.rec, store.UsageView{Running: n.usage, Reserved: n.reserved})
+	for name, n := range touched {
+		if n.rec == nil {
+			continue
+		}
+		n.sched = SchedulerNode(n.rec, store.UsageView{Running: n.usage, Reserved: n.reserved})
+		if i, ok := v.index[name]; ok {
+			v.list[i], v.recs[i] = n.sched, n.rec
+		}
+	}
+	if v.index == nil {
+		var names []string
+		for name, n := range v.nodes {
+			if n.rec != nil {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		v.list, v.recs, v.index = make([]scheduler.Node, len(names)), make([]*store.Node, len(names)), make(map[string]int, len(names))
+		for i, name := range names {
+			n := v.nodes[name]
+			v.list[i], v.recs[i], v.index[name] = n.sched, n.rec, i
 		}
 	}
 	if rev > v.rev {
@@ -175,11 +203,23 @@ func (v *view) apply(rev int64, changes []store.FleetChange) {
 // waitFor waits until the view has applied revision rev, or ctx ends, or patience runs out:
 // false then. When nothing we watch has moved for askAfter, it asks etcd how far the watch
 // is (store.FleetProgress), and again every 20 ms: the last writes may lie outside what we
-// watch, and then only a progress notification moves the view.
-func (v *view) waitFor(ctx context.Context, rev int64, askAfter, patience time.Duration) bool {
+// watch, and then only a progress notification moves the view. With rev 0 it waits for
+// moved (a v.moved the caller read) to close instead, without asking.
+func (v *view) waitFor(ctx context.Context, rev int64, moved chan struct{}, patience time.Duration) bool {
 	deadline := time.Now().Add(patience)
-	ask := time.Now().Add(askAfter)
+	ask := time.Now()
 	for {
+		if rev == 0 {
+			t := time.NewTimer(max(time.Until(deadline), 0))
+			defer t.Stop()
+			select {
+			case <-moved:
+				return true
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			return false
+		}
 		v.mu.RLock()
 		at, moved := v.rev, v.moved
 		v.mu.RUnlock()
@@ -212,7 +252,7 @@ func (v *view) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !v.waitFor(ctx, rev, 0, 5*time.Second) {
+	if !v.waitFor(ctx, rev, nil, 5*time.Second) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -221,63 +261,39 @@ func (v *view) sync(ctx context.Context) error {
 	return nil
 }
 
-// sortedNames are the names of the nodes with a record, sorted (the slice is not changed
-// once built: a change of the set builds another).
-func (v *view) sortedNames() []string {
+// decide runs the scheduler on the view: on the nodes keep accepts (all when nil). When
+// the node it chooses is one busy names (another placement of this central is reserving
+// there), the best other fitting node is taken instead, if there is one: the scheduler's
+// verdicts rank every node, so that costs no second pass. It returns the decision and the
+// chosen node's record.
+func (v *view) decide(req scheduler.Request, pol scheduler.Policy, keep func(*store.Node) bool,
+	busy func(string) bool) (scheduler.Decision, *store.Node, error) {
 	v.mu.RLock()
-	names := v.names
-	v.mu.RUnlock()
-	if names != nil {
-		return names
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.names == nil {
-		v.names = []string{}
-		for name, n := range v.nodes {
-			if n.rec != nil {
-				v.names = append(v.names, name)
+	defer v.mu.RUnlock()
+	nodes, recs := v.list, v.recs
+	if keep != nil {
+		nodes, recs = nil, nil
+		for i, r := range v.recs {
+			if keep(r) {
+				nodes, recs = append(nodes, v.list[i]), append(recs, r)
 			}
 		}
-		slices.Sort(v.names)
 	}
-	return v.names
-}
-
-// decide runs the scheduler on the view: the nodes keep accepts (all when nil), less those
-// avoid names while any other fits. It returns the decision and the chosen node's record.
-func (v *view) decide(req scheduler.Request, pol scheduler.Policy, keep func(*store.Node) bool,
-	avoid func(string) bool) (scheduler.Decision, *store.Node, error) {
-	names := v.sortedNames()
-	nodes := make([]scheduler.Node, 0, len(names))
-	recs := make([]*store.Node, 0, len(names))
-	var avoided []scheduler.Node
-	var avoidedRecs []*store.Node
-	v.mu.RLock()
-	for _, name := range names {
-		n := v.nodes[name]
-		if n == nil || n.rec == nil || (keep != nil && !keep(n.rec)) {
-			continue
-		}
-		if avoid != nil && avoid(name) {
-			avoided, avoidedRecs = append(avoided, n.sched), append(avoidedRecs, n.rec)
-			continue
-		}
-		nodes, recs = append(nodes, n.sched), append(recs, n.rec)
-	}
-	v.mu.RUnlock()
 	d, err := scheduler.Place(nodes, req, pol, scheduler.BinPack)
-	if len(avoided) > 0 {
-		var np *scheduler.NoPlacementError
-		if errors.As(err, &np) {
-			// Only nodes another placement of ours is reserving on fit: decide on all, so
-			// the verdicts are whole.
-			nodes, recs = append(nodes, avoided...), append(recs, avoidedRecs...)
-			d, err = scheduler.Place(nodes, req, pol, scheduler.BinPack)
-		}
-	}
 	if err != nil {
 		return d, nil, err
+	}
+	if busy != nil && req.Node == "" && busy(d.Node) {
+		best := -1
+		for i, vd := range d.Considered { // in name order: a tie goes to the first
+			if vd.Fits && !busy(vd.Node) && (best < 0 || vd.Score > d.Considered[best].Score) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			d.Reason = fmt.Sprintf("bin-pack: the fullest of the fitting nodes no other create of this central is reserving on (%s was)", d.Node)
+			d.Node = d.Considered[best].Node
+		}
 	}
 	for i := range nodes {
 		if nodes[i].Name == d.Node {
@@ -289,24 +305,36 @@ func (v *view) decide(req scheduler.Request, pol scheduler.Policy, keep func(*st
 
 // snapshot is the fleet as Placer.Snapshot gives it, from the view.
 func (v *view) snapshot() ([]store.Node, []scheduler.Node) {
-	names := v.sortedNames()
-	stored := make([]store.Node, 0, len(names))
-	nodes := make([]scheduler.Node, 0, len(names))
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	for _, name := range names {
-		if n := v.nodes[name]; n != nil && n.rec != nil {
-			stored, nodes = append(stored, *n.rec), append(nodes, n.sched)
-		}
+	stored := make([]store.Node, len(v.recs))
+	for i, r := range v.recs {
+		stored[i] = *r
 	}
-	return stored, nodes
+	return stored, slices.Clone(v.list)
 }
 
-// seen is what the view holds for a reservation on node by tenant, once the view has
-// reached atLeast (nil if it does not soon: Reserve then reads).
-func (v *view) seen(ctx context.Context, tenant, node string, atLeast int64) *store.Seen {
-	if !v.waitFor(ctx, atLeast, 2*time.Millisecond, 50*time.Millisecond) {
-		return nil
+// seen is what the view holds for a reservation on node by tenant, once it holds this
+// process's last writes of their counters (nil if it does not soon: Reserve then reads).
+func (v *view) seen(ctx context.Context, tenant, node string, wrote store.Wrote) *store.Seen {
+	caught := func() bool {
+		if v.rev >= max(wrote.Node, wrote.Tenant) {
+			return true
+		}
+		n, t := v.nodes[node], v.tenants[tenant]
+		return n != nil && n.usageRev >= wrote.Node && (tenant == "" || (t != nil && t.usageRev >= wrote.Tenant))
+	}
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for {
+		v.mu.RLock()
+		ok, moved := caught(), v.moved
+		v.mu.RUnlock()
+		if ok {
+			break
+		}
+		if !v.waitFor(ctx, 0, moved, time.Until(deadline)) {
+			return nil
+		}
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -325,6 +353,26 @@ func (v *view) seen(ctx context.Context, tenant, node string, atLeast int64) *st
 		out.TenantUsage, out.TenantReserved, out.TenantGen, out.TenantUsageRev = t.usage, t.reserved, t.gen, t.usageRev
 	}
 	return out
+}
+
+// took applies a reservation that Reserve committed at rev on what seen gave: the
+// counters it rewrote (same usage, next generation) and the reservation keys it added.
+// Its compare proved nothing else had touched those counters, so this is their state at
+// rev; the watch brings the same changes again later, which changes nothing.
+func (v *view) took(rev int64, res *store.Reservation) {
+	cs := []store.FleetChange{{Kind: store.FleetNodeReservation, Name: res.Node, ID: res.ID, ModRev: rev, Usage: res.Size()}}
+	if res.Tenant != "" {
+		cs = append(cs, store.FleetChange{Kind: store.FleetTenantReservation, Name: res.Tenant, ID: res.ID, ModRev: rev, Usage: res.Size()})
+	}
+	v.mu.Lock()
+	if n := v.nodes[res.Node]; n != nil {
+		cs = append(cs, store.FleetChange{Kind: store.FleetNodeUsage, Name: res.Node, ModRev: rev, Usage: n.usage, Gen: n.gen + 1})
+	}
+	if t := v.tenants[res.Tenant]; res.Tenant != "" && t != nil {
+		cs = append(cs, store.FleetChange{Kind: store.FleetTenantUsage, Name: res.Tenant, ModRev: rev, Usage: t.usage, Gen: t.gen + 1})
+	}
+	v.mu.Unlock()
+	v.apply(0, cs) // 0: the view's own revision does not move
 }
 
 // tenantUsage is the tenant's record and running + reserved usage as the view has them (nil

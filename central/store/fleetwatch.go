@@ -234,18 +234,31 @@ func (s *Store) FleetProgress(ctx context.Context) error {
 	return s.client.RequestProgress(fleetStream(ctx))
 }
 
-// LastUsageWrite is the etcd revision of this process's latest write of a usage counter
-// (a reservation, a commit, an end). A watched view that has not reached it would decide on
-// a counter this process already changed, and lose the compare; the view waits for it
-// first (central/placement).
-func (s *Store) LastUsageWrite() int64 { return s.usageRev.Load() }
+// Wrote holds the etcd revisions of this process's latest writes of a node's and a tenant's
+// usage counters (0: none). A watched view that has not reached them would decide on a
+// counter this process already changed and lose the compare, so it waits for them first
+// (ReserveRequest.Seen).
+type Wrote struct{ Node, Tenant int64 }
 
-// noteUsageWrite records a successful counter write at rev.
-func (s *Store) noteUsageWrite(rev int64) {
-	for {
-		cur := s.usageRev.Load()
-		if rev <= cur || s.usageRev.CompareAndSwap(cur, rev) {
-			return
+// usageWrote is what this process last wrote of the node's and tenant's counters.
+func (s *Store) usageWrote(node, tenant string) Wrote {
+	var w Wrote
+	if v, ok := s.usageRevs.Load(s.usageNodeKey(node)); ok {
+		w.Node = v.(int64)
+	}
+	if tenant != "" {
+		if v, ok := s.usageRevs.Load(s.usageTenantKey(tenant)); ok {
+			w.Tenant = v.(int64)
 		}
+	}
+	return w
+}
+
+// noteUsageWrite records a successful write of the node's and tenant's counters at rev.
+// Callers hold both counters' locks (locks.go), so no other writer of this process races it.
+func (s *Store) noteUsageWrite(rev int64, node, tenant string) {
+	s.usageRevs.Store(s.usageNodeKey(node), rev)
+	if tenant != "" {
+		s.usageRevs.Store(s.usageTenantKey(tenant), rev)
 	}
 }

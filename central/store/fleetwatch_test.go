@@ -62,40 +62,46 @@ func TestFleetWatchDeliversAReservationAsOneTransaction(t *testing.T) {
 	if err := s.Release(ctx, res); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Both transactions, however the watch batches them: no batch splits one.
+	all := func() []FleetChange {
 		mu.Lock()
-		n := len(batches)
-		mu.Unlock()
-		if n >= 2 || time.Now().After(deadline) {
-			break
+		defer mu.Unlock()
+		var out []FleetChange
+		for _, b := range batches {
+			if len(b) > 0 && len(out) > 0 && b[0].ModRev == out[len(out)-1].ModRev {
+				t.Errorf("revision %d is split across watch batches", b[0].ModRev)
+			}
+			out = append(out, b...)
 		}
+		return out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(all()) < 6 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("watch ended with %v; want context.Canceled", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(batches) < 2 {
-		t.Fatalf("watch batches = %v; want the reservation and its release", batches)
+	cs = all()
+	if len(cs) != 6 {
+		t.Fatalf("watched changes = %+v; want the reservation's 4 writes and its release's 2 deletions", cs)
 	}
 	kinds := map[FleetKind]bool{}
-	for _, c := range batches[0] {
+	for _, c := range cs[:4] {
 		kinds[c.Kind] = !c.Deleted
-		if c.ModRev != batches[0][0].ModRev {
-			t.Errorf("change %+v is of another revision than %d: one transaction split", c, batches[0][0].ModRev)
+		if c.ModRev != cs[0].ModRev {
+			t.Errorf("change %+v is of another revision than %d", c, cs[0].ModRev)
 		}
 	}
 	for _, k := range []FleetKind{FleetNodeReservation, FleetNodeUsage, FleetTenantReservation, FleetTenantUsage} {
 		if !kinds[k] {
-			t.Errorf("the reservation's batch %+v lacks a write of kind %d", batches[0], k)
+			t.Errorf("the reservation's changes %+v lack a write of kind %d", cs[:4], k)
 		}
 	}
-	for _, c := range batches[1] {
-		if !c.Deleted || (c.Kind != FleetNodeReservation && c.Kind != FleetTenantReservation) || c.ID != res.ID {
-			t.Errorf("release batch has %+v; want only the deletion of reservation %s", c, res.ID)
+	for _, c := range cs[4:] {
+		if !c.Deleted || (c.Kind != FleetNodeReservation && c.Kind != FleetTenantReservation) || c.ID != res.ID || c.ModRev <= cs[0].ModRev {
+			t.Errorf("release change %+v; want only the later deletion of reservation %s", c, res.ID)
 		}
 	}
 }
@@ -113,7 +119,7 @@ func TestReserveOnAStaleViewLosesTheCompareAndDecidesAgain(t *testing.T) {
 	}
 	stale := seenFrom(cs, tn.ID, "n1") // an empty node and tenant
 	calls := 0
-	seen := func(context.Context, int64) *Seen { calls++; return stale }
+	seen := func(context.Context, Wrote) *Seen { calls++; return stale }
 
 	// Room the stale view does not know is taken: 2 of 4 vCPUs.
 	if _, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 2, MemoryMiB: 512}); err != nil {
@@ -146,7 +152,7 @@ func TestReserveOnAStaleViewLosesTheCompareAndDecidesAgain(t *testing.T) {
 	}
 	fresh := seenFrom(cs, tn.ID, "n2")
 	if _, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n2", VCPUs: 1, MemoryMiB: 512,
-		Seen: func(context.Context, int64) *Seen { return fresh }}); err != nil {
+		Seen: func(context.Context, Wrote) *Seen { return fresh }}); err != nil {
 		t.Fatal(err)
 	}
 	cs, _, err = s.LoadFleet(ctx)
@@ -159,7 +165,7 @@ func TestReserveOnAStaleViewLosesTheCompareAndDecidesAgain(t *testing.T) {
 	}
 	// The tenant is at max_vms 3 now; a view that still shows 2 is refused by etcd.
 	_, err = s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n2", VCPUs: 1, MemoryMiB: 512,
-		Seen: func(context.Context, int64) *Seen { return fresh }})
+		Seen: func(context.Context, Wrote) *Seen { return fresh }})
 	var qe *QuotaError
 	if !errors.As(err, &qe) || qe.Field != "max_vms" {
 		t.Fatalf("reserve past the quota on a stale view = %v; want the max_vms QuotaError", err)

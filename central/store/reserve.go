@@ -114,9 +114,15 @@ type ReserveRequest struct {
 	// the decision rests on: the node's counter and record, the tenant's counter and (when
 	// Quotas is nil) record. A nil answer, a refusal on the view's data (confirmed by
 	// reading) or a lost compare fall back to the reads below. Seen is called with this
-	// process's locks of both counters held; atLeast is LastUsageWrite then, the revision
-	// the view should reach first. Ignored for a replacement.
-	Seen func(ctx context.Context, atLeast int64) *Seen
+	// process's locks of both counters held, and told this process's last writes of them,
+	// which the view should hold first. Ignored for a replacement.
+	Seen func(ctx context.Context, wrote Wrote) *Seen
+	// Took, when set, is told of a reservation committed on what Seen gave, with the
+	// revision of its write, while the counters' locks are still held: the view applies
+	// the write at once (the counters and reservations it wrote are exactly the view's
+	// plus this one, or the compare would have failed), so the next placement of this
+	// process need not wait for the watch to bring it.
+	Took func(rev int64, res *Reservation)
 	// Quotas of the tenant (ignored for the operator). Nil: Reserve reads the tenant record in its transaction (and
 	// compares its revision, so a quota change or a disable cannot slip in between) and
 	// refuses a missing or disabled tenant.
@@ -190,7 +196,7 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 		var snap *reserveSnapshot
 		fromView := false
 		if seen != nil && resp == nil && !afterPause {
-			if sn := seen(ctx, s.LastUsageWrite()); sn != nil {
+			if sn := seen(ctx, s.usageWrote(req.Node, req.Tenant)); sn != nil {
 				snap = sn.snapshot()
 				fromView = admit(req, snap, what) == nil // a refusal is confirmed by reading
 				if !fromView {
@@ -275,7 +281,10 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if r.Succeeded {
-			s.noteUsageWrite(r.Header.Revision)
+			s.noteUsageWrite(r.Header.Revision, req.Node, req.Tenant)
+			if fromView && req.Took != nil {
+				req.Took(r.Header.Revision, res)
+			}
 			out = res
 			return true, nil
 		}
@@ -753,7 +762,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if r.Succeeded {
-			s.noteUsageWrite(r.Header.Revision)
+			s.noteUsageWrite(r.Header.Revision, e.Node, e.Tenant)
 			return true, nil
 		}
 		resp = r
@@ -849,7 +858,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 		}
 		out = &ended
 		if r.Succeeded {
-			s.noteUsageWrite(r.Header.Revision)
+			s.noteUsageWrite(r.Header.Revision, e.Node, e.Tenant)
 		}
 		return r.Succeeded, nil
 	})

@@ -104,8 +104,8 @@ type Store struct {
 	noRangeStream atomic.Bool
 	// ledgerIndexed: the ledger's month index is complete (its migration marker was seen).
 	ledgerIndexed atomic.Bool
-	// usageRev: revision of this process's latest usage counter write (fleetwatch.go).
-	usageRev atomic.Int64
+	// usageRevs: counter key -> revision of this process's latest write of it (fleetwatch.go).
+	usageRevs sync.Map
 
 	mu      sync.Mutex
 	session *concurrency.Session
