@@ -165,3 +165,24 @@ func TestViewFollowsTheStoreAndNeverOvershoots(t *testing.T) {
 		t.Fatalf("the view after the burst = %+v, %v; want 6 vCPUs used on each node", sn, err)
 	}
 }
+
+// TestKeepChoosesAmongTheNodesItAccepts: on the watched view, keep limits
+// the nodes the scheduler weighs to those it accepts, and a placement lands
+// on one of them although bin-packing prefers another.
+func TestKeepChoosesAmongTheNodesItAccepts(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	putNode(t, st, "big", 16)
+	putNode(t, st, "small", 8) // bin-packing's choice
+	p := New(st)
+	req := scheduler.Request{GuestOS: store.GuestLinux, VCPUs: 2, MemoryMiB: 256}
+	rr := store.ReserveRequest{VCPUs: 2, MemoryMiB: 256}
+	d, _, _, err := p.PlaceAndReserve(ctx, req, store.DefaultPolicy(), rr, nil)
+	if err != nil || d.Node != "small" {
+		t.Fatalf("placement without keep = %+v, %v; want small", d, err)
+	}
+	d, node, res, err := p.PlaceAndReserve(ctx, req, store.DefaultPolicy(), rr, func(n *store.Node) bool { return n.Name == "big" })
+	if err != nil || d.Node != "big" || node.Name != "big" || res.Node != "big" || len(d.Considered) != 1 {
+		t.Fatalf("placement keeping big = %+v, %v, %v; want big, the only node considered", d, res, err)
+	}
+}

@@ -28,12 +28,14 @@ type view struct {
 	nodes   map[string]*nodeState
 	tenants map[string]*tenantState
 	// list is the scheduler's view of every node with a record, in name order, and recs
-	// their records: updated in place as changes come, and given to the scheduler as they
-	// are (under the read lock), so a decision copies nothing. index finds a node in them;
-	// nil index: the set of nodes changed and they are rebuilt.
+	// their records. index finds a node in them; nil index: the set of nodes changed and
+	// they are rebuilt. A decision takes the slices as they are and runs the scheduler on
+	// them outside the lock; lent says a decision may hold them, and the next change then
+	// copies them before writing (copy on write), so neither waits for the other.
 	list  []scheduler.Node
 	recs  []*store.Node
 	index map[string]int
+	lent  bool
 }
 
 type usageState struct {
@@ -132,6 +134,12 @@ func (v *view) reset(rev int64, changes []store.FleetChange) {
 func (v *view) apply(rev int64, changes []store.FleetChange) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.applyLocked(rev, changes, true)
+}
+
+// applyLocked is apply under v.mu; toList false leaves the scheduler's list as it is (see
+// took).
+func (v *view) applyLocked(rev int64, changes []store.FleetChange, toList bool) {
 	touched := map[string]*nodeState{}
 	for i := range changes {
 		c := &changes[i]
@@ -175,7 +183,10 @@ func (v *view) apply(rev int64, changes []store.FleetChange) {
 			continue
 		}
 		n.sched = SchedulerNode(n.rec, store.UsageView{Running: n.usage, Reserved: n.reserved})
-		if i, ok := v.index[name]; ok {
+		if i, ok := v.index[name]; ok && toList {
+			if v.lent {
+				v.list, v.recs, v.lent = slices.Clone(v.list), slices.Clone(v.recs), false
+			}
 			v.list[i], v.recs[i] = n.sched, n.rec
 		}
 	}
@@ -187,7 +198,7 @@ func (v *view) apply(rev int64, changes []store.FleetChange) {
 			}
 		}
 		slices.Sort(names)
-		v.list, v.recs, v.index = make([]scheduler.Node, len(names)), make([]*store.Node, len(names)), make(map[string]int, len(names))
+		v.list, v.recs, v.index, v.lent = make([]scheduler.Node, len(names)), make([]*store.Node, len(names)), make(map[string]int, len(names)), false
 		for i, name := range names {
 			n := v.nodes[name]
 			v.list[i], v.recs[i], v.index[name] = n.sched, n.rec, i
@@ -268,14 +279,16 @@ func (v *view) sync(ctx context.Context) error {
 // chosen node's record.
 func (v *view) decide(req scheduler.Request, pol scheduler.Policy, keep func(*store.Node) bool,
 	busy func(string) bool) (scheduler.Decision, *store.Node, error) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
+	v.mu.Lock()
 	nodes, recs := v.list, v.recs
+	v.lent = true
+	v.mu.Unlock()
 	if keep != nil {
+		all, allRecs := nodes, recs
 		nodes, recs = nil, nil
-		for i, r := range v.recs {
+		for i, r := range allRecs {
 			if keep(r) {
-				nodes, recs = append(nodes, v.list[i]), append(recs, r)
+				nodes, recs = append(nodes, all[i]), append(recs, r)
 			}
 		}
 	}
@@ -365,14 +378,17 @@ func (v *view) took(rev int64, res *store.Reservation) {
 		cs = append(cs, store.FleetChange{Kind: store.FleetTenantReservation, Name: res.Tenant, ID: res.ID, ModRev: rev, Usage: res.Size()})
 	}
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	if n := v.nodes[res.Node]; n != nil {
 		cs = append(cs, store.FleetChange{Kind: store.FleetNodeUsage, Name: res.Node, ModRev: rev, Usage: n.usage, Gen: n.gen + 1})
 	}
 	if t := v.tenants[res.Tenant]; res.Tenant != "" && t != nil {
 		cs = append(cs, store.FleetChange{Kind: store.FleetTenantUsage, Name: res.Tenant, ModRev: rev, Usage: t.usage, Gen: t.gen + 1})
 	}
-	v.mu.Unlock()
-	v.apply(0, cs) // 0: the view's own revision does not move
+	// 0: the view's own revision does not move. The scheduler's list catches up when the
+	// watch brings the same write (a copy of the list saved): a choice made meanwhile sees
+	// the node a little emptier, and Reserve, which decides on the exact state, corrects it.
+	v.applyLocked(0, cs, false)
 }
 
 // tenantUsage is the tenant's record and running + reserved usage as the view has them (nil
