@@ -55,7 +55,8 @@ check-darwin:
 test-fresh:
 	@scripts/test-fresh.sh
 
-# Each benchmark measures its baseline in the same run and prints the ratio.
+# Each benchmark measures its baseline in the same run, interleaved round by round, and
+# prints the ratio as a median with its p10–p90 spread (internal/benchstat).
 bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 24x -timeout 30m ./drivers/qemu/
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./drivers/sim/
@@ -63,7 +64,9 @@ bench: deps guest-image
 	$(GO) test -run '^$$' -bench BenchmarkAgentMemory -benchtime 1x ./cmd/fluxvm-agent/
 	$(GO) test -run '^$$' -bench BenchmarkOverlayThroughput -benchtime 4x -timeout 20m ./cmd/fluxvm-agent/
 	$(GO) test -run '^$$' -bench BenchmarkPlace -benchtime 2s ./scheduler/
-	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 2s ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkPlacementStep -benchtime 10x -timeout 20m ./central/placement/
+	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 10x -timeout 20m ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkLaunchCentralVsNode -benchtime 30x ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkHeartbeat2000Nodes -benchtime 1x ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkWarmPoolClaimVsCold -benchtime 5x -timeout 15m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkRestoreVsCold -benchtime 12x -timeout 30m ./drivers/qemu/

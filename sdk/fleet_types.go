@@ -118,7 +118,9 @@ type FleetCreateVMRequest struct {
 // Placement says why central put a VM where it did.
 type Placement struct {
 	Reason string `json:"reason"`
-	// Considered holds one verdict per node looked at.
+	// Considered holds the chosen node's verdict and, on a fleet of more
+	// than 10 nodes, those of the best-scored other fitting nodes, 10 in
+	// all, in name order (a refusal, NoPlacementBody, lists every node).
 	Considered []PlacementVerdict `json:"considered"`
 }
 

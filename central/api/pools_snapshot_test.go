@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -245,13 +246,13 @@ func BenchmarkSnapshotPoolClaimVsCold(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	mw, mc := pxMedian(claims), pxMedian(cold)
-	b.ReportMetric(mw.Seconds(), "claim-s")
-	b.ReportMetric(mc.Seconds(), "cold-s")
-	b.ReportMetric(mw.Seconds()/mc.Seconds(), "claim/cold")
+	mw, mc := benchstat.Seconds(claims), benchstat.Seconds(cold)
+	ratio := benchstat.RatiosOfSeconds(claims, cold)
+	benchstat.Report(b, mw, "claim-s")
+	benchstat.Report(b, mc, "cold-s")
+	benchstat.Report(b, ratio, "claim/cold")
 	b.Logf("claims %v; cold %v", claims, cold)
-	b.Logf("medians of %d: snapshot-pool claim to agent ready %v, cold launch to agent ready %v; claim/cold %.3f (goal ≤ 0.15)",
-		b.N, mw.Round(time.Millisecond), mc.Round(time.Millisecond), mw.Seconds()/mc.Seconds())
+	b.Logf("snapshot-pool claim to agent ready %s s; cold launch to agent ready %s s; claim/cold round by round %s (goal ≤ 0.15)", mw, mc, ratio)
 	stop()
 	fxCall(b, "DELETE", c.url+"/fleet/pools/snap", tok, nil)
 }

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,5 +89,100 @@ func TestPlaceAndReserve(t *testing.T) {
 	var qe *store.QuotaError
 	if !errors.As(err, &qe) || qe.Field != "max_vms" {
 		t.Fatalf("a third VM = %v; want the max_vms quota error", err)
+	}
+}
+
+// TestViewFollowsTheStoreAndNeverOvershoots: the watched view sees a node
+// joining, a cordon and reservations as the store writes them; a burst of
+// placements decided on it from several Placers (several centrals) never
+// reserves past the tenant's quota or a node's room, however stale each
+// Placer's view is when it decides.
+func TestViewFollowsTheStoreAndNeverOvershoots(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	putNode(t, st, "a", 8)
+	p := New(st)
+	ns, _, err := p.Snapshot(ctx)
+	if err != nil || len(ns) != 1 {
+		t.Fatalf("snapshot = %d nodes, %v; want a", len(ns), err)
+	}
+	putNode(t, st, "b", 8)
+	cordon := func(on bool) {
+		if _, err := st.UpdateNode(ctx, "a", false, func(n *store.Node) error { n.Cordoned = on; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cordon(true)
+	ns, sn, err := p.Snapshot(ctx)
+	if err != nil || len(ns) != 2 || !sn[0].Cordoned || sn[1].Name != "b" {
+		t.Fatalf("snapshot after b joined and a was cordoned = %+v, %v", sn, err)
+	}
+	cordon(false)
+
+	tenant := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 7}}, TokenSHA256: store.HashToken("fvt_acme")}
+	if err := st.CreateTenant(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	placers := []*Placer{p, New(st), New(st)}
+	pol := store.DefaultPolicy()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	placed := map[string]int{}
+	refused := 0
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, node, _, err := placers[i%len(placers)].PlaceAndReserve(ctx,
+				scheduler.Request{Tenant: tenant.ID, GuestOS: store.GuestLinux, VCPUs: 3, MemoryMiB: 256}, pol,
+				store.ReserveRequest{Tenant: tenant.ID, VCPUs: 3, MemoryMiB: 256}, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			var qe *store.QuotaError
+			var np *scheduler.NoPlacementError
+			switch {
+			case err == nil:
+				placed[node.Name]++
+			case errors.As(err, &qe), errors.As(err, &np), errors.Is(err, ErrNoRoom):
+				refused++
+			default:
+				t.Errorf("placement: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	// 8 vCPUs take two 3-vCPU VMs: 4 VMs in all, below the quota of 7.
+	if placed["a"] != 2 || placed["b"] != 2 || refused != 36 {
+		t.Fatalf("placed %v, refused %d; want 2 on each node and 36 refused", placed, refused)
+	}
+	for _, n := range []string{"a", "b"} {
+		if u, err := st.NodeUsage(ctx, n); err != nil || u.Reserved.VCPUs != 6 {
+			t.Errorf("node %s usage = %+v, %v; want 6 vCPUs reserved", n, u, err)
+		}
+	}
+	_, sn, err = p.Snapshot(ctx)
+	if err != nil || sn[0].Used.VCPUs != 6 || sn[1].Used.VCPUs != 6 {
+		t.Fatalf("the view after the burst = %+v, %v; want 6 vCPUs used on each node", sn, err)
+	}
+}
+
+// TestKeepChoosesAmongTheNodesItAccepts: on the watched view, keep limits
+// the nodes the scheduler weighs to those it accepts, and a placement lands
+// on one of them although bin-packing prefers another.
+func TestKeepChoosesAmongTheNodesItAccepts(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	putNode(t, st, "big", 16)
+	putNode(t, st, "small", 8) // bin-packing's choice
+	p := New(st)
+	req := scheduler.Request{GuestOS: store.GuestLinux, VCPUs: 2, MemoryMiB: 256}
+	rr := store.ReserveRequest{VCPUs: 2, MemoryMiB: 256}
+	d, _, _, err := p.PlaceAndReserve(ctx, req, store.DefaultPolicy(), rr, nil)
+	if err != nil || d.Node != "small" {
+		t.Fatalf("placement without keep = %+v, %v; want small", d, err)
+	}
+	d, node, res, err := p.PlaceAndReserve(ctx, req, store.DefaultPolicy(), rr, func(n *store.Node) bool { return n.Name == "big" })
+	if err != nil || d.Node != "big" || node.Name != "big" || res.Node != "big" || len(d.Considered) != 1 {
+		t.Fatalf("placement keeping big = %+v, %v, %v; want big, the only node considered", d, res, err)
 	}
 }

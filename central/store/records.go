@@ -415,6 +415,9 @@ type Reservation struct {
 	Replaces string `json:"replaces,omitempty"`
 }
 
+// Size is what the reservation holds: one VM, its vCPUs, memory and macOS slot.
+func (r *Reservation) Size() Usage { return r.usage() }
+
 func (r *Reservation) usage() Usage {
 	u := Usage{VMs: 1, VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB}
 	if r.MacOS {

@@ -108,6 +108,21 @@ type ReserveRequest struct {
 	// tenant at its quota can still be moved; node capacity counts both.
 	// Only one live reservation may discount a given entry.
 	Replaces string
+	// Seen, when set, gives what a watched view of the fleet holds for Tenant and Node
+	// (central/placement, fleetwatch.go). Reserve then decides on it instead of reading
+	// first, and commits in one transaction that compares the ModRevisions of only the keys
+	// the decision rests on: the node's counter and record, the tenant's counter and (when
+	// Quotas is nil) record. A nil answer, a refusal on the view's data (confirmed by
+	// reading) or a lost compare fall back to the reads below. Seen is called with this
+	// process's locks of both counters held, and told this process's last writes of them,
+	// which the view should hold first. Ignored for a replacement.
+	Seen func(ctx context.Context, wrote Wrote) *Seen
+	// Took, when set, is told of a reservation committed on what Seen gave, with the
+	// revision of its write, while the counters' locks are still held: the view applies
+	// the write at once (the counters and reservations it wrote are exactly the view's
+	// plus this one, or the compare would have failed), so the next placement of this
+	// process need not wait for the watch to bring it.
+	Took func(rev int64, res *Reservation)
 	// Quotas of the tenant (ignored for the operator). Nil: Reserve reads the tenant record in its transaction (and
 	// compares its revision, so a quota change or a disable cannot slip in between) and
 	// refuses a missing or disabled tenant.
@@ -173,14 +188,29 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 		ID: newID("r-"), Tenant: req.Tenant, Node: req.Node, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB,
 		MacOS: req.MacOS, CreatedAt: time.Now().UTC(), Replaces: req.Replaces,
 	}
+	seen := req.Seen
+	if req.Replaces != "" {
+		seen = nil
+	}
 	err = s.repeatLoop(ctx, what, func(afterPause bool) (bool, error) {
-		if resp == nil || afterPause {
+		var snap *reserveSnapshot
+		fromView := false
+		if seen != nil && resp == nil && !afterPause {
+			if sn := seen(ctx, s.usageWrote(req.Node, req.Tenant)); sn != nil {
+				snap = sn.snapshot()
+				fromView = admit(req, snap, what) == nil // a refusal is confirmed by reading
+				if !fromView {
+					snap = nil
+				}
+			}
+			seen = nil
+		}
+		if !fromView && (resp == nil || afterPause) {
 			if err := read(true); err != nil {
 				return false, err
 			}
 		}
-		var snap *reserveSnapshot
-		for {
+		for !fromView {
 			if hasKey(resp.Responses[2].GetResponseRange().Kvs, s.resNodePrefix(req.Node)+res.ID) {
 				out = res // an earlier try's write was applied
 				return true, nil
@@ -219,7 +249,14 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 				keys = append(keys, readKey{s.runningTenantPrefix(req.Tenant) + req.Replaces, snap.replacedRev})
 			}
 		}
-		cmps := unchanged(resp.Header.Revision, keys, prefixes...)
+		var cmps []clientv3.Cmp
+		if fromView {
+			// The counters stand for the reservation prefixes (see the top of this file),
+			// and the view holds no revision of its own to compare them against.
+			cmps = unchanged(0, keys)
+		} else {
+			cmps = unchanged(resp.Header.Revision, keys, prefixes...)
+		}
 		snap.nodeUsage.Gen++
 		ops := []clientv3.Op{
 			clientv3.OpPut(s.resNodePrefix(req.Node)+res.ID, mustJSON(res), lease),
@@ -244,6 +281,10 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if r.Succeeded {
+			s.noteUsageWrite(r.Header.Revision, req.Node, req.Tenant)
+			if fromView && req.Took != nil {
+				req.Took(r.Header.Revision, res)
+			}
 			out = res
 			return true, nil
 		}
@@ -251,6 +292,29 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 		return false, nil
 	})
 	return out, err
+}
+
+// Seen is what a watched view of the fleet holds for one reservation's decision: the node's
+// record and counter with their ModRevisions and the sum of its live reservations, and the
+// same of the tenant (see ReserveRequest.Seen). A nil Node or Tenant is one the view lacks.
+type Seen struct {
+	Node                        *Node
+	NodeRev                     int64
+	NodeUsage, NodeReserved     Usage
+	NodeGen, NodeUsageRev       int64
+	Tenant                      *Tenant
+	TenantRev                   int64
+	TenantUsage, TenantReserved Usage
+	TenantGen, TenantUsageRev   int64
+}
+
+func (sn *Seen) snapshot() *reserveSnapshot {
+	return &reserveSnapshot{
+		nodeUsage: counter{Usage: sn.NodeUsage, Gen: sn.NodeGen}, nodeUsageRev: sn.NodeUsageRev,
+		node: sn.Node, nodeRev: sn.NodeRev, nodeReserved: sn.NodeReserved,
+		tenantUsage: counter{Usage: sn.TenantUsage, Gen: sn.TenantGen}, tenantUsageRev: sn.TenantUsageRev,
+		tenantReserved: sn.TenantReserved, tenant: sn.Tenant, tenantRev: sn.TenantRev,
+	}
 }
 
 // admit decides a reservation on a snapshot: nil, or why not.
@@ -450,6 +514,12 @@ func (s *Store) QuotaLeft(ctx context.Context, req ReserveRequest) error {
 		return err
 	}
 	return checkQuota(t.Quota, u.Running.add(u.Reserved), req.ask())
+}
+
+// QuotaRoom is a *QuotaError when quotas q, with used in use, have no room
+// for req's VM (a check on data the caller holds, such as a watched view).
+func QuotaRoom(q sdk.Quotas, used Usage, req ReserveRequest) error {
+	return checkQuota(q, used, req.ask())
 }
 
 func checkQuota(q sdk.Quotas, used, ask Usage) error {
@@ -692,6 +762,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if r.Succeeded {
+			s.noteUsageWrite(r.Header.Revision, e.Node, e.Tenant)
 			return true, nil
 		}
 		resp = r
@@ -786,6 +857,9 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		out = &ended
+		if r.Succeeded {
+			s.noteUsageWrite(r.Header.Revision, e.Node, e.Tenant)
+		}
 		return r.Succeeded, nil
 	})
 	return out, err

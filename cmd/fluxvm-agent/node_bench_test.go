@@ -6,13 +6,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/image"
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
@@ -85,12 +85,11 @@ func BenchmarkNodeCreateToReady(b *testing.B) {
 			apiRun()
 		}
 	}
-	ma, md := median(api), median(drv)
-	b.ReportMetric(ma.Seconds(), "api-s")
-	b.ReportMetric(md.Seconds(), "driver-s")
-	b.ReportMetric(ma.Seconds()/md.Seconds(), "api/driver")
-	b.Logf("medians of %d: node API create→ready %v, driver start→ready %v; api/driver %.3f (goal ≤ 1.05)",
-		b.N, ma.Round(time.Millisecond), md.Round(time.Millisecond), ma.Seconds()/md.Seconds())
+	ma, md, ratio := benchstat.Seconds(api), benchstat.Seconds(drv), benchstat.RatiosOfSeconds(api, drv)
+	b.ReportMetric(ma.Median, "api-s")
+	b.ReportMetric(md.Median, "driver-s")
+	benchstat.Report(b, ratio, "api/driver")
+	b.Logf("node API create→ready %v s, driver start→ready %v s; api/driver, round by round, %v (goal ≤ 1.05)", ma, md, ratio)
 }
 
 // BenchmarkAgentMemoryWith20SimVMs reports the resident memory of the node
@@ -121,12 +120,6 @@ func newBenchNode(b *testing.B, plugins string) *node {
 	n := newNode(b, plugins)
 	n.start()
 	return n
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // rssMiB is a process's resident set size in MiB.
