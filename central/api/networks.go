@@ -69,7 +69,7 @@ func (s *Server) overlayNetwork(w http.ResponseWriter, r *http.Request, body *sd
 	}
 	id, subnet, egress, err := s.overlays.Launch(r.Context(), spec.Tenant, body.Node, body.Networks)
 	if err != nil {
-		s.overlayError(w, r, "join the overlay", err)
+		s.refused(w, r, "join the overlay", err)
 		return false
 	}
 	spec.Network, spec.NetworkID, spec.Subnet, spec.Egress = vms.NetworkTenant, id, subnet, &egress

@@ -1,10 +1,8 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 
-	"github.com/fluxvm/fluxvm/central/overlays"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/gorilla/mux"
@@ -34,7 +32,7 @@ func (s *Server) listOverlays(w http.ResponseWriter, r *http.Request) {
 	}
 	l, err := s.overlays.List(r.Context(), tenant, operator)
 	if err != nil {
-		s.overlayError(w, r, "list the overlays", err)
+		s.refused(w, r, "list the overlays", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, sdk.OverlayList{Overlays: l})
@@ -52,7 +50,7 @@ func (s *Server) createOverlay(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.overlays.Create(r.Context(), tenant, req)
 	if err != nil {
-		s.overlayError(w, r, "create the overlay", err)
+		s.refused(w, r, "create the overlay", err)
 		return
 	}
 	nameTarget(r, o.Name)
@@ -67,7 +65,7 @@ func (s *Server) getOverlay(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.overlays.Get(r.Context(), tenant, mux.Vars(r)["name"], operator)
 	if err != nil {
-		s.overlayError(w, r, "read the overlay", err)
+		s.refused(w, r, "read the overlay", err)
 		return
 	}
 	jsonapi.Write(w, http.StatusOK, o)
@@ -80,7 +78,7 @@ func (s *Server) deleteOverlay(w http.ResponseWriter, r *http.Request) {
 	}
 	name := mux.Vars(r)["name"]
 	if err := s.overlays.Delete(r.Context(), tenant, name); err != nil {
-		s.overlayError(w, r, "delete the overlay", err)
+		s.refused(w, r, "delete the overlay", err)
 		return
 	}
 	nameTarget(r, name)
@@ -99,7 +97,7 @@ func (s *Server) addOverlayNode(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.overlays.AddNode(r.Context(), tenant, mux.Vars(r)["name"], req.Node, operator)
 	if err != nil {
-		s.overlayError(w, r, "add the node", err)
+		s.refused(w, r, "add the node", err)
 		return
 	}
 	nameTarget(r, o.Name)
@@ -113,7 +111,7 @@ func (s *Server) removeOverlayNode(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.overlays.RemoveNode(r.Context(), tenant, mux.Vars(r)["name"], mux.Vars(r)["node"], operator)
 	if err != nil {
-		s.overlayError(w, r, "remove the node", err)
+		s.refused(w, r, "remove the node", err)
 		return
 	}
 	nameTarget(r, o.Name)
@@ -127,24 +125,9 @@ func (s *Server) rotateOverlay(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.overlays.Rotate(r.Context(), tenant, mux.Vars(r)["name"], operator)
 	if err != nil {
-		s.overlayError(w, r, "rotate the overlay's keys", err)
+		s.refused(w, r, "rotate the overlay's keys", err)
 		return
 	}
 	nameTarget(r, o.Name)
 	jsonapi.Write(w, http.StatusOK, o)
-}
-
-// overlayError answers a refused or failed overlay route (or a launch's
-// overlay check).
-func (s *Server) overlayError(w http.ResponseWriter, r *http.Request, what string, err error) {
-	var re *overlays.Error
-	var ne *overlays.NodeError
-	switch {
-	case errors.As(err, &re):
-		jsonapi.WriteError(w, re.Kind.Status(), re.Msg, re.Hint)
-	case errors.As(err, &ne):
-		s.nodeError(w, PrincipalOf(r.Context()), ne.Node, ne.What, ne.Err)
-	default:
-		s.storeError(w, what, err)
-	}
 }

@@ -2,6 +2,7 @@ package overlays
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 
@@ -19,7 +20,7 @@ import (
 // words.
 func CheckEgress(p *sdk.EgressPolicy, what string) error {
 	if err := sdk.CheckEgressPolicy(p); err != nil {
-		return &Error{Kind: Invalid, Msg: what + ": " + jsonapi.Echo(err.Error()),
+		return &jsonapi.Error{Status: http.StatusBadRequest, Msg: what + ": " + jsonapi.Echo(err.Error()),
 			Hint: `"mode": "open" or "allowlist"; addresses (192.0.2.7) or subnets in CIDR notation (192.0.2.0/24), at most 64 of each`}
 	}
 	return nil

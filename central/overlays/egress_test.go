@@ -1,9 +1,11 @@
 package overlays
 
 import (
+	"net/http"
 	"reflect"
 	"testing"
 
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -47,7 +49,7 @@ func TestClampTightensAndNeverLoosensTheFloor(t *testing.T) {
 		{Mode: "open", Block: make([]string, sdk.MaxEgressEntries+1)}} {
 		if _, _, err := Clamp(nil, bad); err == nil {
 			t.Errorf("policy %+v was accepted", bad)
-		} else if e, ok := err.(*Error); !ok || e.Kind != Invalid {
+		} else if e, ok := err.(*jsonapi.Error); !ok || e.Status != http.StatusBadRequest {
 			t.Errorf("policy %+v: %v, want a 400", bad, err)
 		}
 	}

@@ -48,39 +48,6 @@ type Store interface {
 	LockOverlay(ctx context.Context, tenant, name string) (func(), error)
 }
 
-// Kind says what an Error is, and so its status.
-type Kind int
-
-const (
-	Invalid  Kind = iota // 400
-	NotFound             // 404
-	Conflict             // 409
-	Limit                // 429
-)
-
-// Status is the HTTP status of the kind.
-func (k Kind) Status() int {
-	return [...]int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusTooManyRequests}[k]
-}
-
-// Error is a request refused by a rule, in words for people.
-type Error struct {
-	Kind      Kind
-	Msg, Hint string
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// NodeError is a member node's refusal or failure; Err is its answer.
-type NodeError struct {
-	Node *store.Node
-	What string
-	Err  error
-}
-
-func (e *NodeError) Error() string { return fmt.Sprintf("node %s: %s: %v", e.Node.Name, e.What, e.Err) }
-func (e *NodeError) Unwrap() error { return e.Err }
-
 // Service does the overlay routes' work. It is safe for concurrent use;
 // changes of one overlay run under its lock in the store, on every central.
 type Service struct {
@@ -115,7 +82,7 @@ func view(rec *store.Overlay, operator bool) sdk.Overlay {
 }
 
 func notFound(name string) error {
-	return &Error{Kind: NotFound, Msg: fmt.Sprintf("no overlay %q", jsonapi.Echo(name)), Hint: "GET /fleet/overlays lists yours"}
+	return &jsonapi.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no overlay %q", jsonapi.Echo(name)), Hint: "GET /fleet/overlays lists yours"}
 }
 
 // List lists a tenant's overlays (every tenant's for "" and the operator).
@@ -154,14 +121,14 @@ func (s *Service) get(ctx context.Context, tenant, name string) (*store.Overlay,
 // refused, with the reasons on the record.
 func (s *Service) Create(ctx context.Context, tenant string, req sdk.CreateOverlayRequest) (*sdk.Overlay, error) {
 	if tenant == "" {
-		return nil, &Error{Kind: Invalid, Msg: "an overlay belongs to a tenant", Hint: "as the operator, name the tenant: ?tenant=ID"}
+		return nil, &jsonapi.Error{Status: http.StatusBadRequest, Msg: "an overlay belongs to a tenant", Hint: "as the operator, name the tenant: ?tenant=ID"}
 	}
 	if !nameRE.MatchString(req.Name) {
-		return nil, &Error{Kind: Invalid, Msg: fmt.Sprintf("overlay name %q is not valid", jsonapi.Echo(req.Name)),
+		return nil, &jsonapi.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("overlay name %q is not valid", jsonapi.Echo(req.Name)),
 			Hint: "an overlay name is 1-40 lowercase letters, digits and '-', starting with a letter or digit"}
 	}
 	if len(req.Nodes) > sdk.MaxOverlayMembers {
-		return nil, &Error{Kind: Limit, Msg: fmt.Sprintf("an overlay has at most %d nodes, not %d", sdk.MaxOverlayMembers, len(req.Nodes)), Hint: "name fewer nodes"}
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: fmt.Sprintf("an overlay has at most %d nodes, not %d", sdk.MaxOverlayMembers, len(req.Nodes)), Hint: "name fewer nodes"}
 	}
 	pol, err := s.st.GetPolicy(ctx)
 	if err != nil {
@@ -177,9 +144,9 @@ func (s *Service) Create(ctx context.Context, tenant string, req sdk.CreateOverl
 		ID: "ov-" + hex.EncodeToString(id), LocalEgress: req.Egress}
 	switch err := s.st.CreateOverlay(ctx, rec); {
 	case errors.Is(err, store.ErrExists):
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("you have an overlay named %s already", req.Name), Hint: "choose another name, or delete that one"}
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("you have an overlay named %s already", req.Name), Hint: "choose another name, or delete that one"}
 	case errors.Is(err, store.ErrNoOverlayIndex):
-		return nil, &Error{Kind: Limit, Msg: fmt.Sprintf("the fleet holds %d overlays, all taken", store.MaxOverlays), Hint: "delete an overlay first"}
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: fmt.Sprintf("the fleet holds %d overlays, all taken", store.MaxOverlays), Hint: "delete an overlay first"}
 	case err != nil:
 		return nil, err
 	}
@@ -241,24 +208,24 @@ func (s *Service) AddNode(ctx context.Context, tenant, name, node string, operat
 	}
 	n, err := s.st.GetNode(ctx, node)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !store.ValidName(node)) {
-		return nil, &Error{Kind: NotFound, Msg: fmt.Sprintf("no node %q", jsonapi.Echo(node)), Hint: "fluxctl fleet nodes lists them"}
+		return nil, &jsonapi.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("no node %q", jsonapi.Echo(node)), Hint: "fluxctl fleet nodes lists them"}
 	}
 	if err != nil {
 		return nil, err
 	}
 	if len(n.Networks) == 0 {
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("node %s has no network plugin up, so it cannot hold an overlay", node),
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("node %s has no network plugin up, so it cannot hold an overlay", node),
 			Hint: "choose a node whose NETWORKS column (fluxctl fleet nodes -o wide) names one"}
 	}
 	used := map[string]bool{}
 	for _, m := range rec.Members {
 		if m.Node == node {
-			return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("node %s is a member of overlay %s already", node, name), Hint: "nothing to do"}
+			return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("node %s is a member of overlay %s already", node, name), Hint: "nothing to do"}
 		}
 		used[m.Subnet] = true
 	}
 	if len(rec.Members) >= sdk.MaxOverlayMembers {
-		return nil, &Error{Kind: Limit, Msg: fmt.Sprintf("overlay %s has %d nodes, the most it holds", name, sdk.MaxOverlayMembers), Hint: "remove a node first"}
+		return nil, &jsonapi.Error{Status: http.StatusTooManyRequests, Msg: fmt.Sprintf("overlay %s has %d nodes, the most it holds", name, sdk.MaxOverlayMembers), Hint: "remove a node first"}
 	}
 	m := sdk.OverlayMember{Node: node}
 	for k := 0; k < sdk.MaxOverlayMembers; k++ {
@@ -273,7 +240,7 @@ func (s *Service) AddNode(ctx context.Context, tenant, name, node string, operat
 	}
 	if st.Endpoint == "" {
 		_ = s.leaveNode(ctx, rec, n)
-		return nil, &Error{Kind: Conflict, Msg: fmt.Sprintf("node %s does not say where other nodes reach it", node),
+		return nil, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("node %s does not say where other nodes reach it", node),
 			Hint: `set overlay_address in the node's plugin "netns" config block (its address the other nodes reach)`}
 	}
 	m.PublicKey, m.Endpoint = st.PublicKey, st.Endpoint
@@ -302,7 +269,7 @@ func (s *Service) RemoveNode(ctx context.Context, tenant, name, node string, ope
 	}
 	i := slices.IndexFunc(rec.Members, func(m sdk.OverlayMember) bool { return m.Node == node })
 	if i < 0 {
-		return nil, &Error{Kind: NotFound, Msg: fmt.Sprintf("node %q is not a member of overlay %s", jsonapi.Echo(node), name), Hint: "GET /fleet/overlays/" + name + " lists its members"}
+		return nil, &jsonapi.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("node %q is not a member of overlay %s", jsonapi.Echo(node), name), Hint: "GET /fleet/overlays/" + name + " lists its members"}
 	}
 	if err := s.leave(ctx, rec, node); err != nil {
 		return nil, err
@@ -341,14 +308,14 @@ func (s *Service) Rotate(ctx context.Context, tenant, name string, operator bool
 		}
 		k, err := nc.OverlayKey(ctx, rec.ID, false)
 		if err != nil {
-			return nil, &NodeError{Node: n, What: "make the next overlay key", Err: err}
+			return nil, &nodecall.NodeError{Node: n, What: "make the next overlay key", Err: err}
 		}
 		m.NextPublicKey = k.NextPublicKey
 		if err := s.sync(ctx, rec, m.Node); err != nil {
 			return nil, err
 		}
 		if k, err = nc.OverlayKey(ctx, rec.ID, true); err != nil {
-			return nil, &NodeError{Node: n, What: "put the next overlay key in use", Err: err}
+			return nil, &nodecall.NodeError{Node: n, What: "put the next overlay key in use", Err: err}
 		}
 		m.PublicKey, m.NextPublicKey = k.PublicKey, ""
 		if err := s.st.PutOverlay(ctx, rec); err != nil {
@@ -373,13 +340,13 @@ func (s *Service) Rotate(ctx context.Context, tenant, name string, operator bool
 // per VM: its one NIC.
 func (s *Service) Launch(ctx context.Context, tenant, node string, names []string) (networkID, subnet string, egress sdk.EgressPolicy, err error) {
 	if tenant == "" {
-		return "", "", egress, &Error{Kind: Invalid, Msg: "the operator's VMs are in no tenant's overlay", Hint: "leave networks out"}
+		return "", "", egress, &jsonapi.Error{Status: http.StatusBadRequest, Msg: "the operator's VMs are in no tenant's overlay", Hint: "leave networks out"}
 	}
 	if len(names) > 1 {
-		return "", "", egress, &Error{Kind: Invalid, Msg: "a VM joins one overlay (more networks per VM are not built yet)", Hint: "name one network"}
+		return "", "", egress, &jsonapi.Error{Status: http.StatusBadRequest, Msg: "a VM joins one overlay (more networks per VM are not built yet)", Hint: "name one network"}
 	}
 	if node == "" {
-		return "", "", egress, &Error{Kind: Invalid, Msg: "a VM in an overlay names its node, one of the overlay's members (placement among the members is not built yet)",
+		return "", "", egress, &jsonapi.Error{Status: http.StatusBadRequest, Msg: "a VM in an overlay names its node, one of the overlay's members (placement among the members is not built yet)",
 			Hint: "add node: NAME (GET /fleet/overlays/" + names[0] + " lists the members)"}
 	}
 	rec, err := s.get(ctx, tenant, names[0])
@@ -391,7 +358,7 @@ func (s *Service) Launch(ctx context.Context, tenant, node string, names []strin
 			return rec.ID, m.Subnet, rec.Egress, nil
 		}
 	}
-	return "", "", egress, &Error{Kind: Conflict, Msg: fmt.Sprintf("node %s is not a member of overlay %s", node, rec.Name),
+	return "", "", egress, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("node %s is not a member of overlay %s", node, rec.Name),
 		Hint: fmt.Sprintf("fluxctl fleet networks add-node %s %s, or choose a member", rec.Name, node)}
 }
 
@@ -402,7 +369,7 @@ func (s *Service) client(ctx context.Context, node string) (*store.Node, *sdk.No
 	}
 	nc, err := s.nodes.Client(n)
 	if err != nil {
-		return nil, nil, &NodeError{Node: n, What: "reach the node", Err: err}
+		return nil, nil, &nodecall.NodeError{Node: n, What: "reach the node", Err: err}
 	}
 	return n, nc, nil
 }
@@ -422,13 +389,13 @@ func nodeOverlay(rec *store.Overlay, m sdk.OverlayMember) sdk.NodeOverlay {
 func (s *Service) ensure(ctx context.Context, rec *store.Overlay, m sdk.OverlayMember, n *store.Node) (*sdk.NodeOverlayStatus, error) {
 	nc, err := s.nodes.Client(n)
 	if err != nil {
-		return nil, &NodeError{Node: n, What: "reach the node", Err: err}
+		return nil, &nodecall.NodeError{Node: n, What: "reach the node", Err: err}
 	}
 	cctx, cancel := context.WithTimeout(ctx, NodeTimeout)
 	defer cancel()
 	st, err := nc.EnsureOverlay(cctx, rec.ID, nodeOverlay(rec, m))
 	if err != nil {
-		return nil, &NodeError{Node: n, What: "make its part of overlay " + rec.Name, Err: err}
+		return nil, &nodecall.NodeError{Node: n, What: "make its part of overlay " + rec.Name, Err: err}
 	}
 	return st, nil
 }
@@ -466,12 +433,12 @@ func (s *Service) leave(ctx context.Context, rec *store.Overlay, node string) er
 func (s *Service) leaveNode(ctx context.Context, rec *store.Overlay, n *store.Node) error {
 	nc, err := s.nodes.Client(n)
 	if err != nil {
-		return &NodeError{Node: n, What: "reach the node", Err: err}
+		return &nodecall.NodeError{Node: n, What: "reach the node", Err: err}
 	}
 	cctx, cancel := context.WithTimeout(ctx, NodeTimeout)
 	defer cancel()
 	if err := nc.DeleteOverlay(cctx, rec.ID); err != nil {
-		return &NodeError{Node: n, What: "remove its part of overlay " + rec.Name, Err: err}
+		return &nodecall.NodeError{Node: n, What: "remove its part of overlay " + rec.Name, Err: err}
 	}
 	return nil
 }
