@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/fluxvm/fluxvm/agent/images"
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -33,7 +32,7 @@ func (s *server) listImages(w http.ResponseWriter, r *http.Request) {
 
 // imageFail answers a refusal that came before the stream began.
 func (s *server) imageFail(w http.ResponseWriter, r *http.Request, err error) {
-	var e *images.Error
+	var e *jsonapi.Error
 	if errors.As(err, &e) {
 		jsonapi.WriteError(w, e.Status, e.Msg, e.Hint)
 		return
@@ -55,10 +54,10 @@ func (s *server) imageStream(w http.ResponseWriter, r *http.Request, what string
 	}
 	final, err := run(emit)
 	if err != nil {
-		var e *images.Error
+		var e *jsonapi.Error
 		if !errors.As(err, &e) {
 			s.log.Error("image "+what+" failed", "error", err)
-			e = &images.Error{Status: http.StatusInternalServerError, Msg: "internal error",
+			e = &jsonapi.Error{Status: http.StatusInternalServerError, Msg: "internal error",
 				Hint: "the node agent's log has the details; retry, and report it if it persists"}
 		} else {
 			s.log.Warn("image "+what+" refused", "error", e.Msg)

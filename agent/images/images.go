@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -43,20 +44,11 @@ const (
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
-// Error is a refusal with the HTTP status the node API answers it with.
-type Error struct {
-	Status int
-	Msg    string
-	Hint   string
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-func fail(status int, hint, format string, args ...any) *Error {
+func fail(status int, hint, format string, args ...any) *jsonapi.Error {
 	if hint == "" {
 		hint = "docs/images.md says what a FluxVM image in a registry looks like"
 	}
-	return &Error{Status: status, Msg: fmt.Sprintf(format, args...), Hint: hint}
+	return &jsonapi.Error{Status: status, Msg: fmt.Sprintf(format, args...), Hint: hint}
 }
 
 // Options configure a Store.
@@ -196,7 +188,7 @@ func (s *Store) describe(dir string) (*sdk.NodeImage, error) {
 }
 
 // checkAuth bounds the credentials and turns them into an authenticator.
-func checkAuth(a sdk.RegistryAuth) (authn.Authenticator, *Error) {
+func checkAuth(a sdk.RegistryAuth) (authn.Authenticator, *jsonapi.Error) {
 	if len(a.Username) > sdk.MaxRegistryUserLen || len(a.Password) > sdk.MaxRegistrySecretLen || len(a.Token) > sdk.MaxRegistrySecretLen {
 		return nil, fail(http.StatusBadRequest, fmt.Sprintf("username up to %d bytes, password and token up to %d", sdk.MaxRegistryUserLen, sdk.MaxRegistrySecretLen),
 			"registry credentials are too long")
@@ -215,7 +207,7 @@ func checkAuth(a sdk.RegistryAuth) (authn.Authenticator, *Error) {
 	return authn.Anonymous, nil
 }
 
-func parseRef(ref string, insecure bool) (name.Reference, *Error) {
+func parseRef(ref string, insecure bool) (name.Reference, *jsonapi.Error) {
 	if ref == "" || len(ref) > sdk.MaxImageRefLen {
 		return nil, fail(http.StatusBadRequest, "give registry/repository:tag or registry/repository@sha256:…",
 			"ref must be 1-%d characters", sdk.MaxImageRefLen)
@@ -233,7 +225,7 @@ func parseRef(ref string, insecure bool) (name.Reference, *Error) {
 }
 
 // registryErr turns a registry's refusal into an Error for people.
-func registryErr(ref name.Reference, what string, err error) *Error {
+func registryErr(ref name.Reference, what string, err error) *jsonapi.Error {
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.StatusCode {

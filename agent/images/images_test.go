@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -189,7 +190,7 @@ func sameFiles(t *testing.T, a, b string) {
 }
 
 func statusOf(err error) int {
-	var e *Error
+	var e *jsonapi.Error
 	if errors.As(err, &e) {
 		return e.Status
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -41,7 +42,7 @@ type Pull struct {
 // PreparePull reads and checks the artifact's manifest and config, picks the
 // image's name and holds it until Close. Every refusal it can know before
 // moving the files (a bad reference, no access, not a FluxVM image, a name
-// taken by another image) comes from here, as an *Error.
+// taken by another image) comes from here, as a *jsonapi.Error.
 func (s *Store) PreparePull(ctx context.Context, req sdk.ImagePullRequest) (*Pull, error) {
 	ref, ferr := parseRef(req.Ref, req.Insecure)
 	if ferr != nil {
@@ -280,7 +281,7 @@ func asError(ref name.Reference, what string, err error) error {
 		return fail(http.StatusBadGateway, "the registry or something between it and the node changed the blob; nothing was installed, and the bad bytes were dropped",
 			"%s: %s", what, bad.msg)
 	}
-	var fe *Error
+	var fe *jsonapi.Error
 	if errors.As(err, &fe) {
 		return fe
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -71,7 +72,7 @@ func (s *Store) PreparePush(ctx context.Context, req sdk.ImagePushRequest) (*Pus
 }
 
 // resolve turns a push's image into a bundle directory the node may read.
-func (s *Store) resolve(image string) (string, *Error) {
+func (s *Store) resolve(image string) (string, *jsonapi.Error) {
 	if image == "" || len(image) > 4096 {
 		return "", fail(http.StatusBadRequest, "give an image's name (GET /v1/images) or its bundle directory", "image is required (up to 4096 bytes)")
 	}
