@@ -231,7 +231,7 @@ func TestOverlayJoinsTenantVMsAcrossNodesUnderTheEgressFloor(t *testing.T) {
 	}
 
 	// A node with the overlay's VMs cannot leave it; once they are gone it can.
-	var ne *overlays.NodeError
+	var ne *nodecall.NodeError
 	if _, err := svc.RemoveNode(ctx, acme.ID, "backend", "ov-2", false); !errors.As(err, &ne) || !strings.Contains(err.Error(), "still in it") {
 		t.Fatalf("remove a node with a VM of the overlay: %v, want the node's refusal", err)
 	}
