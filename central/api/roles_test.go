@@ -132,6 +132,13 @@ var leastRole = map[string]string{
 	"POST /fleet/federation/report":                        "member",
 	"POST /fleet/federation/leave":                         "member",
 	"POST /fleet/federation/refresh":                       "member",
+	"GET /fleet/history/sync":                              "operator",
+	"GET /fleet/history/sync/preview":                      "operator",
+	"POST /fleet/history/sync/consent":                     "operator",
+	"POST /fleet/history/sync":                             "operator",
+	"POST /fleet/history/payloads":                         "member",
+	"POST /fleet/history/rows":                             "member",
+	"GET /fleet/history":                                   "operator",
 }
 
 // TestEveryRouteHasItsRoleForEveryKindOfCaller holds the access table to
