@@ -80,6 +80,7 @@ NODE/NAME.`,
 		f.invoicesCmd(), f.billingCustomerCmd(), f.cardCmd(),
 		f.notificationsCmd(), f.webhooksCmd(),
 		f.sshCmd(), f.portForwardCmd(), f.tunnelsCmd(), f.tunnelStdioCmd(),
+		f.syncCmd(), f.historyCmd(),
 	)
 	f.cmd = c
 	explainAll(f, c)
