@@ -385,6 +385,8 @@ func runLoops(ctx context.Context, l *store.Leader, srv *api.Server, opts Option
 	// Webhooks are delivered in their own goroutine too: a receiver that
 	// does not answer holds up only its own deliveries.
 	go dispatchWebhooks(pctx, srv, time.Second, log)
+	// A member's history push (docs/history.md), and the owner's retention.
+	go srv.HistoryLoop(pctx, 0)
 	for {
 		select {
 		case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
@@ -52,6 +53,11 @@ type Pusher struct {
 	owner    func(ownerURL, token string) (*sdk.FleetClient, error)
 	activity func(ctx context.Context, e store.LedgerEntry) []byte
 	tenant   func(ctx context.Context, id string) string
+	// draining serializes this central's drains: two at once would send
+	// the same unacknowledged rows twice (harmless at the owner, but waste).
+	draining sync.Mutex
+	// kick asks Run for a drain now (consent was just given).
+	kick chan struct{}
 }
 
 // pushState is the drain's record for one membership.
@@ -83,7 +89,8 @@ var NeverSent = []string{
 // NewPusher makes the member's side.
 func NewPusher(opts PusherOptions) *Pusher {
 	p := &Pusher{st: opts.Store, kv: opts.Store.Client(), prefix: opts.Store.Prefix() + "history/push/", now: opts.Now,
-		log: opts.Logger, member: opts.Membership, owner: opts.Owner, activity: opts.Activity, tenant: opts.TenantName}
+		log: opts.Logger, member: opts.Membership, owner: opts.Owner, activity: opts.Activity, tenant: opts.TenantName,
+		kick: make(chan struct{}, 1)}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -320,6 +327,12 @@ func (p *Pusher) SetConsent(ctx context.Context, on bool) (*sdk.HistorySyncStatu
 		return nil, err
 	}
 	p.log.Info("history push consent", "enabled", on, "owner", m.OwnerURL)
+	if on {
+		select { // Run drains right away (on the leader)
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
 	out, err := p.status(ctx, m)
 	if err != nil {
 		return nil, err
@@ -337,6 +350,8 @@ func (p *Pusher) SetConsent(ctx context.Context, on bool) (*sdk.HistorySyncStatu
 // drain (manual false) does nothing after a 401 or 403; a manual one tries
 // again.
 func (p *Pusher) Drain(ctx context.Context, manual bool) (*sdk.HistorySyncStatus, error) {
+	p.draining.Lock()
+	defer p.draining.Unlock()
 	m, err := p.membership(ctx)
 	if err != nil {
 		return nil, err
@@ -515,8 +530,9 @@ func (p *Pusher) refuse(ctx context.Context, m *Membership, ls *ledgerState, it 
 	return nil
 }
 
-// Run drains every interval while ctx lives (on the leader); a drain
-// without consent or membership does nothing.
+// Run drains every interval, and right after consent was given on this
+// central, while ctx lives (on the leader); a drain without consent or
+// membership does nothing.
 func (p *Pusher) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -528,6 +544,7 @@ func (p *Pusher) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-p.kick:
 		}
 	}
 }

@@ -28,7 +28,8 @@ import (
 // central`s, each on its own embedded etcd, pair through the real flow; the
 // member drains 350 finished rows (four batches), and is SIGKILLed while
 // its third batch is in flight (held between member and owner, never
-// delivered). Started again on the same state, its next drain sends what
+// delivered; the drain is the background one consent starts, or the manual
+// one asked here, whichever runs: drains take turns). Started again on the same state, its next drain sends what
 // the owner never acknowledged: every row arrives at the owner exactly once.
 func TestMemberCentralKilledMidDrainResendsOnlyRowsTheOwnerNeverAcknowledged(t *testing.T) {
 	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
@@ -123,9 +124,8 @@ func TestMemberCentralKilledMidDrainResendsOnlyRowsTheOwnerNeverAcknowledged(t *
 			t.Fatal(err)
 		}
 	}
-	call(memberURL, "POST", "/fleet/history/sync/consent", `{"enabled": true}`, 200, nil)
-
 	hold.Store(true)
+	call(memberURL, "POST", "/fleet/history/sync/consent", `{"enabled": true}`, 200, nil)
 	go func() {
 		req, _ := http.NewRequest("POST", memberURL+"/fleet/history/sync", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -161,7 +161,8 @@ func TestMemberCentralKilledMidDrainResendsOnlyRowsTheOwnerNeverAcknowledged(t *
 	waitUntil(t, "the member again", 60*time.Second, func() bool { ok, _ := healthOf(memberURL); return ok })
 	var st sdk.HistorySyncStatus
 	call(memberURL, "POST", "/fleet/history/sync", "", 200, &st)
-	if st.State != sdk.HistorySynced || st.Acked != rows || !strings.Contains(st.Reason, fmt.Sprint(rows-2*sdk.HistoryMaxBatchRows, " sent")) {
+	// (The leader's background drain may have sent them first: either way once.)
+	if st.State != sdk.HistorySynced || st.Acked != rows {
 		t.Fatalf("the drain after the restart: %+v", st)
 	}
 	got := owned()
