@@ -521,7 +521,13 @@ func (p *Pusher) refuse(ctx context.Context, m *Membership, ls *ledgerState, it 
 		r.Reason = r.Reason[:512]
 	}
 	ls.refused[it.row.ID] = r
-	if _, err := p.kv.Put(ctx, p.refusedKey(m.MemberID, it.row.ID), mustJSON(r)); err != nil {
+	ops := []clientv3.Op{clientv3.OpPut(p.refusedKey(m.MemberID, it.row.ID), mustJSON(r))}
+	if it.row.Activity != "" {
+		// The owner may have dropped the payload (retention): upload it again next time.
+		ops = append(ops, clientv3.OpDelete(p.payKey(m.MemberID, it.row.Activity)))
+		delete(ls.payAck, it.row.Activity)
+	}
+	if _, err := p.kv.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("%w: record a refused row: %v", errLocal, err)
 	}
 	if r.Count >= sdk.HistoryMaxRefusals {
