@@ -243,3 +243,20 @@ func TestHistoryPushRoutesRefuseBadInput(t *testing.T) {
 	}
 	member.must(req{method: "POST", path: "/fleet/history/sync", token: testFleetToken}, 409)
 }
+
+func TestAnOwnerThatDoesNotAnswerLeavesTheDrainInBackoffWithNothingAcknowledged(t *testing.T) {
+	owner, member := fedEnv(t, nil), fedEnv(t, nil)
+	pairCentrals(t, owner, member, "site-b")
+	finishVMs(t, member, "vm", "", 4)
+	member.must(req{method: "POST", path: "/fleet/history/sync/consent", token: testFleetToken, body: `{"enabled": true}`}, 200)
+	owner.srv.Close()
+	st := drain(t, member, 200)
+	if st.State != sdk.HistoryBackoff || !strings.Contains(st.Reason, "did not answer") || st.Acked != 0 {
+		t.Fatalf("drain with the owner gone: %+v", st)
+	}
+	var pv sdk.HistoryPreview
+	member.must(req{method: "GET", path: "/fleet/history/sync/preview", token: testFleetToken}, 200).decode(t, &pv)
+	if pv.UnsentRows != 4 {
+		t.Fatalf("preview after a drain nobody answered: %+v", pv)
+	}
+}
