@@ -162,7 +162,7 @@ func Routes() []Route {
 		{Method: "GET", Path: "/fleet/history/sync", Access: Operator, handler: h((*Server).historyStatus)},
 		{Method: "GET", Path: "/fleet/history/sync/preview", Access: Operator, handler: h((*Server).historyPreview)},
 		{Method: "POST", Path: "/fleet/history/sync/consent", Action: "turn history push", Access: Operator, handler: h((*Server).historyConsent)},
-		{Method: "POST", Path: "/fleet/history/sync", Action: "drain history to the owner", Access: Operator, handler: h((*Server).historyDrain)},
+		{Method: "POST", Path: "/fleet/history/sync", Action: "push history now", Access: Operator, handler: h((*Server).historyDrain)},
 		{Method: "POST", Path: "/fleet/history/payloads", Access: FleetMember, NoActivity: true, handler: h((*Server).historyPayloads)},
 		{Method: "POST", Path: "/fleet/history/rows", Access: FleetMember, NoActivity: true, handler: h((*Server).historyRows)},
 		{Method: "GET", Path: "/fleet/history", Access: Operator, handler: h((*Server).listHistory)},
