@@ -30,7 +30,7 @@ const (
 	HistoryMaxBatchBytes = 1 << 20
 	// HistoryMaxPayloadBytes bounds one payload; a row's activity beyond it
 	// is cut to its newest records.
-	HistoryMaxPayloadBytes = 256 << 10
+	HistoryMaxPayloadBytes = 128 << 10
 	// HistoryMaxRefusals is how many drains may refuse a row before it is
 	// retired (left out until the row changes).
 	HistoryMaxRefusals = 3

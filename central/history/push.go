@@ -166,7 +166,9 @@ type item struct {
 	row         sdk.HistoryRow
 	payload     []byte
 	fingerprint string
-	size        int
+	// bytes is the row's and its payload's size; size bounds what they
+	// take in a request (a payload byte JSON-escaped is up to six).
+	bytes, size int
 }
 
 type ledgerState struct {
@@ -223,6 +225,7 @@ func (p *Pusher) finished(ctx context.Context) ([]item, error) {
 		it.fingerprint = sum([]byte(b))
 		// JSON may escape a payload byte as six: bound the batch by that.
 		it.size = len(b) + 6*len(it.payload) + 128
+		it.bytes = len(b) + len(it.payload)
 		out = append(out, it)
 	}
 	return out, nil
@@ -255,7 +258,7 @@ func (p *Pusher) preview(ctx context.Context, m *Membership) (*sdk.HistoryPrevie
 	pv := &sdk.HistoryPreview{NeverSent: NeverSent}
 	for _, it := range items {
 		pv.Rows++
-		pv.Bytes += int64(it.size)
+		pv.Bytes += int64(it.bytes)
 		if len(it.payload) > 0 {
 			pv.Payloads++
 		}
@@ -264,7 +267,7 @@ func (p *Pusher) preview(ctx context.Context, m *Membership) (*sdk.HistoryPrevie
 			pv.Retired++
 		case ls.acked[it.row.ID] != it.fingerprint:
 			pv.UnsentRows++
-			pv.UnsentBytes += int64(it.size)
+			pv.UnsentBytes += int64(it.bytes)
 		}
 	}
 	return pv, nil
