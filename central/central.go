@@ -394,6 +394,8 @@ func runLoops(ctx context.Context, l *store.Leader, srv *api.Server, opts Option
 	go dispatchWebhooks(pctx, srv, time.Second, log)
 	// A member central reports to its fleet's owner (docs/fleets.md).
 	go srv.FederationLoop(pctx, 0)
+	// A member's history push (docs/history.md), and the owner's retention.
+	go srv.HistoryLoop(pctx, 0)
 	for {
 		select {
 		case <-ctx.Done():

@@ -20,6 +20,7 @@ import (
 	"github.com/fluxvm/fluxvm/central/audit"
 	"github.com/fluxvm/fluxvm/central/drainer"
 	"github.com/fluxvm/fluxvm/central/fleet"
+	"github.com/fluxvm/fluxvm/central/history"
 	"github.com/fluxvm/fluxvm/central/identity"
 	"github.com/fluxvm/fluxvm/central/keys"
 	"github.com/fluxvm/fluxvm/central/leases"
@@ -93,6 +94,9 @@ type Options struct {
 	// self-service sign-up (off by default).
 	Payments payments.Config
 	Signup   SignupOptions
+	// HistoryRetention is how long this owner keeps rows members pushed
+	// (0: 90 days).
+	HistoryRetention time.Duration
 }
 
 // ActivityLog is where the API records changes (central/audit.Log).
@@ -220,6 +224,10 @@ type Server struct {
 	signup    *signup.Service
 	// federation pairs this central with others and enrolls nodes (docs/fleets.md).
 	federation *fleet.Service
+	// pusher sends this member's history to its owner; ingest keeps what
+	// members sent this owner (docs/history.md).
+	pusher *history.Pusher
+	ingest *history.Ingest
 	// pruned is when the leader last dropped old notifications (UnixNano).
 	pruned atomic.Int64
 	// publicOrigin is PublicURL's scheme and host, what a console's Origin must be.
@@ -287,6 +295,7 @@ func New(opts Options) *Server {
 	s.payments = s.newPayments()
 	s.signup = s.newSignup()
 	s.federation = fleet.New(fleet.Options{Store: opts.Store, Now: opts.Now, Logger: opts.Logger.Named("fleet"), LocalSite: s.localSite})
+	s.pusher, s.ingest = s.newHistory()
 	for _, rt := range Routes() {
 		rt := rt
 		s.router.Handle(rt.Path, s.instrument(rt.Method+" "+rt.Path, s.guard(rt, rt.handler(s)))).Methods(rt.Method)

@@ -152,6 +152,13 @@ var leastRole = map[string]string{
 	"PUT /fleet/previews/{id}/{path:.*}":    "token",
 	"PATCH /fleet/previews/{id}/{path:.*}":  "token",
 	"DELETE /fleet/previews/{id}/{path:.*}": "token",
+	"GET /fleet/history/sync":               "operator",
+	"GET /fleet/history/sync/preview":       "operator",
+	"POST /fleet/history/sync/consent":      "operator",
+	"POST /fleet/history/sync":              "operator",
+	"POST /fleet/history/payloads":          "member",
+	"POST /fleet/history/rows":              "member",
+	"GET /fleet/history":                    "operator",
 }
 
 // TestEveryRouteHasItsRoleForEveryKindOfCaller holds the access table to
