@@ -110,7 +110,7 @@ image_matches() { # everything but the kernel package matches the manifest
 		[ "$(manifest_field "$M" script_sha256)" = "$SCRIPT_HASH" ] &&
 		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ] &&
 		[ "$(manifest_field "$M" go_version)" = "$GOVER" ] &&
-		[ "$(manifest_field "$M" kernel)" = "$KERNEL_KIND" ] &&
+		[ "$(manifest_field "$M" guest_kernel)" = "$KERNEL_KIND" ] &&
 		[ "$(manifest_field "$M" kernel_build_key)" = "$KERNEL_KEY" ] &&
 		[ -n "$(manifest_field "$M" openssh_version)" ] &&
 		[ -f "$CACHE/ssh/$(manifest_field "$M" openssh_version)_$SSH_LIST_HASH/done" ]
@@ -412,13 +412,13 @@ cat "$WORK/initrd.cpio" "$WORK/display.cpio" >"$WORK/initrd-display.cpio"
 
 json_list() { sed 's/.*/"&"/' | paste -sd, | sed 's/,/, /g'; }
 if [ "$KERNEL_KIND" = fluxvm ]; then
-	KERNEL_FROM="\"kernel\": \"fluxvm\",
+	KERNEL_FROM="\"guest_kernel\": \"fluxvm\",
     \"kernel_source_package\": \"$(cut -d' ' -f1 "$KCACHE/source")\",
     \"kernel_source_version\": \"$(cut -d' ' -f2 "$KCACHE/source")\",
     \"kernel_config_sha256\": \"$(sha256sum "$REPO/guest/kernel/config-6.1" | cut -d' ' -f1)\",
     \"kernel_build_key\": \"$KERNEL_KEY\","
 else
-	KERNEL_FROM="\"kernel\": \"debian\",
+	KERNEL_FROM="\"guest_kernel\": \"debian\",
     \"kernel_package\": \"$KPKG\",
     \"kernel_package_version\": \"$KVER_PKG\","
 fi

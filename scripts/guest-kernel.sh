@@ -57,8 +57,8 @@ SRC=$WORK/linux-source-6.1
 # Reproducible-ish: the build's user, host and time are fixed rather than this machine's.
 export KBUILD_BUILD_USER=fluxvm KBUILD_BUILD_HOST=fluxvm KBUILD_BUILD_TIMESTAMP="$SRCPKG $SRCVER"
 K=(make -C "$SRC" -s ARCH=x86_64)
-"${K[@]}" tinyconfig >/dev/null
-(cd "$SRC" && scripts/kconfig/merge_config.sh -m -O "$SRC" "$SRC/.config" "$CONFIG") >"$WORK/config.log" 2>&1 || { cat "$WORK/config.log" >&2; die "merging guest/kernel/config-6.1 failed"; }
+"${K[@]}" tinyconfig >"$WORK/config.log" 2>&1 || { cat "$WORK/config.log" >&2; die "make tinyconfig failed"; }
+(cd "$SRC" && scripts/kconfig/merge_config.sh -m -O "$SRC" "$SRC/.config" "$CONFIG") >>"$WORK/config.log" 2>&1 || { cat "$WORK/config.log" >&2; die "merging guest/kernel/config-6.1 failed"; }
 "${K[@]}" olddefconfig >>"$WORK/config.log" 2>&1 || { cat "$WORK/config.log" >&2; die "make olddefconfig failed"; }
 # An option whose dependencies are unmet is dropped without a word: every one the
 # fragment asks for must be in the result.

@@ -48,7 +48,7 @@ func BenchmarkBoot(b *testing.B) {
 	if err != nil {
 		b.Fatalf("stock-kernel guest image: %v (run make guest-image-stock)", err)
 	}
-	if m.BuiltFrom["kernel"] == "debian" {
+	if m.BuiltFrom["guest_kernel"] == "debian" {
 		b.Logf("note: the default image %s boots the stock kernel too; driver/stock compares the stock kernel with itself", m.Dir())
 	}
 	bin := drivertest.Build(b, "../..", "./cmd/fluxvm-agent")
