@@ -5,6 +5,8 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,7 +141,12 @@ func BenchmarkBoot(b *testing.B) {
 		b.ReportMetric(p50, r.name)
 		b.ReportMetric(p10, r.name+"-p10")
 		b.ReportMetric(p90, r.name+"-p90")
-		b.Logf("%s: median %.3f, p10–p90 %.3f–%.3f over %d rounds (goal %s)", r.name, p50, p10, p90, len(drv), r.goal)
+		rm, lo, hi := medianRatioInterval(drv, r.of)
+		b.ReportMetric(rm, r.name+"-of-medians")
+		b.ReportMetric(lo, r.name+"-ci-lo")
+		b.ReportMetric(hi, r.name+"-ci-hi")
+		b.Logf("%s: median of per-round ratios %.3f, p10–p90 %.3f–%.3f; ratio of the medians %.3f, bootstrap 95%% interval %.3f–%.3f; %d rounds (goal %s)",
+			r.name, p50, p10, p90, rm, lo, hi, len(drv), r.goal)
 	}
 }
 
@@ -157,6 +164,31 @@ func bootFastest(b *testing.B, accel string, m *image.Manifest) time.Duration {
 		"-chardev", "socket,id=ga,path=" + filepath.Join(fdir, "agent.sock") + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=ga,name=" + m.AgentPort(),
 	}, filepath.Join(fdir, "agent.sock"))
+}
+
+// medianRatioInterval returns median(a)/median(b) and a bootstrap 95%
+// interval for it: rounds are drawn again with replacement (a round keeps its
+// two boots together), 2,000 times, with a fixed seed so that a run's figures
+// can be recomputed.
+func medianRatioInterval(a, b []time.Duration) (ratio, lo, hi float64) {
+	n := min(len(a), len(b))
+	if n == 0 {
+		return 0, 0, 0
+	}
+	ratio = median(a[:n]).Seconds() / median(b[:n]).Seconds()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const draws = 2000
+	rs := make([]float64, draws)
+	sa, sb := make([]time.Duration, n), make([]time.Duration, n)
+	for k := range rs {
+		for i := range n {
+			j := rng.IntN(n)
+			sa[i], sb[i] = a[j], b[j]
+		}
+		rs[k] = median(sa).Seconds() / median(sb).Seconds()
+	}
+	slices.Sort(rs)
+	return ratio, rs[draws*25/1000], rs[draws*975/1000]
 }
 
 // ratioSpread divides each round's a by the same round's b and returns the
@@ -232,5 +264,24 @@ func TestRatioSpreadDividesEachRoundByItsOwnBaseline(t *testing.T) {
 	}
 	if p10, p50, p90 := ratioSpread(nil, nil); p10 != 0 || p50 != 0 || p90 != 0 {
 		t.Errorf("ratioSpread of no rounds = %v, %v, %v; want zeros", p10, p50, p90)
+	}
+}
+
+func TestMedianRatioIntervalHoldsTheRatioOfMedians(t *testing.T) {
+	s := time.Second
+	var a, b []time.Duration
+	for i := range 24 {
+		a = append(a, time.Duration(10+i%5)*s/10) // 1.0 to 1.4 s
+		b = append(b, time.Duration(20+i%7)*s/10) // 2.0 to 2.6 s
+	}
+	r, lo, hi := medianRatioInterval(a, b)
+	if want := 1.2 / 2.3; math.Abs(r-want) > 1e-9 {
+		t.Errorf("ratio of medians = %v, want %v", r, want)
+	}
+	if !(lo <= r && r <= hi) || lo < 1.0/2.6 || hi > 1.4/2.0 {
+		t.Errorf("interval %v–%v does not hold %v inside the possible range", lo, hi, r)
+	}
+	if r, lo, hi := medianRatioInterval(nil, nil); r != 0 || lo != 0 || hi != 0 {
+		t.Errorf("no rounds: %v %v %v, want zeros", r, lo, hi)
 	}
 }
