@@ -7,7 +7,7 @@ GO ?= $(eval GO := $$(shell scripts/go.sh -print))$(or $(GO),$(error scripts/go.
 BIN := bin
 export PATH := $(HOME)/go/bin:$(PATH)
 
-.PHONY: help build test test-fresh unit bench guest-image proto lint deps clean dev docs check-darwin console
+.PHONY: help build test test-fresh unit bench guest-image guest-image-stock proto lint deps clean dev docs check-darwin console
 
 help:
 	@echo "make dev          install what is missing and run fluxvm-agent dev (central + a node + a demo tenant)"
@@ -15,7 +15,8 @@ help:
 	@echo "make test         install what is missing, build the guest image, run every test"
 	@echo "make test-fresh   make dev and make test in a new Debian 12 root with no Go (slow; not in make test)"
 	@echo "make bench        boot and plugin benchmarks, with ratios (docs/benchmarks.md)"
-	@echo "make guest-image  build the minimal Linux guest image (cached)"
+	@echo "make guest-image  build the minimal Linux guest image with our kernel (cached)"
+	@echo "make guest-image-stock  the same image with Debian's stock kernel (debian-minimal-stock)"
 	@echo "make proto        regenerate the plugin contracts' Go code (base, driver, network)"
 	@echo "make lint         gofmt, go vet, staticcheck"
 	@echo "make docs         regenerate docs/cli.md from fluxctl's commands"
@@ -28,8 +29,16 @@ deps:
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+# Our kernel (guest/kernel/config-6.1) is compiled the first time and whenever
+# its configuration or linux-source-6.1 changes; otherwise this is instant.
 guest-image: deps
 	@scripts/guest-image.sh
+
+# The same image with Debian's stock kernel and its modules, in
+# /var/cache/fluxvm/images/debian-minimal-stock: BenchmarkBoot's baseline, and
+# what a catalog entry points at to boot the stock kernel (docs/guest-image.md).
+guest-image-stock: deps
+	@FLUXVM_GUEST_KERNEL=debian FLUXVM_IMAGE_DIR=$(FLUXVM_STOCK_IMAGE_DIR) scripts/guest-image.sh
 
 # One process with central, a node and a demo tenant; it prints the URL, the
 # tokens and commands to try. Flags go in DEV_FLAGS, e.g. DEV_FLAGS=-reset.
@@ -57,7 +66,7 @@ test-fresh:
 
 # Each benchmark measures its baseline in the same run, interleaved round by round, and
 # prints the ratio as a median with its p10–p90 spread (internal/benchstat).
-bench: deps guest-image
+bench: deps guest-image guest-image-stock
 	$(GO) test -run '^$$' -bench BenchmarkBoot -benchtime 24x -timeout 30m ./drivers/qemu/
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./drivers/sim/
 	$(GO) test -run '^$$' -bench BenchmarkNodeCreateToReady -benchtime 10x -timeout 30m ./cmd/fluxvm-agent/

@@ -19,6 +19,13 @@ declare -A need=(
   [ssh]=openssh-client
   [rsync]=rsync
   [chromium]=chromium   # the console's browser tests (central/console)
+  # building the guest kernel (scripts/guest-kernel.sh)
+  [gcc]=gcc
+  [make]=make
+  [flex]=flex
+  [bison]=bison
+  [bc]=bc
+  [perl]=perl
 )
 missing=()
 for cmd in "${!need[@]}"; do
@@ -28,6 +35,9 @@ done
 if command -v busybox >/dev/null 2>&1 && ! dpkg -s busybox-static >/dev/null 2>&1; then
   missing+=(busybox-static)
 fi
+# The guest kernel's source, and libelf's headers for the kernel's objtool.
+[ -f /usr/src/linux-source-6.1.tar.xz ] || missing+=(linux-source-6.1)
+[ -f /usr/include/gelf.h ] || missing+=(libelf-dev)
 "$(dirname "$0")"/apt-install.sh "${missing[@]}"
 # Go next: on a machine without one, go.sh bootstraps it from Debian's golang-go;
 # tools.sh builds its servers with that Go.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the minimal Linux guest image bundle FluxVM boots: an uncompressed vmlinux
-# (PVH entry, fast under TCG), a small uncompressed initramfs whose /init is the
+# (PVH entry, fast under TCG): by default FluxVM's own kernel (scripts/guest-kernel.sh,
+# everything built in), or Debian's stock kernel with its virtio modules, a small uncompressed initramfs whose /init is the
 # fluxvm-guest agent, the same initramfs with the display drivers added for VMs with a
 # display, an empty qcow2 data disk and fluxvm-image.json. The initramfs carries
 # Debian's OpenSSH server (sshd and sftp-server, with the shared libraries they load),
@@ -10,15 +11,29 @@
 # exits at once; when only the agent changed it rebuilds only the initramfs. Every
 # output is built in a temporary directory and renamed into place.
 #
-#   FLUXVM_IMAGE_DIR  output (default /var/cache/fluxvm/images/debian-minimal)
+#   FLUXVM_GUEST_KERNEL  fluxvm (default): our kernel, built from linux-source-6.1 and
+#                        guest/kernel/config-6.1; debian: the kernel linux-image-amd64
+#                        points at, with its modules in the initramfs
+#   FLUXVM_IMAGE_DIR  output (default /var/cache/fluxvm/images/debian-minimal, or
+#                     debian-minimal-stock for FLUXVM_GUEST_KERNEL=debian)
 #   FLUXVM_CACHE_DIR  downloads and extracted kernels (default /var/cache/fluxvm)
 set -euo pipefail
 
-OUT=${FLUXVM_IMAGE_DIR:-/var/cache/fluxvm/images/debian-minimal}
+KERNEL_KIND=${FLUXVM_GUEST_KERNEL:-fluxvm}
+case "$KERNEL_KIND" in
+fluxvm) NAME=debian-minimal ;;
+debian) NAME=debian-minimal-stock ;;
+*)
+	echo "guest-image: error: FLUXVM_GUEST_KERNEL=$KERNEL_KIND; want fluxvm (our kernel, the default) or debian (the stock kernel)" >&2
+	exit 1
+	;;
+esac
+OUT=${FLUXVM_IMAGE_DIR:-/var/cache/fluxvm/images/$NAME}
 CACHE=${FLUXVM_CACHE_DIR:-/var/cache/fluxvm}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NAME=debian-minimal
 CMDLINE="console=ttyS0 quiet panic=-1"
+# The modules below are the stock kernel's (FLUXVM_GUEST_KERNEL=debian); our kernel has
+# all of them built in and the image loads none.
 # In load order; dependencies found in the modules' own metadata are added first.
 # PORT_MODULES are what the agent's virtio-serial port needs (both machine types'
 # transports): /init loads them before it announces itself. virtio_console comes
@@ -77,6 +92,11 @@ AGENT_HASH=$(agent_hash)
 SCRIPT_HASH=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
 
 BUSYBOX_VER=$(dpkg-query -W -f='${Version}' busybox-static)
+# Our kernel's cache key: its configuration and linux-source-6.1's version.
+KERNEL_KEY=
+if [ "$KERNEL_KIND" = fluxvm ]; then
+	KERNEL_KEY=$("$REPO/scripts/guest-kernel.sh" -key)
+fi
 GOVER=$(cd "$REPO" && go env GOVERSION)
 
 manifest_field() { # manifest_field FILE KEY -> value of a string field
@@ -90,6 +110,8 @@ image_matches() { # everything but the kernel package matches the manifest
 		[ "$(manifest_field "$M" script_sha256)" = "$SCRIPT_HASH" ] &&
 		[ "$(manifest_field "$M" busybox_version)" = "$BUSYBOX_VER" ] &&
 		[ "$(manifest_field "$M" go_version)" = "$GOVER" ] &&
+		[ "$(manifest_field "$M" guest_kernel)" = "$KERNEL_KIND" ] &&
+		[ "$(manifest_field "$M" kernel_build_key)" = "$KERNEL_KEY" ] &&
 		[ -n "$(manifest_field "$M" openssh_version)" ] &&
 		[ -f "$CACHE/ssh/$(manifest_field "$M" openssh_version)_$SSH_LIST_HASH/done" ]
 }
@@ -100,10 +122,25 @@ if image_matches && [ -z "$(find /var/lib/apt/lists -maxdepth 1 -type f -newer "
 	exit 0
 fi
 
-KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-[ -n "$KPKG" ] || die "cannot resolve the kernel package of linux-image-amd64 (apt-cache depends); run apt-get update"
-KVER_PKG=$(apt-cache show --no-all-versions "$KPKG" 2>/dev/null | awk '/^Version:/ {print $2; exit}')
-[ -n "$KVER_PKG" ] || die "apt-cache show $KPKG gave no version; run apt-get update"
+KPKG=
+KVER_PKG=
+if [ "$KERNEL_KIND" = fluxvm ]; then
+	# Our kernel follows linux-source-6.1 as the stock image follows linux-image-amd64:
+	# a newer package in the apt lists (Debian's kernel updates) is installed, which
+	# changes the kernel's cache key and so rebuilds it.
+	SRC_CAND=$(apt-cache policy linux-source-6.1 2>/dev/null | awk '/Candidate:/ {print $2; exit}')
+	SRC_INST=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null || true)
+	if [ -n "$SRC_CAND" ] && [ "$SRC_CAND" != "(none)" ] && [ "$SRC_CAND" != "$SRC_INST" ]; then
+		say "installing linux-source-6.1 $SRC_CAND (was ${SRC_INST:-not installed})"
+		"$REPO/scripts/apt-install.sh" linux-source-6.1 || die "installing linux-source-6.1 failed (see above)"
+		KERNEL_KEY=$("$REPO/scripts/guest-kernel.sh" -key)
+	fi
+else
+	KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+	[ -n "$KPKG" ] || die "cannot resolve the kernel package of linux-image-amd64 (apt-cache depends); run apt-get update"
+	KVER_PKG=$(apt-cache show --no-all-versions "$KPKG" 2>/dev/null | awk '/^Version:/ {print $2; exit}')
+	[ -n "$KVER_PKG" ] || die "apt-cache show $KPKG gave no version; run apt-get update"
+fi
 
 SSH_VER=$(apt-cache show --no-all-versions openssh-server 2>/dev/null | awk '/^Version:/ {print $2; exit}')
 [ -n "$SSH_VER" ] || die "apt-cache show openssh-server gave no version; run apt-get update"
@@ -124,9 +161,14 @@ trap 'rm -rf "$WORK" ${NEW:+"$NEW"}' EXIT
 
 # --- kernel: vmlinux + the modules we need, cached per package version ----------------
 
-KCACHE="$CACHE/kernels/${KPKG}_${KVER_PKG}"
+if [ "$KERNEL_KIND" = fluxvm ]; then
+	# Ours: built (minutes) only when its configuration or source version changed.
+	KCACHE=$("$REPO/scripts/guest-kernel.sh") || die "building the guest kernel failed (scripts/guest-kernel.sh said why above)"
+else
+	KCACHE="$CACHE/kernels/${KPKG}_${KVER_PKG}"
+fi
 # The cache holds the modules of one MODULES list: another list means extracting again.
-if [ ! -f "$KCACHE/done" ] || [ "$(cat "$KCACHE/modules.wanted" 2>/dev/null)" != "$MODULES" ]; then
+if [ "$KERNEL_KIND" = debian ] && { [ ! -f "$KCACHE/done" ] || [ "$(cat "$KCACHE/modules.wanted" 2>/dev/null)" != "$MODULES" ]; }; then
 	DEB="$CACHE/debs/${KPKG}_${KVER_PKG}_amd64.deb"
 	if [ ! -f "$DEB" ]; then
 		say "downloading $KPKG $KVER_PKG"
@@ -347,7 +389,11 @@ echo "nobody:x:65534:65534:nobody:/nonexistent:/bin/false" >>"$R/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$R/etc/group"
 printf '/bin/sh\n' >"$R/etc/shells"
 echo "fluxvm" >"$R/etc/hostname"
-printf 'NAME="FluxVM minimal"\nPRETTY_NAME="FluxVM minimal (Debian %s kernel)"\nID=fluxvm-minimal\n' "$KREL" >"$R/etc/os-release"
+if [ "$KERNEL_KIND" = fluxvm ]; then
+	printf 'NAME="FluxVM minimal"\nPRETTY_NAME="FluxVM minimal (FluxVM kernel %s)"\nID=fluxvm-minimal\n' "$KREL" >"$R/etc/os-release"
+else
+	printf 'NAME="FluxVM minimal"\nPRETTY_NAME="FluxVM minimal (Debian %s kernel)"\nID=fluxvm-minimal\n' "$KREL" >"$R/etc/os-release"
+fi
 chmod 1777 "$R/tmp"
 chmod 0700 "$R/root"
 # The kernel hands /dev/console to init before anything is mounted; without the node
@@ -365,6 +411,17 @@ cat "$WORK/initrd.cpio" "$WORK/display.cpio" >"$WORK/initrd-display.cpio"
 # --- assemble -------------------------------------------------------------------------
 
 json_list() { sed 's/.*/"&"/' | paste -sd, | sed 's/,/, /g'; }
+if [ "$KERNEL_KIND" = fluxvm ]; then
+	KERNEL_FROM="\"guest_kernel\": \"fluxvm\",
+    \"kernel_source_package\": \"$(cut -d' ' -f1 "$KCACHE/source")\",
+    \"kernel_source_version\": \"$(cut -d' ' -f2 "$KCACHE/source")\",
+    \"kernel_config_sha256\": \"$(sha256sum "$REPO/guest/kernel/config-6.1" | cut -d' ' -f1)\",
+    \"kernel_build_key\": \"$KERNEL_KEY\","
+else
+	KERNEL_FROM="\"guest_kernel\": \"debian\",
+    \"kernel_package\": \"$KPKG\",
+    \"kernel_package_version\": \"$KVER_PKG\","
+fi
 NEW=$(mktemp -d "$(dirname "$OUT")/.$(basename "$OUT").new.XXXXXX")
 mv "$WORK/initrd.cpio" "$NEW/initrd.cpio"
 mv "$WORK/initrd-display.cpio" "$NEW/initrd-display.cpio"
@@ -387,8 +444,7 @@ cat >"$NEW/fluxvm-image.json" <<EOF
   "display_modules": [$(json_list <"$D/etc/fluxvm/modules.display")],
   "ssh_server": "/usr/sbin/sshd",
   "built_from": {
-    "kernel_package": "$KPKG",
-    "kernel_package_version": "$KVER_PKG",
+    $KERNEL_FROM
     "busybox_version": "$BUSYBOX_VER",
     "agent_source_sha256": "$AGENT_HASH",
     "script_sha256": "$SCRIPT_HASH",
@@ -407,4 +463,4 @@ else
 	mv "$NEW" "$OUT"
 fi
 NEW=
-say "built $OUT (kernel $KREL, initrd $(du -h "$OUT/initrd.cpio" | cut -f1), with a display $(du -h "$OUT/initrd-display.cpio" | cut -f1); modules: $(paste -sd' ' "$KCACHE/modules.list"))"
+say "built $OUT ($KERNEL_KIND kernel $KREL, initrd $(du -h "$OUT/initrd.cpio" | cut -f1), with a display $(du -h "$OUT/initrd-display.cpio" | cut -f1); modules: $(paste -sd' ' "$KCACHE/modules.list"))"

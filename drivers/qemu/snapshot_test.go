@@ -56,8 +56,9 @@ func TestRealSnapshotsRestoreAndClone(t *testing.T) {
 		return n
 	}
 
-	// Memory: a counter that lives in the guest's RAM only.
-	guestOutput(ctx, t, d, spec.Id, `mkdir -p /run; setsid sh -c 'i=0; while true; do i=$((i+1)); echo $i > /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
+	// Memory: a counter that lives in the guest's RAM only, written aside and renamed so
+	// that a read never falls between the truncation and the write.
+	guestOutput(ctx, t, d, spec.Id, `mkdir -p /run; setsid sh -c 'i=0; while true; do i=$((i+1)); echo $i > /run/counter.new; mv /run/counter.new /run/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
 	bootID := guestOutput(ctx, t, d, spec.Id, "cat /proc/sys/kernel/random/boot_id")
 	time.Sleep(time.Second)
 	before := counter()

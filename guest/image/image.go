@@ -18,8 +18,13 @@ const ManifestFile = "fluxvm-image.json"
 // FormatVersion is the manifest format this package understands.
 const FormatVersion = 1
 
-// DefaultImageDir is where make guest-image puts the minimal Linux image.
+// DefaultImageDir is where make guest-image puts the minimal Linux image, which boots
+// FluxVM's own kernel (guest/kernel/config-6.1).
 const DefaultImageDir = "/var/cache/fluxvm/images/debian-minimal"
+
+// StockImageDir is where make guest-image-stock puts the same image with Debian's
+// stock kernel and its modules.
+const StockImageDir = "/var/cache/fluxvm/images/debian-minimal-stock"
 
 // ErrNotBuilt is returned by Load when the directory holds no manifest.
 var ErrNotBuilt = errors.New("guest image not built")
@@ -70,6 +75,14 @@ func DefaultDir() string {
 		return d
 	}
 	return DefaultImageDir
+}
+
+// StockDir is $FLUXVM_STOCK_IMAGE_DIR, or StockImageDir when that is unset.
+func StockDir() string {
+	if d := os.Getenv("FLUXVM_STOCK_IMAGE_DIR"); d != "" {
+		return d
+	}
+	return StockImageDir
 }
 
 // Load reads and validates the manifest in dir: the format version must be known, the

@@ -147,3 +147,14 @@ func TestDefaultDir(t *testing.T) {
 		t.Errorf("DefaultDir() with env = %q, want /srv/img", got)
 	}
 }
+
+func TestStockDirFollowsItsVariableAndDiffersFromTheDefault(t *testing.T) {
+	t.Setenv("FLUXVM_STOCK_IMAGE_DIR", "")
+	if got := StockDir(); got != StockImageDir || got == DefaultImageDir {
+		t.Errorf("StockDir() without env = %q, want %q (not the default image's %q)", got, StockImageDir, DefaultImageDir)
+	}
+	t.Setenv("FLUXVM_STOCK_IMAGE_DIR", "/srv/stock")
+	if got := StockDir(); got != "/srv/stock" {
+		t.Errorf("StockDir() with env = %q, want /srv/stock", got)
+	}
+}
