@@ -55,6 +55,9 @@ type Service struct {
 	nodes *nodecall.Caller
 	now   func() time.Time
 	log   hclog.Logger
+	// FleetFloor is, on a member central, the fleet owner's egress floor
+	// in force (nil: none; central/fleet keeps it). Nil: no fleet floor.
+	FleetFloor func(ctx context.Context) (*sdk.EgressPolicy, error)
 }
 
 // New makes a Service.
@@ -117,7 +120,7 @@ func (s *Service) get(ctx context.Context, tenant, name string) (*store.Overlay,
 }
 
 // Create makes the tenant's overlay and adds its first nodes. The tenant's
-// egress policy is clamped to the operator's floor; what would loosen it is
+// egress policy is clamped to the floor (Floor); what would loosen it is
 // refused, with the reasons on the record.
 func (s *Service) Create(ctx context.Context, tenant string, req sdk.CreateOverlayRequest) (*sdk.Overlay, error) {
 	if tenant == "" {
@@ -134,7 +137,11 @@ func (s *Service) Create(ctx context.Context, tenant string, req sdk.CreateOverl
 	if err != nil {
 		return nil, err
 	}
-	eff, refused, err := Clamp(pol.Egress, req.Egress)
+	floor, _, err := s.Floor(ctx, pol)
+	if err != nil {
+		return nil, err
+	}
+	eff, refused, err := Clamp(&floor, req.Egress)
 	if err != nil {
 		return nil, err
 	}
