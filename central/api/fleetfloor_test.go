@@ -54,15 +54,13 @@ func samePolicy(a sdk.EgressPolicy, b *sdk.EgressPolicy) bool {
 func TestOwnersAllowlistFloorReachesTheMemberAndTheMemberMayOnlyTightenIt(t *testing.T) {
 	owner, member := fedEnv(t, nil), fedEnv(t, nil)
 	ctx := context.Background()
-	pairCentrals(t, owner, member, "site-b")
 	if p := memberPolicy(t, member); p.FleetEgress != nil {
-		t.Fatalf("a floor before the first fetch: %+v", p.FleetEgress)
+		t.Fatalf("a fleet floor on a central in no fleet: %+v", p.FleetEgress)
 	}
 	floor := sdk.EgressPolicy{Mode: "allowlist", Allow: []string{"198.51.100.0/24"}, Block: []string{"198.51.100.66"}}
 	setFloor(t, owner, &floor)
-	if err := member.api.federation.PollFloor(ctx); err != nil {
-		t.Fatalf("fetch the owner's floor: %v", err)
-	}
+	// Joining fetches the floor at once (no poll has run).
+	pairCentrals(t, owner, member, "site-b")
 	fe := memberPolicy(t, member).FleetEgress
 	if fe == nil || fe.OwnerURL != owner.srv.URL || !samePolicy(floor, fe.Floor) || !samePolicy(floor, &fe.Effective) ||
 		fe.FetchedAt == nil || fe.LastError != "" || len(fe.Overridden) != 0 {

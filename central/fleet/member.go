@@ -145,6 +145,11 @@ func (s *Service) ConfirmJoin(ctx context.Context, code string) (*sdk.FleetMembe
 		return nil, fmt.Errorf("store the fleet token (the owner admitted this central; remove it there and pair again): %v", err)
 	}
 	s.log.Info("joined the fleet", "owner", m.OwnerURL, "member", m.MemberID)
+	// The owner's egress floor at once, not at the next poll: a tenant VM
+	// launched meanwhile would miss it.
+	if err := s.PollFloor(ctx); err != nil {
+		s.log.Warn("cannot fetch the fleet's egress floor yet: the next poll tries again", "error", err)
+	}
 	return s.wire(&m), nil
 }
 
