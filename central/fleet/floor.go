@@ -41,10 +41,10 @@ func (s *Service) PollFloor(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the membership: %w", err)
 	}
-	var m membership
 	if len(r.Kvs) == 0 {
 		return nil
 	}
+	var m membership
 	if err := json.Unmarshal(r.Kvs[0].Value, &m); err != nil {
 		return fmt.Errorf("decode the membership: %w", err)
 	}
