@@ -235,6 +235,45 @@ type FleetRefreshReply struct {
 	Credential string `json:"credential"`
 }
 
+// FleetFloor is GET /fleet/federation/policy, the owner's answer to a
+// member central (its fleet token): the owner's effective egress floor,
+// which every member's tenant networks are held to. Mode "open" with no
+// blocks when the owner has none.
+type FleetFloor struct {
+	Egress EgressPolicy `json:"egress"`
+}
+
+// FleetEgress is, in a member central's GET /fleet/policy, its owner's
+// egress floor as last fetched, and what tenant networks on this member
+// get: the fleet floor tightened by this central's own policy egress.
+type FleetEgress struct {
+	OwnerURL string `json:"owner_url"`
+	// Floor is the owner's floor as last fetched (nil: none fetched yet).
+	Floor *EgressPolicy `json:"floor,omitempty"`
+	// FetchedAt is when the owner last answered; AgeSeconds how long ago.
+	FetchedAt  *time.Time `json:"fetched_at,omitempty"`
+	AgeSeconds int64      `json:"age_seconds"`
+	// LastError is why the last fetch failed (since FetchedAt); the floor
+	// last fetched stays in force meanwhile.
+	LastError string     `json:"last_error,omitempty"`
+	LastTry   *time.Time `json:"last_try,omitempty"`
+	// Effective is what this member's tenant networks get: Floor
+	// tightened by this central's own egress (Policy.Egress).
+	Effective EgressPolicy `json:"effective"`
+	// Overridden says what of this central's own egress the floor
+	// overrides because it would loosen it.
+	Overridden []string `json:"overridden,omitempty"`
+}
+
+// OwnerFloor reads the owner's egress floor (a member's fleet token).
+func (f *FleetClient) OwnerFloor(ctx context.Context) (*FleetFloor, error) {
+	var out FleetFloor
+	if err := f.c.call(ctx, http.MethodGet, "/fleet/federation/policy", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // CreateFleetInvite mints a single-use invite (the owner's operator).
 func (f *FleetClient) CreateFleetInvite(ctx context.Context, kind string) (*FleetInvite, error) {
 	var out FleetInvite

@@ -585,6 +585,10 @@ type Policy struct {
 	// enforces it, and a tenant network's own policy may tighten it, never
 	// loosen it. Absent: open, nothing blocked.
 	Egress *EgressPolicy `json:"egress,omitempty"`
+	// FleetEgress is, on a member central, its fleet owner's floor and
+	// what tenant networks here get under it. Read-only: central fills it
+	// on GET and ignores it on PUT (so a document read can be put back).
+	FleetEgress *FleetEgress `json:"fleet_egress,omitempty"`
 }
 
 // Image is a catalog entry: a disk the operator has put on the nodes,

@@ -330,6 +330,7 @@ func TestEveryRouteWithEveryCredential(t *testing.T) {
 		"POST /fleet/federation/leave":                 {own: "/fleet/federation/leave"},
 		"POST /fleet/federation/refresh":               {own: "/fleet/federation/refresh"},
 		"GET /fleet/federation/site":                   {own: "/fleet/federation/site"},
+		"GET /fleet/federation/policy":                 {own: "/fleet/federation/policy"},
 		"GET /signup/config":                           {own: "/signup/config"},
 		"POST /signup":                                 {own: "/signup", body: `{"email": "a@example.com", "tenant": "a"}`, public: 404},
 		"GET /signup/confirm":                          {own: "/signup/confirm?token=fsu_0", public: 404},

@@ -295,6 +295,7 @@ func New(opts Options) *Server {
 	s.payments = s.newPayments()
 	s.signup = s.newSignup()
 	s.federation = fleet.New(fleet.Options{Store: opts.Store, Now: opts.Now, Logger: opts.Logger.Named("fleet"), LocalSite: s.localSite})
+	s.overlays.FleetFloor = s.federation.FloorPolicy // a member's tenant networks are held to its owner's floor
 	s.pusher, s.ingest = s.newHistory()
 	for _, rt := range Routes() {
 		rt := rt

@@ -282,6 +282,23 @@ func (s *Server) memberRefresh(w http.ResponseWriter, r *http.Request) {
 	jsonapi.Write(w, http.StatusOK, sdk.FleetRefreshReply{Credential: cred})
 }
 
+// ownerFloor is GET /fleet/federation/policy (a member's fleet token): the
+// egress floor this owner holds its members' tenant networks to, its own
+// effective one.
+func (s *Server) ownerFloor(w http.ResponseWriter, r *http.Request) {
+	pol, err := s.opts.Store.GetPolicy(r.Context())
+	if err != nil {
+		s.storeError(w, "read the policy", err)
+		return
+	}
+	floor, _, err := s.overlays.Floor(r.Context(), pol)
+	if err != nil {
+		s.storeError(w, "read the egress floor", err)
+		return
+	}
+	jsonapi.Write(w, http.StatusOK, sdk.FleetFloor{Egress: floor})
+}
+
 // fleetPrincipal authenticates a fleet-scoped token or a node credential.
 func (s *Server) fleetPrincipal(r *http.Request, token string) (p Principal, status int, msg, hint string) {
 	m, err := s.federation.Authenticate(r.Context(), token)

@@ -126,8 +126,9 @@ func TestTwoCentralsPairThroughTheWholeFlowComparingBothScreensCodes(t *testing.
 	if joined.State != sdk.PairingJoined || joined.MemberID == "" || joined.Code != "" {
 		t.Fatalf("member after confirm: %+v", joined)
 	}
+	// The member fetched the owner's egress floor as it joined: heard from.
 	of := federation(t, owner)
-	if of.Role != sdk.FedOwner || len(of.Members) != 1 || of.Members[0].Name != "site-b" || of.Members[0].Health.Badge != sdk.HealthNotChecked {
+	if of.Role != sdk.FedOwner || len(of.Members) != 1 || of.Members[0].Name != "site-b" || of.Members[0].Health.Badge != sdk.HealthOK {
 		t.Fatalf("owner's fleet: %+v", of)
 	}
 	if f := federation(t, member); f.Role != sdk.FedMember || f.Membership.Health.Badge != sdk.HealthNotChecked {

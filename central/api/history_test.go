@@ -18,11 +18,18 @@ import (
 // flow, both operators comparing the codes their screens show.
 func pairCentrals(t *testing.T, owner, member *env, name string) {
 	t.Helper()
+	pairCentralsWithURL(t, owner, member, name, "")
+}
+
+// pairCentralsWithURL is pairCentrals for a member that gives its URL, so
+// the owner polls it (with the poll token the member gives it).
+func pairCentralsWithURL(t *testing.T, owner, member *env, name, url string) {
+	t.Helper()
 	var inv sdk.FleetInvite
 	owner.must(req{method: "POST", path: "/fleet/federation/invites", token: testFleetToken, body: `{"kind": "central"}`}, 201).decode(t, &inv)
 	var joining sdk.FleetMembership
 	member.must(req{method: "POST", path: "/fleet/federation/join", token: testFleetToken,
-		body: jsonBody(t, sdk.FleetJoinRequest{OwnerURL: owner.srv.URL, Invite: inv.Invite, Name: name})}, 201).decode(t, &joining)
+		body: jsonBody(t, sdk.FleetJoinRequest{OwnerURL: owner.srv.URL, Invite: inv.Invite, Name: name, URL: url})}, 201).decode(t, &joining)
 	var list sdk.FleetRequestList
 	owner.must(req{method: "GET", path: "/fleet/federation/requests", token: testFleetToken}, 200).decode(t, &list)
 	var id string

@@ -44,12 +44,15 @@ func (s *Server) tenantNetwork(w http.ResponseWriter, r *http.Request, body *sdk
 		return false
 	}
 	spec.Subnet = subnet
-	// The floor, enforced by the node's network plugin; sent even when open,
-	// so a floor taken away is taken away on the node too.
-	spec.Egress = &sdk.EgressPolicy{Mode: "open"}
-	if pol.Egress != nil {
-		spec.Egress = pol.Egress
+	// The floor (on a member central, the fleet owner's tightened by the
+	// operator's: overlays.Floor), enforced by the node's network plugin;
+	// sent even when open, so a floor taken away is taken away on the node too.
+	floor, _, err := s.overlays.Floor(r.Context(), pol)
+	if err != nil {
+		s.storeError(w, "read the egress floor", err)
+		return false
 	}
+	spec.Egress = &floor
 	return true
 }
 

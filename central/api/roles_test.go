@@ -141,6 +141,7 @@ var leastRole = map[string]string{
 	"POST /fleet/federation/leave":                         "member",
 	"POST /fleet/federation/refresh":                       "member",
 	"GET /fleet/federation/site":                           "member",
+	"GET /fleet/federation/policy":                         "member",
 
 	// Previews. "token" is a tenant route that names no role: the
 	// tenant's token and keys may call it, no console session may.

@@ -176,6 +176,7 @@ func Routes() []Route {
 		{Method: "POST", Path: "/fleet/federation/leave", Action: "leave the fleet", Access: FleetMember, handler: h((*Server).memberLeave)},
 		{Method: "GET", Path: "/fleet/federation/site", Access: FleetMember, OwnerPoll: true, handler: h((*Server).memberSite)},
 		{Method: "POST", Path: "/fleet/federation/refresh", Action: "refresh fleet token", Access: FleetMember, handler: h((*Server).memberRefresh)},
+		{Method: "GET", Path: "/fleet/federation/policy", Access: FleetMember, handler: h((*Server).ownerFloor)},
 		// History push (docs/history.md): the member's operator consents and drains; the owner stores and lists.
 		{Method: "GET", Path: "/fleet/history/sync", Access: Operator, handler: h((*Server).historyStatus)},
 		{Method: "GET", Path: "/fleet/history/sync/preview", Access: Operator, handler: h((*Server).historyPreview)},

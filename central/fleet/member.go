@@ -145,6 +145,11 @@ func (s *Service) ConfirmJoin(ctx context.Context, code string) (*sdk.FleetMembe
 		return nil, fmt.Errorf("store the fleet token (the owner admitted this central; remove it there and pair again): %v", err)
 	}
 	s.log.Info("joined the fleet", "owner", m.OwnerURL, "member", m.MemberID)
+	// The owner's egress floor at once, not at the next poll: a tenant VM
+	// launched meanwhile would miss it.
+	if err := s.PollFloor(ctx); err != nil {
+		s.log.Warn("cannot fetch the fleet's egress floor yet: the next poll tries again", "error", err)
+	}
 	return s.wire(&m), nil
 }
 
@@ -171,7 +176,8 @@ func (s *Service) LeaveFleet(ctx context.Context) (*sdk.FleetMembership, error) 
 			}
 		}
 	}
-	if _, err := s.kv.Delete(ctx, s.membershipKey()); err != nil {
+	// The owner's egress floor goes with the membership: it is lifted here.
+	if _, err := s.kv.Txn(ctx).Then(clientv3.OpDelete(s.membershipKey()), clientv3.OpDelete(s.floorKey())).Commit(); err != nil {
 		return nil, fmt.Errorf("forget the membership: %w", err)
 	}
 	s.log.Info("left the fleet", "owner", m.OwnerURL)
@@ -270,7 +276,8 @@ func (s *Service) Site(ctx context.Context) (sdk.FleetSite, error) {
 }
 
 // Run polls every interval until ctx ends (on the leader): a member
-// reports to its owner, an owner reads its members' sites.
+// reports to its owner and fetches its egress floor, an owner reads its
+// members' sites.
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = PollInterval
@@ -280,6 +287,9 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	for {
 		if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("cannot report to the fleet's owner", "error", err)
+		}
+		if err := s.PollFloor(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("cannot fetch the fleet's egress floor: the last one fetched stays in force", "error", err)
 		}
 		if err := s.PollMembers(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("cannot read a member's site", "error", err)

@@ -1,10 +1,12 @@
 package overlays
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/fluxvm/fluxvm/jsonapi"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -78,4 +80,48 @@ func Clamp(floor, local *sdk.EgressPolicy) (sdk.EgressPolicy, []string, error) {
 		eff.Allow = nil
 	}
 	return eff, refused, nil
+}
+
+// Floor is the egress floor of tenant networks on this central: the
+// operator's (pol.Egress; open when absent), and on a member central the
+// fleet owner's floor with the operator's clamped to it, so the operator
+// may tighten the owner's floor and never loosen it. overridden says what
+// of the operator's egress the owner's floor overrides.
+func (s *Service) Floor(ctx context.Context, pol sdk.Policy) (floor sdk.EgressPolicy, overridden []string, err error) {
+	var fleet *sdk.EgressPolicy
+	if s.FleetFloor != nil {
+		if fleet, err = s.FleetFloor(ctx); err != nil {
+			return floor, nil, fmt.Errorf("read the fleet's egress floor: %w", err)
+		}
+	}
+	if fleet == nil {
+		if pol.Egress == nil {
+			return sdk.EgressPolicy{Mode: "open"}, nil, nil
+		}
+		return *pol.Egress, nil, nil
+	}
+	return Clamp(fleet, pol.Egress)
+}
+
+// CheckOwnEgress refuses (409) an operator's egress that would loosen the
+// fleet owner's floor on this member central, with every reason; nil when
+// it only tightens it, or there is no fleet floor here. A malformed one is
+// left to the policy's own check (400).
+func (s *Service) CheckOwnEgress(ctx context.Context, egress *sdk.EgressPolicy) error {
+	if sdk.CheckEgressPolicy(egress) != nil || s.FleetFloor == nil {
+		return nil
+	}
+	fleet, err := s.FleetFloor(ctx)
+	if err != nil || fleet == nil {
+		return err
+	}
+	if _, refused, err := Clamp(fleet, egress); err != nil {
+		return err
+	} else if len(refused) > 0 {
+		return &jsonapi.Error{Status: http.StatusConflict,
+			Msg: "egress would loosen the fleet owner's floor: " + strings.Join(refused, "; "),
+			Hint: "this central is a member of a fleet, and its owner's egress floor applies here (GET /fleet/policy shows it as fleet_egress): " +
+				"this central's egress may tighten it (an allowlist within the owner's, more blocks) but not loosen it; leave egress out to take the owner's"}
+	}
+	return nil
 }

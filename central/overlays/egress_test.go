@@ -1,8 +1,11 @@
 package overlays
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/fluxvm/fluxvm/jsonapi"
@@ -74,4 +77,45 @@ func FuzzEgressEntry(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFloorIsTheFleetFloorTightenedByTheOperatorsOwn: on a central in no
+// fleet the floor is the operator's; on a member it is the owner's with
+// the operator's clamped to it, and CheckOwnEgress refuses (409) what of
+// the operator's would loosen the owner's, with the reasons.
+func TestFloorIsTheFleetFloorTightenedByTheOperatorsOwn(t *testing.T) {
+	fleet := &sdk.EgressPolicy{Mode: "allowlist", Allow: []string{"192.0.2.0/24"}, Block: []string{"192.0.2.66"}}
+	narrower := &sdk.EgressPolicy{Mode: "allowlist", Allow: []string{"192.0.2.0/25"}, Block: []string{"192.0.2.9"}}
+	for _, c := range []struct {
+		name         string
+		fleet, own   *sdk.EgressPolicy
+		want         sdk.EgressPolicy
+		overridden   int
+		checkRefuses bool
+	}{
+		{"in no fleet, no egress: open", nil, nil, sdk.EgressPolicy{Mode: "open"}, 0, false},
+		{"in no fleet: the operator's", nil, narrower, *narrower, 0, false},
+		{"a member without its own: the owner's", fleet, nil, *fleet, 0, false},
+		{"a member's own tightens the owner's", fleet, narrower,
+			sdk.EgressPolicy{Mode: "allowlist", Allow: []string{"192.0.2.0/25"}, Block: []string{"192.0.2.66", "192.0.2.9"}}, 0, false},
+		{"a member's open is overridden by the owner's allowlist", fleet, &sdk.EgressPolicy{Mode: "open"}, *fleet, 1, true},
+	} {
+		s := &Service{}
+		if c.fleet != nil {
+			s.FleetFloor = func(context.Context) (*sdk.EgressPolicy, error) { return c.fleet, nil }
+		}
+		got, overridden, err := s.Floor(t.Context(), sdk.Policy{Egress: c.own})
+		if err != nil || !reflect.DeepEqual(got, c.want) || len(overridden) != c.overridden {
+			t.Errorf("%s: floor %+v, overridden %q, %v; want %+v", c.name, got, overridden, err, c.want)
+		}
+		err = s.CheckOwnEgress(t.Context(), c.own)
+		var je *jsonapi.Error
+		if refused := errors.As(err, &je) && je.Status == http.StatusConflict && strings.Contains(je.Msg, "would loosen") && je.Hint != ""; refused != c.checkRefuses || (!c.checkRefuses && err != nil) {
+			t.Errorf("%s: CheckOwnEgress: %v", c.name, err)
+		}
+	}
+	s := &Service{FleetFloor: func(context.Context) (*sdk.EgressPolicy, error) { return nil, errors.New("etcd down") }}
+	if _, _, err := s.Floor(t.Context(), sdk.Policy{}); err == nil {
+		t.Error("a fleet floor that cannot be read gave a floor")
+	}
 }

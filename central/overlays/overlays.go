@@ -55,6 +55,9 @@ type Service struct {
 	nodes *nodecall.Caller
 	now   func() time.Time
 	log   hclog.Logger
+	// FleetFloor is, on a member central, the fleet owner's egress floor
+	// in force (nil: none; central/fleet keeps it). Nil: no fleet floor.
+	FleetFloor func(ctx context.Context) (*sdk.EgressPolicy, error)
 }
 
 // New makes a Service.
@@ -117,7 +120,7 @@ func (s *Service) get(ctx context.Context, tenant, name string) (*store.Overlay,
 }
 
 // Create makes the tenant's overlay and adds its first nodes. The tenant's
-// egress policy is clamped to the operator's floor; what would loosen it is
+// egress policy is clamped to the floor (Floor); what would loosen it is
 // refused, with the reasons on the record.
 func (s *Service) Create(ctx context.Context, tenant string, req sdk.CreateOverlayRequest) (*sdk.Overlay, error) {
 	if tenant == "" {
@@ -134,7 +137,11 @@ func (s *Service) Create(ctx context.Context, tenant string, req sdk.CreateOverl
 	if err != nil {
 		return nil, err
 	}
-	eff, refused, err := Clamp(pol.Egress, req.Egress)
+	floor, _, err := s.Floor(ctx, pol)
+	if err != nil {
+		return nil, err
+	}
+	eff, refused, err := Clamp(&floor, req.Egress)
 	if err != nil {
 		return nil, err
 	}
@@ -336,8 +343,8 @@ func (s *Service) Rotate(ctx context.Context, tenant, name string, operator bool
 
 // Launch checks that a tenant's VM can join the named overlays on node and
 // returns what the node's create request needs: the overlay's network id on
-// the node, the node's part and the overlay's egress policy. One overlay
-// per VM: its one NIC.
+// the node, the node's part and the overlay's egress policy, held to the
+// floor in force (Floor). One overlay per VM: its one NIC.
 func (s *Service) Launch(ctx context.Context, tenant, node string, names []string) (networkID, subnet string, egress sdk.EgressPolicy, err error) {
 	if tenant == "" {
 		return "", "", egress, &jsonapi.Error{Status: http.StatusBadRequest, Msg: "the operator's VMs are in no tenant's overlay", Hint: "leave networks out"}
@@ -355,7 +362,21 @@ func (s *Service) Launch(ctx context.Context, tenant, node string, names []strin
 	}
 	for _, m := range rec.Members {
 		if m.Node == node {
-			return rec.ID, m.Subnet, rec.Egress, nil
+			// Held to the floor in force now too: one made stricter since
+			// the overlay was (the operator's, or a fleet owner's that this
+			// central joined since) binds its new VMs.
+			pol, err := s.st.GetPolicy(ctx)
+			if err != nil {
+				return "", "", egress, err
+			}
+			floor, _, err := s.Floor(ctx, pol)
+			if err != nil {
+				return "", "", egress, err
+			}
+			if egress, _, err = Clamp(&floor, &rec.Egress); err != nil {
+				return "", "", egress, err
+			}
+			return rec.ID, m.Subnet, egress, nil
 		}
 	}
 	return "", "", egress, &jsonapi.Error{Status: http.StatusConflict, Msg: fmt.Sprintf("node %s is not a member of overlay %s", node, rec.Name),

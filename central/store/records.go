@@ -220,6 +220,7 @@ func DefaultPolicy() sdk.Policy {
 // checkPolicy normalises the policy (min_lease_hours below 24 is raised to 24, as the spec
 // says, rather than refused) and checks every value's range.
 func checkPolicy(p *sdk.Policy) error {
+	p.FleetEgress = nil // read-only: the owner's, kept by central/fleet
 	if p.MinLeaseHours < MinLeaseHoursFloor {
 		p.MinLeaseHours = MinLeaseHoursFloor
 	}

@@ -83,7 +83,7 @@ NODE/NAME.`,
 		f.sshCmd(), f.portForwardCmd(), f.tunnelsCmd(), f.tunnelStdioCmd(),
 		f.inviteCmd(), f.joinCmd(), f.confirmJoinCmd(), f.requestsCmd(), f.approveCmd(), f.rejectCmd(), f.peersCmd(), f.removePeerCmd(), f.leaveCmd(),
 		f.previewCmd(), f.previewsCmd(), f.previewRmCmd(),
-		f.syncCmd(), f.historyCmd(),
+		f.syncCmd(), f.historyCmd(), f.policyCmd(),
 	)
 	f.cmd = c
 	explainAll(f, c)

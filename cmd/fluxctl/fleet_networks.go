@@ -104,14 +104,7 @@ with fluxctl fleet launch --network NAME --node MEMBER.`,
 // header (or the whole record with -o json).
 func (f *fleet) showNetwork(c *cobra.Command, o *sdk.Overlay) error {
 	if f.a.human() {
-		fmt.Fprintf(f.a.stdout, "%s  %s  port %d  egress %s", o.Name, o.Subnet, o.ListenPort, o.Egress.Mode)
-		if len(o.Egress.Allow) > 0 {
-			fmt.Fprintf(f.a.stdout, " allow %s", strings.Join(o.Egress.Allow, ","))
-		}
-		if len(o.Egress.Block) > 0 {
-			fmt.Fprintf(f.a.stdout, " block %s", strings.Join(o.Egress.Block, ","))
-		}
-		fmt.Fprintln(f.a.stdout)
+		fmt.Fprintf(f.a.stdout, "%s  %s  port %d  egress %s\n", o.Name, o.Subnet, o.ListenPort, egressText(&o.Egress))
 		for _, r := range o.EgressRefused {
 			fmt.Fprintf(f.a.stdout, "refused: %s\n", r)
 		}
