@@ -205,6 +205,10 @@ func TestConsoleTenantMakesAndDeletesANetworkClonesFromSnapshotsAndSeesMacSlots(
 	}
 	b.shotEverywhere("tenant-volume-sheet")
 	b.axe("volume sheet")
+	b.open("/volumes")
+	b.shotEverywhere("tenant-volumes")
+	b.axe("volumes page")
+	b.open("/volumes/data")
 	b.typeInto(`input[name=confirm-delete]`, "data")
 	b.click("button", "Delete data")
 	b.waitFor("back on the volumes", `location.hash === "#/volumes" && !document.querySelector("[role=dialog]")`, 30*time.Second)
@@ -250,7 +254,4 @@ func TestConsoleTenantMakesAndDeletesANetworkClonesFromSnapshotsAndSeesMacSlots(
 		}
 		return fmt.Sprintf("%+v (%v)", p, err)
 	})
-	b.open("/volumes")
-	b.shotEverywhere("tenant-volumes")
-	b.axe("volumes page")
 }

@@ -1,6 +1,6 @@
 // A new VM from a VM's snapshot (or its stopped disk), from the Snapshots
 // tab of a VM's sheet, and the macOS slot dots of My Macs.
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { post } from "./api";
 import { ErrorNote, useAction, useData } from "./ui";
 import { go } from "./router";
@@ -22,6 +22,12 @@ export function CloneForm({ vm, base, snapshot, onCancel }: { vm: any; base: str
   const taken = new Set<string>((data?.vms || []).map((v: any) => v.name));
   const [name, setName] = useState(() => suggestName(snapshot ? `${vm.name}-${snapshot}` : `${vm.name}-clone`, taken));
   const act = useAction();
+  // The form opens below the list: bring it into view, its name focused.
+  const input = useRef<HTMLInputElement>(null);
+  useEffect(() => {
+    input.current?.scrollIntoView({ block: "nearest" });
+    input.current?.focus();
+  }, []);
   const submit = (e: Event) => {
     e.preventDefault();
     act.run(async () => {
@@ -38,7 +44,7 @@ export function CloneForm({ vm, base, snapshot, onCancel }: { vm: any; base: str
       </p>
       <label>
         Name of the new VM
-        <input name="clone-name" value={name} required maxLength={63} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
+        <input ref={input} name="clone-name" value={name} required maxLength={63} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
       </label>
       <ErrorNote error={act.error} />
       <div class="actions left">

@@ -158,7 +158,7 @@ function NetworkSheet({ me, net, reload }: { me: Me; net: any; reload: () => voi
   const member = can(me, "member");
   const members: any[] = net.members || [];
   const joinable = nodes.filter((n) => !members.some((m) => m.node === n));
-  const change = (what: string, f: () => Promise<any>) => act.run(() => f().then(() => (setDone(what), reload())));
+  const change = (what: string, f: () => Promise<any>) => (setDone(""), act.run(() => f().then(() => (setDone(what), reload()))));
   return (
     <Sheet title={net.name} onClose={() => go("/networks")} wide>
       <dl class="details">

@@ -167,6 +167,7 @@ function VolumeSheet({ me, vol, reload }: { me: Me; vol: any; reload: () => void
             noValidate
             onSubmit={(e) => {
               e.preventDefault();
+              setDone("");
               act.run(() => post(path + "/resize", { size_gib: size }).then(() => (setDone(`Resized to ${size} GiB.`), reload())));
             }}
           >
@@ -356,6 +357,7 @@ function PoolSheet({ me, pool, reload }: { me: Me; pool: any; reload: () => void
             noValidate
             onSubmit={(e) => {
               e.preventDefault();
+              setDone("");
               act.run(() => call("PATCH", path + q, { size, max_size: max }).then(() => (setDone(`Size ${size}, at most ${max}.`), reload())));
             }}
           >

@@ -200,6 +200,7 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
           Node
           <select value={node} onChange={(e) => setNode((e.target as HTMLSelectElement).value)}>
             {!network ? <option value="">Any node with room ({nodes.length})</option> : null}
+            {network && !nodes.length ? <option value="">none of its nodes has room</option> : null}
             {nodes.map((n) => (
               <option value={n.node}>
                 {n.node} — {n.free.vcpus} vCPU, {fmtMiB(n.free.memory_mib)} free
@@ -246,7 +247,7 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
           <button type="button" onClick={() => go("/vms")}>
             Cancel
           </button>
-          <button class="primary" type="submit" disabled={act.busy || !image || !can(me, "member")}>
+          <button class="primary" type="submit" disabled={act.busy || !image || !can(me, "member") || (!!network && !node)}>
             {act.busy ? "Launching…" : "Launch"}
           </button>
         </div>
