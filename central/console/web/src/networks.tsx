@@ -193,7 +193,7 @@ function NetworkSheet({ me, net, reload }: { me: Me; net: any; reload: () => voi
       <Table
         label={`Nodes of ${net.name}`}
         head={["Node", "Its part", "Reached at", "Public key", ""]}
-        empty="No node is a member yet: add one to launch VMs into this network."
+        empty={member ? "No node is a member yet: add one to launch VMs into this network." : "No node is a member yet."}
         rows={members.map((m) => [
           m.node,
           m.subnet,

@@ -1,13 +1,14 @@
 // Volumes and warm pools: the lists, a new one, and each one's sheet
 // (resize a detached volume, a pool's size; delete after typing the name).
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { Me, ago, call, can, del, fmtMiB, fmtTime, post } from "./api";
 import { ErrorNote, Sheet, Table, useAction, useData } from "./ui";
 import { go } from "./router";
 import { useNodes } from "./networks";
 
 // The ranges central enforces (sdk.MinVolumeGiB-MaxVolumeGiB, a pool's
-// size 0-100); the inputs say them, central refuses anything else.
+// size 0-100); the inputs say them, and the forms leave the judging to
+// central (noValidate), whose refusal and hint the sheet shows.
 const maxVolumeGiB = 2048;
 const maxPoolSize = 100;
 
@@ -132,7 +133,6 @@ function VolumeSheet({ me, vol, reload }: { me: Me; vol: any; reload: () => void
   const act = useAction();
   const [size, setSize] = useState(vol.size_gib);
   const [done, setDone] = useState("");
-  useEffect(() => setSize(vol.size_gib), [vol.size_gib]);
   const path = "/fleet/volumes/" + encodeURIComponent(vol.name);
   const q = ownerQuery(me, vol.tenant);
   const member = can(me, "member");
@@ -313,7 +313,6 @@ function PoolSheet({ me, pool, reload }: { me: Me; pool: any; reload: () => void
   const [size, setSize] = useState(pool.size);
   const [max, setMax] = useState(pool.max_size);
   const [done, setDone] = useState("");
-  useEffect(() => (setSize(pool.size), setMax(pool.max_size)), [pool.size, pool.max_size]);
   // A tenant changes its own pools only; the operator its shared ones and any tenant's.
   const mayChange = can(me, "admin") && (me.operator || !pool.shared);
   const members: any[] = status.data?.members || [];
