@@ -3,6 +3,9 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -254,4 +257,116 @@ func TestConsoleTenantMakesAndDeletesANetworkClonesFromSnapshotsAndSeesMacSlots(
 		}
 		return fmt.Sprintf("%+v (%v)", p, err)
 	})
+}
+
+// TestConsoleTenantJoinsANodeToANetworkLaunchesIntoItAndTakesItOut: the
+// node runs a real netns network plugin (in a network namespace of its
+// own, with an overlay address), so the Networks page's node controls do
+// their real work: the tenant adds the node to a new network (central then
+// lists it as a member with its /28 and key), rotates the keys with a
+// member, launches a VM into the network from the launch sheet (the sheet
+// offers the member node; central puts the VM in the network, with an
+// address of the node's part), is shown central's refusal to take the node
+// out while the VM runs there, and after the VM is gone takes it out and
+// deletes the network. Needs root and unshare(1); skips without them.
+func TestConsoleTenantJoinsANodeToANetworkLaunchesIntoItAndTakesItOut(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the netns network plugin needs root")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare(1) for the netns plugin's network namespace")
+	}
+	f := fleettest.Start(t, fleettest.WithNetnsPlugin(`overlay_address = "192.0.2.1"`))
+	f.CatalogImage(t, "debian-minimal")
+	ctx := context.Background()
+	_, token := f.Tenant(t, "acme", map[string]int64{"max_vms": 10})
+	tc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whatever happens, no overlay (and its WireGuard process) outlives the
+	// test: this runs before the fleet stops.
+	t.Cleanup(func() {
+		if l, err := tc.ListVMs(context.Background()); err == nil {
+			for _, v := range l.VMs {
+				_ = tc.DeleteVM(context.Background(), v.Node, v.ID)
+			}
+		}
+		if l, err := tc.ListOverlays(context.Background(), ""); err == nil {
+			for _, o := range l.Overlays {
+				_ = tc.DeleteOverlay(context.Background(), "", o.Name)
+			}
+		}
+	})
+
+	b := startBrowser(t, f.URL)
+	b.signIn(token)
+	b.open("/networks/new")
+	b.typeInto(`input[name=network-name]`, "backend")
+	b.click("button", "Create network")
+	b.waitFor("the network's sheet", `location.hash === "#/networks/backend" && document.querySelector("[role=dialog] h2")?.textContent === "backend"`, 30*time.Second)
+
+	b.setValue(`select[name=add-node]`, f.Node)
+	b.click("button", "Add node")
+	b.waitFor(f.Node+" a member", fmt.Sprintf(`!!document.querySelector('button[aria-label="Remove %s from backend"]')`, f.Node), time.Minute)
+	o, err := tc.GetOverlay(ctx, "", "backend")
+	if err != nil || len(o.Members) != 1 || o.Members[0].Node != f.Node || o.Members[0].PublicKey == "" || o.Members[0].Endpoint == "" {
+		t.Fatalf("after Add node central's network is %+v (%v), want %s a member with a key and an endpoint", o, err, f.Node)
+	}
+	part := o.Members[0].Subnet
+	b.click("button", "Rotate keys")
+	b.waitFor("the rotation", `(document.querySelector("[role=dialog] .done-note")?.textContent || "").includes("keys rotated")`, time.Minute)
+	if r, err := tc.GetOverlay(ctx, "", "backend"); err != nil || r.RotatedAt == nil || r.Members[0].PublicKey == o.Members[0].PublicKey {
+		t.Errorf("after Rotate keys central's member key is %q (was %q), rotated_at %v (%v)", r.Members[0].PublicKey, o.Members[0].PublicKey, r.RotatedAt, err)
+	}
+	b.shotEverywhere("tenant-network-sheet-with-a-member")
+	b.axe("network sheet with a member")
+
+	// Launch into it: the sheet offers the member node and names it.
+	b.open("/vms/new")
+	b.waitFor("the catalog", `!!document.querySelector('input[name=image]:checked')`, 30*time.Second)
+	b.setValue(`select[name=network]`, "backend")
+	b.waitFor("the member node chosen", fmt.Sprintf(`document.querySelector("select[name=node]")?.value === %q`, f.Node), 10*time.Second)
+	b.click("button", "Launch")
+	var vm sdk.FleetVM
+	eventually(t, "the VM in the network", time.Minute, func() string {
+		l, err := tc.ListVMs(ctx)
+		if err != nil || len(l.VMs) != 1 {
+			return fmt.Sprintf("%v (%v)", l, err)
+		}
+		vm = l.VMs[0]
+		p, perr := netip.ParsePrefix(part)
+		a, aerr := netip.ParsePrefix(vm.Address)
+		if vm.Network != "tenant" || perr != nil || aerr != nil || !p.Contains(a.Addr()) {
+			return fmt.Sprintf("VM %s has network %q, address %q; want tenant, in %s", vm.Name, vm.Network, vm.Address, part)
+		}
+		return ""
+	})
+	b.waitFor("the new VM's sheet", fmt.Sprintf(`location.hash === %q`, "#/vms/"+vm.Node+"/"+vm.ID), 30*time.Second)
+
+	// Central will not take the node out while the VM runs there.
+	b.open("/networks/backend")
+	b.click("button", "Remove "+f.Node+" from backend")
+	b.waitFor("the refusal", `!!document.querySelector("[role=dialog] .error")`, time.Minute)
+	b.shotEverywhere("tenant-network-sheet-remove-refused")
+	if err := tc.DeleteVM(ctx, vm.Node, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the VM gone", time.Minute, func() string {
+		if l, err := tc.ListVMs(ctx); err != nil || len(l.VMs) != 0 {
+			return fmt.Sprintf("%v (%v)", l, err)
+		}
+		return ""
+	})
+	b.click("button", "Remove "+f.Node+" from backend")
+	b.waitFor(f.Node+" out", `(document.querySelector("[role=dialog] .done-note")?.textContent || "").includes("left")`, time.Minute)
+	if o, err := tc.GetOverlay(ctx, "", "backend"); err != nil || len(o.Members) != 0 {
+		t.Fatalf("after Remove central's network is %+v (%v), want no members", o, err)
+	}
+	b.typeInto(`input[name=confirm-delete]`, "backend")
+	b.click("button", "Delete backend")
+	b.waitFor("back on the list", `location.hash === "#/networks" && !document.querySelector("[role=dialog]")`, time.Minute)
+	if l, err := tc.ListOverlays(ctx, ""); err != nil || len(l.Overlays) != 0 {
+		t.Fatalf("after Delete central lists %+v (%v)", l, err)
+	}
 }

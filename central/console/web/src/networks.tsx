@@ -224,17 +224,23 @@ function NetworkSheet({ me, net, reload }: { me: Me; net: any; reload: () => voi
               if (n) change(`${n} joined`, () => post(overlayPath(net.name, "members"), { node: n }));
             }}
           >
-            <label>
-              Node to add
-              <select name="add-node" value={node || joinable[0] || ""} onChange={(e) => setNode((e.target as HTMLSelectElement).value)}>
-                {joinable.map((n) => (
-                  <option value={n}>{n}</option>
-                ))}
-              </select>
-            </label>
-            <button type="submit" disabled={act.busy || !joinable.length}>
-              Add node
-            </button>
+            {joinable.length ? (
+              <>
+                <label>
+                  Node to add
+                  <select name="add-node" value={node || joinable[0]} onChange={(e) => setNode((e.target as HTMLSelectElement).value)}>
+                    {joinable.map((n) => (
+                      <option value={n}>{n}</option>
+                    ))}
+                  </select>
+                </label>
+                <button type="submit" disabled={act.busy}>
+                  Add node
+                </button>
+              </>
+            ) : (
+              <p class="hint">Every node you may use is a member.</p>
+            )}
             <button type="button" disabled={act.busy} onClick={() => change("keys rotated", () => post(overlayPath(net.name, "rotate")))}>
               Rotate keys
             </button>

@@ -198,7 +198,7 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
         <NetworkPicker nets={nets} value={network} onChange={setNetwork} />
         <label>
           Node
-          <select value={node} onChange={(e) => setNode((e.target as HTMLSelectElement).value)}>
+          <select name="node" value={node} onChange={(e) => setNode((e.target as HTMLSelectElement).value)}>
             {!network ? <option value="">Any node with room ({nodes.length})</option> : null}
             {network && !nodes.length ? <option value="">none of its nodes has room</option> : null}
             {nodes.map((n) => (
