@@ -93,6 +93,16 @@ func TestConsoleTenantMakesAndDeletesANetworkClonesFromSnapshotsAndSeesMacSlots(
 	}
 	b.shotEverywhere("tenant-macs-with-slots")
 	b.axe("My Macs with slots")
+	// A cordoned Mac takes no VM, and central reports no slots for it.
+	if _, err := op.CordonNode(ctx, f.Node); err != nil {
+		t.Fatal(err)
+	}
+	b.open("/overview")
+	b.open("/macs")
+	b.waitFor("no slots for a cordoned Mac", `!document.querySelector(".slots") && document.body.innerText.includes("takes no VM now")`, 30*time.Second)
+	if _, err := op.UncordonNode(ctx, f.Node); err != nil {
+		t.Fatal(err)
+	}
 
 	// Networks: a host name in the allowlist is refused by central, and its
 	// answer is on the sheet; an address range is taken.
@@ -369,4 +379,63 @@ func TestConsoleTenantJoinsANodeToANetworkLaunchesIntoItAndTakesItOut(t *testing
 	if l, err := tc.ListOverlays(ctx, ""); err != nil || len(l.Overlays) != 0 {
 		t.Fatalf("after Delete central lists %+v (%v)", l, err)
 	}
+}
+
+// TestConsoleOperatorMakesASharedWarmPoolThatTenantsSeeButDoNotChange:
+// the operator makes a pool from the Warm pools page (a shared pool,
+// central says), resizes it from its sheet; a tenant's admin sees it listed
+// as shared, and its sheet offers no control to change it (central would
+// refuse with 403).
+func TestConsoleOperatorMakesASharedWarmPoolThatTenantsSeeButDoNotChange(t *testing.T) {
+	f := fleettest.Start(t)
+	f.CatalogImage(t, "debian-minimal")
+	ctx := context.Background()
+	op, err := sdk.NewFleetClient(f.URL, sdk.WithToken(f.OperatorToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, token := f.Tenant(t, "acme", nil)
+	pol, err := op.GetPolicy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.AllowSharedPoolClaims = true // tenants see (and claim from) shared pools
+	if _, err := op.PutPolicy(ctx, *pol); err != nil {
+		t.Fatal(err)
+	}
+
+	b := startBrowser(t, f.URL)
+	b.signIn(f.OperatorToken)
+	b.open("/pools/new")
+	b.typeInto(`input[name=pool-name]`, "shared-ci")
+	b.setValue(`input[name=pool-size]`, "1")
+	b.shotEverywhere("operator-new-pool")
+	b.axe("operator new pool sheet")
+	b.click("button", "Create pool")
+	b.waitFor("the pool's sheet", `location.hash === "#/pools/shared-ci" && document.querySelector("[role=dialog] h2")?.textContent === "shared-ci"`, 30*time.Second)
+	if p, err := op.GetPool(ctx, "shared-ci", ""); err != nil || !p.Shared || p.Size != 1 {
+		t.Fatalf("central's pool shared-ci: %+v (%v), want a shared pool of 1", p, err)
+	}
+	b.setValue(`input[name=pool-new-size]`, "0")
+	b.click("button", "Save size")
+	b.waitFor("the new size", `(document.querySelector("[role=dialog] .done-note")?.textContent || "").includes("Size 0")`, 30*time.Second)
+	if p, err := op.GetPool(ctx, "shared-ci", ""); err != nil || p.Size != 0 {
+		t.Fatalf("after Save size central's pool is %+v (%v), want size 0", p, err)
+	}
+	b.shotEverywhere("operator-pool-sheet")
+	b.axe("operator pool sheet")
+
+	t2 := startBrowser(t, f.URL)
+	t2.signIn(token)
+	t2.open("/pools")
+	t2.waitFor("the shared pool listed", `document.querySelector('table[aria-label="Warm pools"]')?.innerText.includes("shared-ci")`, 30*time.Second)
+	t2.open("/pools/shared-ci")
+	t2.waitFor("its sheet", `document.querySelector("[role=dialog] h2")?.textContent === "shared-ci"`, 30*time.Second)
+	var controls []string
+	t2.eval("change controls", `[...document.querySelectorAll("[role=dialog] form, [role=dialog] button.destructive, input[name=confirm-delete]")].map(e => e.tagName + " " + (e.getAttribute("name") || e.textContent.trim()))`, &controls)
+	if len(controls) > 0 {
+		t.Errorf("a tenant's admin is offered changes to the operator's shared pool: %v", controls)
+	}
+	t2.shotEverywhere("tenant-shared-pool-sheet")
+	t2.axe("tenant's view of a shared pool")
 }

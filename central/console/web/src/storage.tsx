@@ -327,6 +327,8 @@ function PoolSheet({ me, pool, reload }: { me: Me; pool: any; reload: () => void
         </dd>
         <dt>Mode</dt>
         <dd>{pool.mode || "running"}</dd>
+        <dt>Owner</dt>
+        <dd>{pool.shared ? (me.operator ? "you (shared with the tenants the policy allows)" : "the operator (shared: you launch from it)") : me.operator ? pool.tenant : "you"}</dd>
         <dt>Keeps now</dt>
         <dd>{status.data ? `${status.data.target} (${status.data.recent_claims} recent claims)` : "—"}</dd>
         {pool.blocked ? (
