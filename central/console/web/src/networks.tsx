@@ -56,7 +56,7 @@ export function NetworksPage({ me, name }: { me: Me; name?: string }) {
           o.rotated_at ? ago(o.rotated_at) : "never",
         ])}
       />
-      {name === "new" && member ? <NewNetwork onDone={(n) => (reload(), go("/networks/" + encodeURIComponent(n)))} /> : null}
+      {name === "new" && member ? <NewNetwork onDone={(n) => (reload(), go("/networks/" + encodeURIComponent(n)))} onError={reload} /> : null}
       {name && name !== "new" ? (
         open ? (
           <NetworkSheet me={me} net={open} reload={reload} />
@@ -77,7 +77,10 @@ export function useNodes(): string[] {
   return (data?.nodes || []).map((n: any) => n.node);
 }
 
-function NewNetwork({ onDone }: { onDone: (name: string) => void }) {
+// NewNetwork makes the network, then adds its first nodes: a node central
+// refuses leaves the network made without it (the list shows it), and the
+// refusal on the form.
+function NewNetwork({ onDone, onError }: { onDone: (name: string) => void; onError: () => void }) {
   const nodes = useNodes();
   const [name, setName] = useState("");
   const [picked, setPicked] = useState<string[]>([]);
@@ -88,7 +91,15 @@ function NewNetwork({ onDone }: { onDone: (name: string) => void }) {
   const submit = (e: Event) => {
     e.preventDefault();
     const egress = mode ? { mode, ...(mode === "allowlist" ? { allow: lines(allow) } : {}), block: lines(block) } : undefined;
-    act.run(() => post<any>("/fleet/overlays", { name, nodes: picked, ...(egress ? { egress } : {}) }).then((o) => onDone(o.name)));
+    act.run(() =>
+      post<any>("/fleet/overlays", { name, nodes: picked, ...(egress ? { egress } : {}) }).then(
+        (o) => onDone(o.name),
+        (e) => {
+          onError();
+          throw e;
+        },
+      ),
+    );
   };
   return (
     <Sheet title="New network" onClose={() => go("/networks")}>

@@ -290,7 +290,7 @@ function NewPool({ me, onDone }: { me: Me; onDone: (name: string) => void }) {
           </select>
         </label>
         {me.operator ? <p class="hint">As the operator you make a shared pool, for the tenants the policy lets claim from shared pools.</p> : null}
-        <p class="hint">Warm VMs count against your quota while they wait.</p>
+        {!me.operator ? <p class="hint">Warm VMs count against your quota while they wait.</p> : null}
         <ErrorNote error={act.error} />
         <div class="actions">
           <button type="button" onClick={() => go("/pools")}>
