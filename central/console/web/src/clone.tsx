@@ -59,28 +59,23 @@ export function CloneForm({ vm, base, snapshot, onCancel }: { vm: any; base: str
   );
 }
 
-// slotsPerMac is Apple's licence: two macOS guests per Mac (central's
-// scheduler counts no more, whatever a Mac reports).
-export const slotsPerMac = 2;
-
 // useMacSlots is what My Macs draws for each leased Mac: GET /fleet/capacity
-// reports the free macOS slots of the Macs a tenant may use, not how many a
-// Mac has, so a Mac's used slots are slotsPerMac less its free ones. A Mac
-// missing from the map takes no VM now (down, cordoned, draining): central
-// reports nothing about it.
-export function useMacSlots(): Map<string, number> {
+// reports each Mac's macOS slots (at most the licence's two) and how many are
+// free. A Mac missing from the map takes no VM now (down, cordoned,
+// draining): central reports nothing about it.
+export function useMacSlots(): Map<string, { free: number; total: number }> {
   const { data } = useData<any>("/fleet/capacity", 10000);
-  const free = new Map<string, number>();
-  for (const n of data?.nodes || []) if (n.macos) free.set(n.node, n.free?.macos_slots || 0);
-  return free;
+  const slots = new Map<string, { free: number; total: number }>();
+  for (const n of data?.nodes || []) if (n.macos) slots.set(n.node, { free: n.free?.macos_slots || 0, total: n.macos_slots || 0 });
+  return slots;
 }
 
-export function SlotDots({ free }: { free: number | undefined }) {
-  if (free === undefined) return <span class="muted">— (takes no VM now)</span>;
-  const used = Math.max(0, slotsPerMac - free);
-  const dots = "●".repeat(used) + "○".repeat(Math.max(0, slotsPerMac - used));
+export function SlotDots({ slots }: { slots: { free: number; total: number } | undefined }) {
+  if (slots === undefined) return <span class="muted">— (takes no VM now)</span>;
+  const used = Math.max(0, slots.total - slots.free);
+  const dots = "●".repeat(used) + "○".repeat(Math.max(0, slots.total - used));
   return (
-    <span class="slots" role="img" aria-label={`${used} of ${slotsPerMac} macOS slots in use`} title={`${used} of ${slotsPerMac} macOS slots in use`}>
+    <span class="slots" role="img" aria-label={`${used} of ${slots.total} macOS slots in use`} title={`${used} of ${slots.total} macOS slots in use`}>
       {dots}
     </span>
   );

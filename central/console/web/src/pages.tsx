@@ -116,7 +116,7 @@ export function MacsPage({ me }: { me: Me }) {
           const pct = Math.max(0, Math.min(100, Math.round(((Date.now() - start) / (min - start || 1)) * 100)));
           return [
             l.node,
-            <SlotDots free={slots.get(l.node)} />,
+            <SlotDots slots={slots.get(l.node)} />,
             fmtTime(l.started_at),
             <div class="bar" role="progressbar" aria-label={`Lease of ${l.node} through its minimum`} aria-valuenow={pct} aria-valuemin={0} aria-valuemax={100}>
               <div style={{ width: pct + "%" }} />
