@@ -39,6 +39,7 @@ func Capacity(nodes []Node, tenant string, pol Policy) sdk.CapacityReport {
 		if nc.MacOS {
 			used, total := macSlots(n)
 			nc.Free.MacOSSlots = max(total-used, 0)
+			nc.MacOSSlots = total
 		}
 		rep.Nodes = append(rep.Nodes, nc)
 

@@ -31,7 +31,7 @@ func TestCapacityForTenants(t *testing.T) {
 			LargestMacOS:   sdk.VMSize{Node: "acme-mac", VCPUs: 6, MemoryMiB: 32768},
 			MacOSSlotsFree: 1,
 			Nodes: []sdk.NodeCapacity{
-				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}},
+				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}, MacOSSlots: 2},
 				{Node: "free-mac", Mac: true, Linux: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536}},
 				{Node: "shared-1", Linux: true, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}},
 			},
@@ -42,8 +42,8 @@ func TestCapacityForTenants(t *testing.T) {
 			LargestMacOS:   sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
 			MacOSSlotsFree: 3,
 			Nodes: []sdk.NodeCapacity{
-				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}},
-				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}},
+				{Node: "acme-mac", Mac: true, Leased: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 6, MemoryMiB: 32768, MacOSSlots: 1}, MacOSSlots: 2},
+				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}, MacOSSlots: 2},
 				{Node: "shared-1", Linux: true, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}},
 			},
 		}},
@@ -60,7 +60,7 @@ func TestCapacityForTenants(t *testing.T) {
 			LargestMacOS:   sdk.VMSize{Node: "free-mac", VCPUs: 12, MemoryMiB: 65536},
 			MacOSSlotsFree: 2,
 			Nodes: []sdk.NodeCapacity{
-				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}},
+				{Node: "free-mac", Mac: true, Linux: true, MacOS: true, Free: sdk.Resources{VCPUs: 12, MemoryMiB: 65536, MacOSSlots: 2}, MacOSSlots: 2},
 				{Node: "shared-1", Linux: true, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 16384}},
 			},
 		}},
@@ -97,7 +97,7 @@ func TestCapacityLargestSizesArePlaceable(t *testing.T) {
 func TestCapacityFullMacHasNoMacOSRoom(t *testing.T) {
 	fleet := []Node{mac("m", leasedBy("acme"), macGuests("acme", 2))}
 	rep := Capacity(fleet, "acme", DefaultPolicy)
-	if rep.MacOSSlotsFree != 0 || rep.LargestMacOS != (sdk.VMSize{}) || len(rep.Nodes) != 1 || rep.Nodes[0].Free.MacOSSlots != 0 {
+	if rep.MacOSSlotsFree != 0 || rep.LargestMacOS != (sdk.VMSize{}) || len(rep.Nodes) != 1 || rep.Nodes[0].Free.MacOSSlots != 0 || rep.Nodes[0].MacOSSlots != 2 {
 		t.Fatalf("got %+v", rep)
 	}
 }

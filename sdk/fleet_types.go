@@ -289,6 +289,9 @@ type NodeCapacity struct {
 	MacOS bool `json:"macos"`
 	// Free is what is left; MacOSSlots is 0 where MacOS is false.
 	Free Resources `json:"free"`
+	// MacOSSlots is how many macOS guests the Mac takes in all (the
+	// licence's two at most); 0 where MacOS is false.
+	MacOSSlots int64 `json:"macos_slots,omitempty"`
 }
 
 // CapacityReport is GET /fleet/capacity: what the caller could launch now.

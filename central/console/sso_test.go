@@ -114,6 +114,11 @@ func TestConsoleViewerSignedInWithSSOSeesNoWriteControl(t *testing.T) {
 	if _, err := op.AddMember(ctx, tw.Tenant.ID, sdk.AddMemberRequest{Email: "vera@example.com", Role: sdk.RoleViewer}); err != nil {
 		t.Fatal(err)
 	}
+	// A network of the team's, so that its page and sheet have a row and
+	// members to offer buttons on.
+	if _, err := op.CreateOverlay(ctx, tw.Tenant.ID, sdk.CreateOverlayRequest{Name: "backend"}); err != nil {
+		t.Fatal(err)
+	}
 
 	b := startBrowser(t, url)
 	b.run("open the console", chromedpNavigate(url+"/console/"))
@@ -149,6 +154,15 @@ func TestConsoleViewerSignedInWithSSOSeesNoWriteControl(t *testing.T) {
 		b.shotEverywhere("viewer" + p)
 		b.axe("viewer " + p)
 	}
+	b.open("/networks/backend")
+	b.waitFor("the network's sheet", `document.querySelector("[role=dialog] h2")?.textContent === "backend"`, 30*time.Second)
+	var found []string
+	b.eval("write controls on a network's sheet", strings.Replace(writeControls, "main button", "main button:not(.close)", 1), &found)
+	if len(found) > 0 {
+		t.Errorf("a viewer sees write controls on a network's sheet: %v", found)
+	}
+	b.shotEverywhere("viewer-network-sheet")
+	b.axe("viewer network sheet")
 	b.open("/vms/new")
 	var sheet bool
 	b.eval("the launch sheet", `!!document.querySelector("[role=dialog]")`, &sheet)

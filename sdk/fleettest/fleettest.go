@@ -78,6 +78,7 @@ type options struct {
 	tcpNode          bool
 	portForwards     map[string]string
 	enroll           bool
+	netnsConfig      *string
 }
 
 // WithEnrollment has the node enroll into central by pairing (fluxvm-agent
@@ -104,6 +105,15 @@ func WithNodeOnTCP() Option { return func(o *options) { o.tcpNode = true } }
 func WithSimPortForwards(forwards map[string]string) Option {
 	return func(o *options) { o.portForwards = forwards }
 }
+
+// WithNetnsPlugin gives the node a real netns network plugin (with config,
+// HCL attributes such as `overlay_address = "192.0.2.1"`), so that it takes
+// VMs in tenant networks and joins overlays. The agent runs it as a third
+// party's plugin (a script in plugin_dir, type = "network", named "fxnet")
+// that starts `fluxvm-agent plugin netns` under `unshare -n`: its bridges,
+// taps, rules and WireGuard devices live in a network namespace of its own,
+// never the host's. It needs root and unshare(1); Launch fails without them.
+func WithNetnsPlugin(config string) Option { return func(o *options) { o.netnsConfig = &config } }
 
 // WithNodeSize sets what the sim node offers (default 8 vCPUs, 16 GiB).
 func WithNodeSize(vcpus, memoryMiB int64) Option {
@@ -219,6 +229,13 @@ func Launch(opts ...Option) (*Fleet, error) {
   }
 }`
 	}
+	if o.netnsConfig != nil {
+		extra, err := netnsPlugin(dir, bin, *o.netnsConfig)
+		if err != nil {
+			return nil, err
+		}
+		plugin += extra
+	}
 	var naddr string
 	if o.tcpNode {
 		if naddr, err = freeAddr(); err != nil {
@@ -265,6 +282,32 @@ central {
 	}
 	ok = true
 	return f, nil
+}
+
+// netnsPlugin writes the script WithNetnsPlugin runs and returns the
+// node configuration that names it.
+func netnsPlugin(dir, bin, config string) (string, error) {
+	if os.Geteuid() != 0 {
+		return "", fmt.Errorf("the netns network plugin needs root")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return "", fmt.Errorf("no unshare(1) to give the netns plugin a network namespace of its own: %w", err)
+	}
+	pluginDir := filepath.Join(dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o700); err != nil {
+		return "", err
+	}
+	script := "#!/bin/sh\nexec " + unshare + " -n " + bin + " plugin netns\n"
+	if err := os.WriteFile(filepath.Join(pluginDir, "fxnet"), []byte(script), 0o700); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`
+plugin_dir = %q
+plugin "fxnet" {
+  type = "network"
+  config { %s }
+}`, pluginDir, config), nil
 }
 
 // enroll runs `fluxvm-agent node enroll` as a person would: the operator

@@ -8,9 +8,11 @@ import { go, useRoute } from "./router";
 import { clearCache, useData } from "./ui";
 import { VMsPage, useVMIndex } from "./vms";
 import { NodesPage, TenantsPage } from "./ops";
+import { NetworksPage } from "./networks";
+import { PoolsPage, VolumesPage } from "./storage";
 import {
-  ActivityPage, BillingPage, ImagesPage, KeysPage, MacsPage, MembersPage, NetworksPage,
-  NotificationsPage, Overview, PoolsPage, TunnelsPage, UsagePage, VolumesPage,
+  ActivityPage, BillingPage, ImagesPage, KeysPage, MacsPage, MembersPage,
+  NotificationsPage, Overview, TunnelsPage, UsagePage,
 } from "./pages";
 
 interface Page { path: string; title: string; group: string; tenant?: boolean; operator?: boolean; least?: Role }
@@ -104,17 +106,20 @@ function Palette({ me, onClose }: { me: Me; onClose: () => void }) {
   const vms = useVMIndex(me);
   const nodes = useData<any>(me.operator ? "/fleet/nodes" : null);
   const tenants = useData<any>(me.operator ? "/fleet/tenants" : null);
+  const nets = useData<any>(me.operator ? null : "/fleet/overlays");
   const input = useRef<HTMLInputElement>(null);
   useEffect(() => input.current?.focus(), []);
   const all: PaletteItem[] = useMemo(() => {
     const items: PaletteItem[] = visible(me).map((p) => ({ label: p.title, hint: "page", run: () => go("/" + p.path) }));
     if (!me.operator && me.role !== "viewer") items.push({ label: "Launch a VM", hint: "action", run: () => go("/vms/new") });
+    if (!me.operator && me.role !== "viewer") items.push({ label: "Create a network", hint: "action", run: () => go("/networks/new") }, { label: "Create a volume", hint: "action", run: () => go("/volumes/new") });
     if (me.operator) items.push({ label: "Create a tenant", hint: "action", run: () => go("/tenants/new") });
     for (const v of vms) items.push({ label: v.name, hint: "VM on " + v.node, run: () => go(`/vms/${v.node}/${v.id}`) });
     for (const n of nodes.data?.nodes || []) items.push({ label: n.name, hint: "node", run: () => go(`/nodes/${n.name}`) });
     for (const t of tenants.data?.tenants || []) items.push({ label: t.name, hint: "tenant", run: () => go(`/tenants`) });
+    for (const o of nets.data?.overlays || []) items.push({ label: o.name, hint: "network", run: () => go(`/networks/${o.name}`) });
     return items;
-  }, [vms, nodes.data, tenants.data]);
+  }, [vms, nodes.data, tenants.data, nets.data]);
   const shown = all.filter((i) => (i.label + " " + i.hint).toLowerCase().includes(q.toLowerCase())).slice(0, 12);
   const pick = (i: PaletteItem | undefined) => {
     if (!i) return;
@@ -197,9 +202,9 @@ function Shell({ me, signOut }: { me: Me; signOut: () => void }) {
     case "nodes": body = <NodesPage me={me} name={a} />; break;
     case "tenants": body = <TenantsPage me={me} create={a === "new"} />; break;
     case "macs": body = <MacsPage me={me} />; break;
-    case "networks": body = <NetworksPage />; break;
-    case "volumes": body = <VolumesPage me={me} />; break;
-    case "pools": body = <PoolsPage me={me} />; break;
+    case "networks": body = <NetworksPage me={me} name={a} />; break;
+    case "volumes": body = <VolumesPage me={me} name={a} />; break;
+    case "pools": body = <PoolsPage me={me} name={a} />; break;
     case "tunnels": body = <TunnelsPage me={me} />; break;
     case "images": body = <ImagesPage me={me} />; break;
     case "usage": body = <UsagePage />; break;

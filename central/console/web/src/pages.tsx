@@ -4,6 +4,7 @@ import { useState } from "preact/hooks";
 import { Me, ago, can, del, fmtMiB, fmtTime, post, call, savedToken } from "./api";
 import { ErrorNote, Meter, Table, useAction, useData } from "./ui";
 import { go } from "./router";
+import { SlotDots, useMacSlots } from "./clone";
 
 export function Overview({ me }: { me: Me }) {
   const mine = useData<any>(me.operator ? null : "/fleet/tenants/me");
@@ -101,12 +102,13 @@ export function MacsPage({ me }: { me: Me }) {
   const { data, error, reload } = useData<any>("/fleet/leases", 10000);
   const act = useAction();
   const list: any[] = (data?.leases || []).filter((l: any) => l.active);
+  const slots = useMacSlots();
   return (
     <Simple id="macs-h" title="My Macs">
       <ErrorNote error={error || act.error} />
       <Table
         label="Leased Macs"
-        head={["Mac", "Since", "Minimum", "", ""]}
+        head={["Mac", "macOS slots", "Since", "Minimum", "", ""]}
         empty="You lease no Mac. Leasing one reserves a whole host for you, for at least 24 hours."
         rows={list.map((l) => {
           const start = new Date(l.started_at).getTime();
@@ -114,6 +116,7 @@ export function MacsPage({ me }: { me: Me }) {
           const pct = Math.max(0, Math.min(100, Math.round(((Date.now() - start) / (min - start || 1)) * 100)));
           return [
             l.node,
+            <SlotDots slots={slots.get(l.node)} />,
             fmtTime(l.started_at),
             <div class="bar" role="progressbar" aria-label={`Lease of ${l.node} through its minimum`} aria-valuenow={pct} aria-valuemin={0} aria-valuemax={100}>
               <div style={{ width: pct + "%" }} />
@@ -128,59 +131,6 @@ export function MacsPage({ me }: { me: Me }) {
             ),
           ];
         })}
-      />
-    </Simple>
-  );
-}
-
-export function NetworksPage() {
-  return (
-    <Simple id="net-h" title="Networks">
-      <p class="empty">
-        Private networks across your Macs have no API in central yet (not built yet): VMs join a network only when launched with one by
-        fluxctl.
-      </p>
-    </Simple>
-  );
-}
-
-export function VolumesPage({ me }: { me: Me }) {
-  const { data, error, reload } = useData<any>("/fleet/volumes");
-  const act = useAction();
-  return (
-    <Simple id="vol-h" title="Volumes">
-      <ErrorNote error={error || act.error} />
-      <Table
-        label="Volumes"
-        head={["Name", "Node", "Size", "Attached to", "Created", ""]}
-        empty="No volumes."
-        rows={(data?.volumes || []).map((v: any) => [
-          v.name,
-          v.node,
-          v.size_gib + " GiB",
-          v.attached_to || "—",
-          ago(v.created_at),
-          can(me, "member") ? (
-            <button onClick={() => confirm(`Delete volume ${v.name}?`) && act.run(() => del(`/fleet/volumes/${v.name}`).then(reload))}>Delete…</button>
-          ) : (
-            ""
-          ),
-        ])}
-      />
-    </Simple>
-  );
-}
-
-export function PoolsPage({ me }: { me: Me }) {
-  const { data, error } = useData<any>("/fleet/pools");
-  return (
-    <Simple id="pools-h" title="Warm pools">
-      <ErrorNote error={error} />
-      <Table
-        label="Warm pools"
-        head={["Pool", "Image", "Size", "Max", "Shared", "Blocked"]}
-        empty={can(me, "admin") ? "No warm pools. Create one with fluxctl fleet pools create." : "No warm pools."}
-        rows={(data?.pools || []).map((p: any) => [p.name, p.image, p.size, p.max_size, p.shared ? "yes" : "no", p.blocked || "—"])}
       />
     </Simple>
   );

@@ -3,6 +3,8 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Me, can, del, fmtMiB, fmtTime, get, post } from "./api";
 import { ErrorNote, Sheet, StateBadge, Table, useAction, useData } from "./ui";
 import { go } from "./router";
+import { NetworkPicker, useNetworks } from "./networks";
+import { CloneForm } from "./clone";
 
 // pageSize is how many VMs the list draws at once.
 const pageSize = 50;
@@ -104,6 +106,8 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
   const [display, setDisplay] = useState(true);
   const [ttl, setTTL] = useState(0);
   const [estimate, setEstimate] = useState<any>(null);
+  const [network, setNetwork] = useState("");
+  const nets = useNetworks();
   const act = useAction();
   const list: any[] = images.data?.images || [];
   const img = list.find((i) => i.name === image);
@@ -121,9 +125,15 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
     setMem(img.memory_mib || 512);
   }, [image]);
   const guest = img?.guest_os || "linux";
+  // A VM joins a private network on one of its member nodes, named.
+  const members: string[] | null = network ? (nets.find((o) => o.name === network)?.members || []).map((m: any) => m.node) : null;
   const nodes: any[] = (capacity.data?.nodes || []).filter(
-    (n: any) => (guest === "macos" ? n.macos && n.free.macos_slots > 0 : n.linux) && n.free.vcpus >= vcpus && n.free.memory_mib >= mem,
+    (n: any) =>
+      (guest === "macos" ? n.macos && n.free.macos_slots > 0 : n.linux) && n.free.vcpus >= vcpus && n.free.memory_mib >= mem && (!members || members.includes(n.node)),
   );
+  useEffect(() => {
+    if (members && !members.includes(node)) setNode(nodes[0]?.node || "");
+  }, [network, nodes.length]);
   const body = () => ({
     name,
     image,
@@ -132,6 +142,7 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
     display,
     ...(node ? { node } : {}),
     ...(ttl ? { ttl_seconds: ttl } : {}),
+    ...(network ? { networks: [network] } : {}),
   });
   // The cost estimate is central's dry run: nothing is placed.
   useEffect(() => {
@@ -140,7 +151,7 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
       post("/fleet/vms?dry_run=true", body()).then(setEstimate, () => setEstimate(null));
     }, 250);
     return () => clearTimeout(t);
-  }, [image, name, vcpus, mem, node, ttl]);
+  }, [image, name, vcpus, mem, node, ttl, network]);
   const q = mine.data?.tenant?.quota || {};
   const used = mine.data?.usage?.total || {};
   const submit = (e: Event) => {
@@ -184,10 +195,12 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
             <input type="number" min={128} step={128} value={mem} onInput={(e) => setMem(+(e.target as HTMLInputElement).value)} />
           </label>
         </div>
+        <NetworkPicker nets={nets} value={network} onChange={setNetwork} />
         <label>
           Node
-          <select value={node} onChange={(e) => setNode((e.target as HTMLSelectElement).value)}>
-            <option value="">Any node with room ({nodes.length})</option>
+          <select name="node" value={node} onChange={(e) => setNode((e.target as HTMLSelectElement).value)}>
+            {!network ? <option value="">Any node with room ({nodes.length})</option> : null}
+            {network && !nodes.length ? <option value="">none of its nodes has room</option> : null}
             {nodes.map((n) => (
               <option value={n.node}>
                 {n.node} — {n.free.vcpus} vCPU, {fmtMiB(n.free.memory_mib)} free
@@ -226,13 +239,15 @@ function LaunchSheet({ me, vms, onDone }: { me: Me; vms: any[]; onDone: (node: s
             {estimate.node ? ` · would go to ${estimate.node}` : ""}
           </p>
         ) : null}
-        {!nodes.length && capacity.data ? <p class="warn">No node has room for this size now.</p> : null}
+        {!nodes.length && capacity.data ? (
+          <p class="warn">{network ? `No node of ${network} has room for this size now: add a node to the network.` : "No node has room for this size now."}</p>
+        ) : null}
         <ErrorNote error={act.error} />
         <div class="actions">
           <button type="button" onClick={() => go("/vms")}>
             Cancel
           </button>
-          <button class="primary" type="submit" disabled={act.busy || !image || !can(me, "member")}>
+          <button class="primary" type="submit" disabled={act.busy || !image || !can(me, "member") || (!!network && !node)}>
             {act.busy ? "Launching…" : "Launch"}
           </button>
         </div>
@@ -268,7 +283,7 @@ function VMSheet({ me, node, id, vm, reload }: { me: Me; node: string; id: strin
       <div role="tabpanel" id="tabpanel" aria-labelledby={"tab-" + tab}>
         {tab === "Details" ? <Details me={me} vm={vm} base={base} reload={reload} /> : null}
         {tab === "Run" ? <Run base={base} /> : null}
-        {tab === "Snapshots" ? <Snapshots me={me} base={base} /> : null}
+        {tab === "Snapshots" ? <Snapshots me={me} base={base} vm={vm} /> : null}
         {tab === "SSH" ? <SSH vm={vm} /> : null}
         {tab === "Screen" ? <Screen base={base} vm={vm} /> : null}
         {tab === "Control" ? <Control base={base} vm={vm} /> : null}
@@ -385,8 +400,9 @@ function Run({ base }: { base: string }) {
   );
 }
 
-function Snapshots({ me, base }: { me: Me; base: string }) {
+function Snapshots({ me, base, vm }: { me: Me; base: string; vm: any }) {
   const { data, error, reload } = useData<any>(`${base}/snapshots`);
+  const [cloning, setCloning] = useState<string | null>(null);
   const [name, setName] = useState("");
   const [memory, setMemory] = useState(false);
   const act = useAction();
@@ -409,6 +425,9 @@ function Snapshots({ me, base }: { me: Me; base: string }) {
           s.memory ? "disk and memory" : "disk only",
           can(me, "member") ? (
             <span class="row-actions">
+              <button onClick={() => setCloning(s.name)} aria-label={`New VM from this: ${s.name}`}>
+                New VM from this
+              </button>
               <button onClick={() => confirm(`Put the VM back to ${s.name}?`) && act.run(() => post(`${base}/snapshots/${s.name}/restore`).then(reload))}>
                 Restore…
               </button>
@@ -422,6 +441,7 @@ function Snapshots({ me, base }: { me: Me; base: string }) {
         ])}
       />
       {data ? <p class="hint">At most {data.limit} snapshots per VM.</p> : null}
+      {cloning !== null && can(me, "member") ? <CloneForm key={cloning} vm={vm} base={base} snapshot={cloning} onCancel={() => setCloning(null)} /> : null}
       {can(me, "member") ? (
         <form onSubmit={take} class="form inline">
           <label>
@@ -434,6 +454,9 @@ function Snapshots({ me, base }: { me: Me; base: string }) {
           </label>
           <button class="primary" type="submit" disabled={act.busy}>
             {act.busy ? "Taking…" : "Take snapshot"}
+          </button>
+          <button type="button" onClick={() => setCloning("")}>
+            Clone…
           </button>
         </form>
       ) : null}
