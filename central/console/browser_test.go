@@ -172,6 +172,9 @@ func (b *browser) open(route string) {
 // openTimed is open, measured in the page: from the hash change until the
 // page's heading shows and every load it started has answered.
 // ready, when not empty, is one more JavaScript condition the page must meet.
+// The page's title changes in the same round of effects that starts its
+// loads, so until it has changed the old page's heading and its zero loads
+// pending must not count.
 func (b *browser) openTimed(route, ready string) time.Duration {
 	b.t.Helper()
 	if ready == "" {
@@ -179,8 +182,8 @@ func (b *browser) openTimed(route, ready string) time.Duration {
 	}
 	var ms float64
 	b.eval("time "+route, fmt.Sprintf(`new Promise(done => {
-		const t0 = performance.now(); location.hash = %q;
-		const check = () => (document.querySelector("main h1") && document.body.dataset.pending === "0" && performance.now() - t0 > 0 && (%s))
+		const title = document.title, t0 = performance.now(); location.hash = %q;
+		const check = () => (document.title !== title && document.querySelector("main h1") && document.body.dataset.pending === "0" && (%s))
 			? done(performance.now() - t0) : setTimeout(check, 1);
 		setTimeout(check, 0);
 	})`, "#"+route, ready), &ms)

@@ -14,7 +14,7 @@ import (
 )
 
 var operatorPages = []string{"/overview", "/vms", "/nodes", "/tenants", "/volumes", "/pools", "/tunnels", "/images",
-	"/usage", "/billing", "/activity", "/notifications"}
+	"/usage", "/billing", "/prices", "/activity", "/notifications", "/policy"}
 
 var tenantPages = []string{"/overview", "/vms", "/macs", "/networks", "/volumes", "/pools", "/tunnels", "/images",
 	"/usage", "/billing", "/activity", "/notifications", "/keys", "/members"}
@@ -78,9 +78,10 @@ func TestConsoleOperatorCordonsANodeAndCreatesATenantShownOnce(t *testing.T) {
 }
 
 // TestConsolePagesAnswerWithin100msWith200VMs: a tenant with 200 VMs (on
-// the sim driver) opens every page of the console; each must have shown
-// its heading and received every answer it asked for within 100 ms, on
-// loopback. The first load (the page, its script and styles) must stay
+// the sim driver) opens every page of the console, with nothing cached (a
+// fresh load of the console) and again; each must have shown its heading
+// and received every answer it asked for within 100 ms (the median of
+// five visits of each kind), on loopback. The first load (the page, its script and styles) must stay
 // under 300 KB on the wire. Every tenant page is photographed at desktop
 // and phone width, light and dark, and checked with axe-core.
 func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
@@ -134,11 +135,35 @@ func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
 	first := b.openTimed("/vms", listed)
 	t.Logf("the first visit to /vms (nothing cached yet): %.1f ms", ms(first))
 
-	// Five visits of each page; the median is held to 100 ms (the machine
-	// is shared, and one visit may wait behind another process), the
-	// slowest is reported beside it.
+	// Two kinds of visit, five of each per page; the median of each is held
+	// to 100 ms (the machine is shared, and one visit may wait behind
+	// another process), the slowest is reported beside it:
+	//   - uncached: the console is loaded afresh on a page that asks for
+	//     nothing of its own, so the page visited has nothing cached and
+	//     waits for every answer (as on a first visit);
+	//   - again: the page was seen before in this load, draws from the
+	//     answers it had and refreshes behind them.
 	const rounds = 5
-	times := map[string][]time.Duration{}
+	ready := func(p string) string {
+		if p == "/vms" { // the list is there, every row of it
+			return listed
+		}
+		return ""
+	}
+	uncached := map[string][]time.Duration{"/vms": {first}}
+	again := map[string][]time.Duration{}
+	for round := 0; round < rounds; round++ {
+		for _, p := range tenantPages {
+			if len(uncached[p]) > round {
+				continue
+			}
+			// A new load of the console: nothing cached. The token stays in
+			// the tab's session storage, as it does for a person reloading.
+			b.run("load the console afresh", chromedpNavigate(fmt.Sprintf("%s/console/?load=%d%s#/nowhere", f.URL, round, strings.ReplaceAll(p, "/", "-"))))
+			b.waitFor("the console loaded", `!!document.querySelector(".topbar") && !!document.querySelector("main h1") && document.body.dataset.pending === "0"`, 30*time.Second)
+			uncached[p] = append(uncached[p], b.openTimed(p, ready(p)))
+		}
+	}
 	for round := 0; round < rounds; round++ {
 		for _, p := range tenantPages {
 			from := "/overview" // a hash change is what is timed: come from elsewhere
@@ -146,22 +171,25 @@ func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
 				from = "/images"
 			}
 			b.open(from)
-			ready := ""
-			if p == "/vms" { // the list is there, every row of it
-				ready = listed
-			}
-			times[p] = append(times[p], b.openTimed(p, ready))
+			again[p] = append(again[p], b.openTimed(p, ready(p)))
 		}
 	}
 	var rows []string
 	for _, p := range tenantPages {
-		ts := times[p]
-		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-		median, slowest := ts[rounds/2], ts[rounds-1]
-		rows = append(rows, fmt.Sprintf("%-15s median %6.1f ms  slowest %6.1f ms", p, ms(median), ms(slowest)))
-		if median > 100*time.Millisecond {
-			t.Errorf("page %s took %v (median of %d visits) with 200 VMs listed, want at most 100 ms", p, median, rounds)
+		row := fmt.Sprintf("%-15s", p)
+		for _, k := range []struct {
+			name  string
+			times []time.Duration
+		}{{"uncached", uncached[p]}, {"again", again[p]}} {
+			ts := k.times
+			sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+			median, slowest := ts[len(ts)/2], ts[len(ts)-1]
+			row += fmt.Sprintf("  %s: median %6.1f ms slowest %6.1f ms", k.name, ms(median), ms(slowest))
+			if median > 100*time.Millisecond {
+				t.Errorf("page %s (%s) took %v (median of %d visits) with 200 VMs listed, want at most 100 ms", p, k.name, median, len(ts))
+			}
 		}
+		rows = append(rows, row)
 	}
 	t.Logf("pages with 200 VMs listed, %d visits each:\n%s", rounds, strings.Join(rows, "\n"))
 	var api []float64

@@ -8,6 +8,7 @@ import { go, useRoute } from "./router";
 import { clearCache, useData } from "./ui";
 import { VMsPage, useVMIndex } from "./vms";
 import { NodesPage, TenantsPage } from "./ops";
+import { CatalogPage, PolicyPage, PricesPage } from "./operator";
 import {
   ActivityPage, BillingPage, ImagesPage, KeysPage, MacsPage, MembersPage, NetworksPage,
   NotificationsPage, Overview, PoolsPage, TunnelsPage, UsagePage, VolumesPage,
@@ -29,11 +30,13 @@ const pages: Page[] = [
   { path: "nodes", title: "Nodes", group: "Compute", operator: true },
   { path: "usage", title: "Usage", group: "Billing" },
   { path: "billing", title: "Billing", group: "Billing" },
+  { path: "prices", title: "Prices", group: "Billing", operator: true },
   { path: "activity", title: "Activity", group: "Access" },
   { path: "notifications", title: "Notifications", group: "Access" },
   { path: "keys", title: "API keys", group: "Access", tenant: true, least: "admin" },
   { path: "members", title: "Members", group: "Access", tenant: true },
   { path: "tenants", title: "Tenants", group: "Access", operator: true },
+  { path: "policy", title: "Policy", group: "Access", operator: true },
 ];
 const groups = ["Overview", "Cloud", "Compute", "Billing", "Access"];
 
@@ -201,11 +204,13 @@ function Shell({ me, signOut }: { me: Me; signOut: () => void }) {
     case "volumes": body = <VolumesPage me={me} />; break;
     case "pools": body = <PoolsPage me={me} />; break;
     case "tunnels": body = <TunnelsPage me={me} />; break;
-    case "images": body = <ImagesPage me={me} />; break;
+    case "images": body = me.operator ? <CatalogPage /> : <ImagesPage me={me} />; break;
     case "usage": body = <UsagePage />; break;
     case "billing": body = <BillingPage me={me} />; break;
     case "activity": body = <ActivityPage />; break;
-    case "notifications": body = <NotificationsPage />; break;
+    case "notifications": body = <NotificationsPage me={me} />; break;
+    case "policy": body = <PolicyPage />; break;
+    case "prices": body = <PricesPage />; break;
     case "keys": body = <KeysPage me={me} />; break;
     case "members": body = <MembersPage me={me} />; break;
     default:

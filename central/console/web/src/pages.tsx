@@ -4,6 +4,7 @@ import { useState } from "preact/hooks";
 import { Me, ago, can, del, fmtMiB, fmtTime, post, call, savedToken } from "./api";
 import { ErrorNote, Meter, Table, useAction, useData } from "./ui";
 import { go } from "./router";
+import { BudgetPanel, Webhooks } from "./settings";
 
 export function Overview({ me }: { me: Me }) {
   const mine = useData<any>(me.operator ? null : "/fleet/tenants/me");
@@ -53,7 +54,7 @@ export function Overview({ me }: { me: Me }) {
             <p class="big">
               {bill.month_to_date_display} <span class="muted">{bill.currency}</span>
             </p>
-            <p>{bill.monthly ? `Budget ${(bill.monthly / 1e6).toFixed(2)} ${bill.currency}` : "No budget set"}</p>
+            <p>{bill.monthly ? `Budget ${bill.monthly} ${bill.currency}` : "No budget set"}</p>
             {bill.state ? <p class="warn">Budget: {bill.state}</p> : null}
           </div>
         ) : null}
@@ -292,6 +293,7 @@ export function BillingPage({ me }: { me: Me }) {
   const st = data?.statements || (data ? [data] : []);
   return (
     <Simple id="bill-h" title="Billing">
+      <BudgetPanel me={me} />
       <ErrorNote error={error} />
       {st.map((s: any) => (
         <div class="panel">
@@ -345,7 +347,7 @@ export function ActivityPage() {
   );
 }
 
-export function NotificationsPage() {
+export function NotificationsPage({ me }: { me: Me }) {
   const { data, error } = useData<any>("/fleet/notifications");
   return (
     <Simple id="not-h" title="Notifications">
@@ -359,6 +361,7 @@ export function NotificationsPage() {
         ))}
         {data && !(data.notifications || []).length ? <li class="muted">No notifications.</li> : null}
       </ul>
+      <Webhooks me={me} />
     </Simple>
   );
 }
