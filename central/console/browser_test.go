@@ -177,17 +177,39 @@ func (b *browser) open(route string) {
 // pending must not count.
 func (b *browser) openTimed(route, ready string) time.Duration {
 	b.t.Helper()
+	d, _ := b.openTimedLoads(route, ready)
+	return d
+}
+
+// openTimedLoads is openTimed that also says how long each request the
+// page made during the visit took, as the browser saw it (path: ms).
+func (b *browser) openTimedLoads(route, ready string) (time.Duration, map[string]float64) {
+	b.t.Helper()
 	if ready == "" {
 		ready = "true"
 	}
-	var ms float64
+	var out struct {
+		MS    float64
+		Loads map[string]float64
+	}
+	// Every change to the page (a heading, a row, the title, the loads
+	// pending on <body>) is checked as it happens, rather than by polling,
+	// which would take the page's own thread from it.
 	b.eval("time "+route, fmt.Sprintf(`new Promise(done => {
-		const title = document.title, t0 = performance.now(); location.hash = %q;
-		const check = () => (document.title !== title && document.querySelector("main h1") && document.body.dataset.pending === "0" && (%s))
-			? done(performance.now() - t0) : setTimeout(check, 1);
-		setTimeout(check, 0);
-	})`, "#"+route, ready), &ms)
-	return time.Duration(ms * float64(time.Millisecond))
+		const title = document.title, t0 = performance.now();
+		const ready = () => document.title !== title && document.querySelector("main h1") && document.body.dataset.pending === "0" && (%s);
+		const seen = new MutationObserver(() => {
+			if (!ready()) return;
+			seen.disconnect();
+			const ms = performance.now() - t0, loads = {};
+			for (const e of performance.getEntriesByType("resource"))
+				if (e.startTime >= t0 && e.responseEnd > 0) loads[new URL(e.name).pathname] = e.responseEnd - e.startTime;
+			done({MS: ms, Loads: loads});
+		});
+		seen.observe(document.documentElement, {subtree: true, childList: true, attributes: true, characterData: true});
+		location.hash = %q;
+	})`, ready, "#"+route), &out)
+	return time.Duration(out.MS * float64(time.Millisecond)), out.Loads
 }
 
 type viewport struct {

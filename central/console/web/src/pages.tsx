@@ -1,7 +1,7 @@
 // The tenant's other pages: overview, Macs, storage, pools, tunnels,
 // images, usage, billing, activity, notifications, keys and members.
 import { useState } from "preact/hooks";
-import { Me, ago, can, del, fmtMiB, fmtTime, post, call, savedToken } from "./api";
+import { Me, ago, can, compareISO, del, fmtMiB, fmtTime, post, call, savedToken } from "./api";
 import { ErrorNote, Meter, Table, useAction, useData } from "./ui";
 import { go } from "./router";
 import { BudgetPanel, Webhooks } from "./settings";
@@ -55,7 +55,7 @@ export function Overview({ me }: { me: Me }) {
               {bill.month_to_date_display} <span class="muted">{bill.currency}</span>
             </p>
             <p>{bill.monthly ? `Budget ${bill.monthly} ${bill.currency}` : "No budget set"}</p>
-            {bill.state ? <p class="warn">Budget: {bill.state}</p> : null}
+            {bill.state && bill.state !== "ok" ? <p class="warn">Budget: {bill.state}</p> : null}
           </div>
         ) : null}
         {me.operator ? (
@@ -71,7 +71,7 @@ export function Overview({ me }: { me: Me }) {
           <ul class="plain">
             {list
               .slice()
-              .sort((a, b) => (b.created_at || "").localeCompare(a.created_at || ""))
+              .sort((a, b) => compareISO(b.created_at, a.created_at))
               .slice(0, 5)
               .map((v) => (
                 <li>
@@ -335,7 +335,7 @@ export function ActivityPage() {
         empty="Nothing has happened yet."
         rows={(data?.events || [])
           .slice()
-          .sort((a: any, b: any) => (b.time || "").localeCompare(a.time || ""))
+          .sort((a: any, b: any) => compareISO(b.time, a.time))
           .map((e: any) => [
             fmtTime(e.time),
             e.user || (e.key ? `${e.actor} (key ${e.key})` : e.actor || e.who),

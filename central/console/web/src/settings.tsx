@@ -44,7 +44,12 @@ export function BudgetPanel({ me }: { me: Me }) {
           ) : (
             <span class="budget-now">no budget set</span>
           )}
-          {b.state ? <span class="warn"> {b.state}</span> : null}
+          {b.state && b.state !== "ok" ? (
+            <>
+              {" "}
+              <span class="badge s-attn">{b.state === "over" ? "over budget" : "near the budget"}</span>
+            </>
+          ) : null}
         </p>
       ) : null}
       <p class="hint">Central sends a notification at 80 % of the budget and when it is reached; nothing is stopped.</p>
