@@ -163,9 +163,16 @@ func (b *browser) signIn(token string) {
 }
 
 // open goes to a hash route and waits until the page has all it asked for.
+// It first waits for the new page's title (or 200 ms, for a route of the
+// same page), so the previous page's heading and zero loads pending do not
+// count as the new page's.
 func (b *browser) open(route string) {
 	b.t.Helper()
-	b.eval("go to "+route, fmt.Sprintf(`location.hash = %q`, "#"+route), nil)
+	b.eval("go to "+route, fmt.Sprintf(`new Promise(done => {
+		const title = document.title, t0 = performance.now(); location.hash = %q;
+		const tick = () => (document.title !== title || performance.now() - t0 > 200) ? done(true) : setTimeout(tick, 5);
+		tick();
+	})`, "#"+route), nil)
 	b.waitFor("page "+route, `!!document.querySelector("main h1") && document.body.dataset.pending === "0"`, 30*time.Second)
 }
 
