@@ -20,7 +20,7 @@ import (
 // browser is Debian's chromium, headless, driven through chromedp, on one
 // central's console.
 type browser struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	base  string // central's URL
 	shots string // where screenshots go
@@ -28,7 +28,7 @@ type browser struct {
 
 // chromiumPath finds the browser the tests drive, or fails saying how to
 // install it.
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
@@ -41,7 +41,7 @@ func chromiumPath(t *testing.T) string {
 // screenshotDir is $FLUXVM_SCREENSHOTS/<test> when that is set (a folder CI
 // keeps), else the test's artifact directory (kept under go test's output
 // directory with -artifacts).
-func screenshotDir(t *testing.T) string {
+func screenshotDir(t testing.TB) string {
 	dir := t.ArtifactDir()
 	if root := os.Getenv("FLUXVM_SCREENSHOTS"); root != "" {
 		dir = filepath.Join(root, t.Name())
@@ -53,7 +53,7 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
-func startBrowser(t *testing.T, base string) *browser {
+func startBrowser(t testing.TB, base string) *browser {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.Flag("headless", "new"),
