@@ -86,6 +86,7 @@ bench: deps guest-image guest-image-stock
 	$(GO) test -run '^$$' -bench BenchmarkBounds -benchtime 200x -count 5 ./schemas/
 	$(GO) test -run '^$$' -bench BenchmarkTunnelRelay -benchtime 20x -count 3 ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkTunnel20Memory -benchtime 1x -count 3 ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkConsolePages200VMs -benchtime 5x -timeout 20m ./central/console/
 
 # The console's bundle is committed, so building central needs no Node; this
 # rebuilds it from the TypeScript sources and the lockfile (npm ci), and a

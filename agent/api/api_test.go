@@ -358,6 +358,38 @@ func TestVMLifecycleThroughTheAPI(t *testing.T) {
 	}
 }
 
+// TestListShowsEachVMAsGetDoes: GET /v1/vms asks the driver once for every
+// VM (ListVMs) where GET /v1/vms/{id} asks about one (InspectVM); both must
+// show the same live state, readiness and attributes, for running, paused
+// and stopped VMs.
+func TestListShowsEachVMAsGetDoes(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, name := range []string{"run-1", "paused-1", "stopped-1"} {
+		e.create(name, "")
+	}
+	e.must(req{method: "POST", path: "/v1/vms/paused-1/pause", token: adminToken}, 200)
+	e.must(req{method: "POST", path: "/v1/vms/stopped-1/stop", token: adminToken, body: []byte(`{"timeout_seconds": 5}`)}, 200)
+	listed := e.list()
+	if len(listed) != 3 {
+		t.Fatalf("list = %+v, want 3 VMs", listed)
+	}
+	states := map[string]string{}
+	for _, l := range listed {
+		got := e.vm(req{method: "GET", path: "/v1/vms/" + l.ID, token: readOnlyToken}, 200)
+		if l.State != got.State || l.AgentReady != got.AgentReady || fmt.Sprint(l.Attributes) != fmt.Sprint(got.Attributes) || l.LastError != got.LastError {
+			t.Errorf("vm %s: list says state %s ready %v attributes %v error %q; get says %s %v %v %q",
+				l.Name, l.State, l.AgentReady, l.Attributes, l.LastError, got.State, got.AgentReady, got.Attributes, got.LastError)
+		}
+		if len(l.Attributes) == 0 {
+			t.Errorf("vm %s: list shows no attributes from the driver", l.Name)
+		}
+		states[l.Name] = l.State
+	}
+	if states["run-1"] != sdk.StateRunning || states["paused-1"] != sdk.StatePaused || states["stopped-1"] != sdk.StateStopped {
+		t.Fatalf("list states = %v", states)
+	}
+}
+
 // TestWorkspacesShowWhatIsLeftOnDisk: the node lists its VM folders, owned
 // or not; cleaning destroys only those no VM owns (admin only); a node whose
 // VMs are all deleted lists none.

@@ -504,21 +504,52 @@ func (m *Manager) Get(ctx context.Context, idOrName string) (*sdk.VM, error) {
 	return m.view(ctx, rec), nil
 }
 
-// List returns every VM on the node, oldest first.
+// List returns every VM on the node, oldest first, with its live state.
+// It asks each driver once (ListVMs) rather than once per VM (InspectVM):
+// every call is a round trip to the plugin's process, and with 200 VMs one
+// InspectVM each took 30-150 ms (docs/benchmarks.md, "The console"). A VM
+// its driver's process does not list, or every VM of a driver whose
+// ListVMs fails, is inspected on its own.
 func (m *Manager) List(ctx context.Context) ([]*sdk.VM, error) {
 	recs, err := m.opts.Store.ListVMs()
 	if err != nil {
 		return nil, err
 	}
+	listed := map[string]map[string]*pb.VMStatus{} // driver name -> VM id -> status
+	statusOf := func(rec *store.VM) *pb.VMStatus {
+		byID, ok := listed[rec.Driver]
+		if !ok {
+			byID = map[string]*pb.VMStatus{}
+			if d, err := m.opts.Drivers.Driver(rec.Driver); err == nil {
+				if sts, err := d.ListVMs(ctx); err == nil {
+					for _, st := range sts {
+						byID[st.GetId()] = st
+					}
+				}
+			}
+			listed[rec.Driver] = byID
+		}
+		return byID[rec.ID]
+	}
 	out := make([]*sdk.VM, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, m.view(ctx, r))
+		var st *pb.VMStatus
+		if r.State != sdk.StateLost && r.State != sdk.StateCreating {
+			st = statusOf(r)
+		}
+		out = append(out, m.viewWith(ctx, r, st))
 	}
 	return out, nil
 }
 
 // view merges a record with what its driver says now.
 func (m *Manager) view(ctx context.Context, rec *store.VM) *sdk.VM {
+	return m.viewWith(ctx, rec, nil)
+}
+
+// viewWith is view with the driver's status already at hand (from
+// ListVMs); with st nil it asks the driver (InspectVM).
+func (m *Manager) viewWith(ctx context.Context, rec *store.VM, st *pb.VMStatus) *sdk.VM {
 	var req sdk.CreateVMRequest
 	_ = json.Unmarshal(rec.Spec, &req)
 	v := &sdk.VM{
@@ -543,15 +574,16 @@ func (m *Manager) view(ctx context.Context, rec *store.VM) *sdk.VM {
 			v.Address = a.String()
 		}
 	}
-	d, err := m.opts.Drivers.Driver(rec.Driver)
-	if err != nil {
-		v.LastError = err.Error()
-		return v
-	}
-	st, err := d.InspectVM(ctx, rec.ID)
-	if err != nil {
-		v.LastError = err.Error()
-		return v
+	if st == nil {
+		d, err := m.opts.Drivers.Driver(rec.Driver)
+		if err != nil {
+			v.LastError = err.Error()
+			return v
+		}
+		if st, err = d.InspectVM(ctx, rec.ID); err != nil {
+			v.LastError = err.Error()
+			return v
+		}
 	}
 	v.Attributes = st.Attributes
 	if s := stateName(st.State); s != "" && s != rec.State {

@@ -20,7 +20,7 @@ import (
 // browser is Debian's chromium, headless, driven through chromedp, on one
 // central's console.
 type browser struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	base  string // central's URL
 	shots string // where screenshots go
@@ -28,7 +28,7 @@ type browser struct {
 
 // chromiumPath finds the browser the tests drive, or fails saying how to
 // install it.
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
@@ -41,7 +41,7 @@ func chromiumPath(t *testing.T) string {
 // screenshotDir is $FLUXVM_SCREENSHOTS/<test> when that is set (a folder CI
 // keeps), else the test's artifact directory (kept under go test's output
 // directory with -artifacts).
-func screenshotDir(t *testing.T) string {
+func screenshotDir(t testing.TB) string {
 	dir := t.ArtifactDir()
 	if root := os.Getenv("FLUXVM_SCREENSHOTS"); root != "" {
 		dir = filepath.Join(root, t.Name())
@@ -53,7 +53,7 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
-func startBrowser(t *testing.T, base string) *browser {
+func startBrowser(t testing.TB, base string) *browser {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.Flag("headless", "new"),
@@ -163,28 +163,60 @@ func (b *browser) signIn(token string) {
 }
 
 // open goes to a hash route and waits until the page has all it asked for.
+// It first waits for the new page's title (or 200 ms, for a route of the
+// same page), so the previous page's heading and zero loads pending do not
+// count as the new page's.
 func (b *browser) open(route string) {
 	b.t.Helper()
-	b.eval("go to "+route, fmt.Sprintf(`location.hash = %q`, "#"+route), nil)
+	b.eval("go to "+route, fmt.Sprintf(`new Promise(done => {
+		const title = document.title, t0 = performance.now(); location.hash = %q;
+		const tick = () => (document.title !== title || performance.now() - t0 > 200) ? done(true) : setTimeout(tick, 5);
+		tick();
+	})`, "#"+route), nil)
 	b.waitFor("page "+route, `!!document.querySelector("main h1") && document.body.dataset.pending === "0"`, 30*time.Second)
 }
 
 // openTimed is open, measured in the page: from the hash change until the
 // page's heading shows and every load it started has answered.
 // ready, when not empty, is one more JavaScript condition the page must meet.
+// The page's title changes in the same round of effects that starts its
+// loads, so until it has changed the old page's heading and its zero loads
+// pending must not count.
 func (b *browser) openTimed(route, ready string) time.Duration {
+	b.t.Helper()
+	d, _ := b.openTimedLoads(route, ready)
+	return d
+}
+
+// openTimedLoads is openTimed that also says how long each request the
+// page made during the visit took, as the browser saw it (path: ms).
+func (b *browser) openTimedLoads(route, ready string) (time.Duration, map[string]float64) {
 	b.t.Helper()
 	if ready == "" {
 		ready = "true"
 	}
-	var ms float64
+	var out struct {
+		MS    float64
+		Loads map[string]float64
+	}
+	// Every change to the page (a heading, a row, the title, the loads
+	// pending on <body>) is checked as it happens, rather than by polling,
+	// which would take the page's own thread from it.
 	b.eval("time "+route, fmt.Sprintf(`new Promise(done => {
-		const t0 = performance.now(); location.hash = %q;
-		const check = () => (document.querySelector("main h1") && document.body.dataset.pending === "0" && performance.now() - t0 > 0 && (%s))
-			? done(performance.now() - t0) : setTimeout(check, 1);
-		setTimeout(check, 0);
-	})`, "#"+route, ready), &ms)
-	return time.Duration(ms * float64(time.Millisecond))
+		const title = document.title, t0 = performance.now();
+		const ready = () => document.title !== title && document.querySelector("main h1") && document.body.dataset.pending === "0" && (%s);
+		const seen = new MutationObserver(() => {
+			if (!ready()) return;
+			seen.disconnect();
+			const ms = performance.now() - t0, loads = {};
+			for (const e of performance.getEntriesByType("resource"))
+				if (e.startTime >= t0 && e.responseEnd > 0) loads[new URL(e.name).pathname] = e.responseEnd - e.startTime;
+			done({MS: ms, Loads: loads});
+		});
+		seen.observe(document.documentElement, {subtree: true, childList: true, attributes: true, characterData: true});
+		location.hash = %q;
+	})`, ready, "#"+route), &out)
+	return time.Duration(out.MS * float64(time.Millisecond)), out.Loads
 }
 
 type viewport struct {

@@ -3,9 +3,7 @@ package console_test
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +12,7 @@ import (
 )
 
 var operatorPages = []string{"/overview", "/vms", "/nodes", "/tenants", "/volumes", "/pools", "/tunnels", "/images",
-	"/usage", "/billing", "/activity", "/notifications"}
+	"/usage", "/billing", "/prices", "/activity", "/notifications", "/policy"}
 
 var tenantPages = []string{"/overview", "/vms", "/macs", "/networks", "/volumes", "/pools", "/tunnels", "/images",
 	"/usage", "/billing", "/activity", "/notifications", "/keys", "/members"}
@@ -77,42 +75,15 @@ func TestConsoleOperatorCordonsANodeAndCreatesATenantShownOnce(t *testing.T) {
 	b.axe("operator node sheet")
 }
 
-// TestConsolePagesAnswerWithin100msWith200VMs: a tenant with 200 VMs (on
-// the sim driver) opens every page of the console; each must have shown
-// its heading and received every answer it asked for within 100 ms, on
-// loopback. The first load (the page, its script and styles) must stay
-// under 300 KB on the wire. Every tenant page is photographed at desktop
-// and phone width, light and dark, and checked with axe-core.
-func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
-	f := fleettest.Start(t, fleettest.WithNodeSize(256, 256*1024))
-	f.CatalogImage(t, "debian-minimal")
-	_, token := f.Tenant(t, "acme", map[string]int64{"max_vms": 300, "max_vcpus": 300, "max_memory_mib": 300 * 1024})
-	tc, err := sdk.NewFleetClient(f.URL, sdk.WithToken(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const vms = 200
-	var wg sync.WaitGroup
-	errs := make(chan error, vms)
-	sem := make(chan struct{}, 8)
-	for i := range vms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			_, err := tc.CreateVM(context.Background(), sdk.FleetCreateVMRequest{Name: fmt.Sprintf("web-%03d", i), Image: "debian-minimal", VCPUs: 1, MemoryMiB: 128})
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("launch the 200 VMs: %v", err)
-		}
-	}
-
+// TestConsoleShowsEveryPageWith200VMs: a tenant with 200 VMs (on the sim
+// driver) opens every page of the console. The list draws its first 50 rows
+// and counts all 200; the first load (the page, its script and styles) stays
+// under 300 KB on the wire. Every tenant page is photographed at desktop and
+// phone width, light and dark, and checked with axe-core. How fast the
+// pages answer is BenchmarkConsolePages200VMs's (make bench), not a timed
+// test's.
+func TestConsoleShowsEveryPageWith200VMs(t *testing.T) {
+	f, token, tc := fleetWith200VMs(t)
 	b := startBrowser(t, f.URL)
 	// The first load, as the browser fetched it: the page and everything it
 	// loaded before anyone signed in.
@@ -128,46 +99,7 @@ func TestConsolePagesAnswerWithin100msWith200VMs(t *testing.T) {
 	b.shotEverywhere("sign-in")
 	b.axe("sign-in")
 	b.signIn(token)
-	// The list draws 50 rows a page and counts all 200.
-	const listed = `document.querySelectorAll('table[aria-label="Virtual machines"] tbody tr').length === 50 &&
-		document.querySelector(".count").textContent.trim() === "200 of 200"`
-	first := b.openTimed("/vms", listed)
-	t.Logf("the first visit to /vms (nothing cached yet): %.1f ms", ms(first))
-
-	// Five visits of each page; the median is held to 100 ms (the machine
-	// is shared, and one visit may wait behind another process), the
-	// slowest is reported beside it.
-	const rounds = 5
-	times := map[string][]time.Duration{}
-	for round := 0; round < rounds; round++ {
-		for _, p := range tenantPages {
-			from := "/overview" // a hash change is what is timed: come from elsewhere
-			if p == from {
-				from = "/images"
-			}
-			b.open(from)
-			ready := ""
-			if p == "/vms" { // the list is there, every row of it
-				ready = listed
-			}
-			times[p] = append(times[p], b.openTimed(p, ready))
-		}
-	}
-	var rows []string
-	for _, p := range tenantPages {
-		ts := times[p]
-		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-		median, slowest := ts[rounds/2], ts[rounds-1]
-		rows = append(rows, fmt.Sprintf("%-15s median %6.1f ms  slowest %6.1f ms", p, ms(median), ms(slowest)))
-		if median > 100*time.Millisecond {
-			t.Errorf("page %s took %v (median of %d visits) with 200 VMs listed, want at most 100 ms", p, median, rounds)
-		}
-	}
-	t.Logf("pages with 200 VMs listed, %d visits each:\n%s", rounds, strings.Join(rows, "\n"))
-	var api []float64
-	b.eval("the list's answers", `performance.getEntriesByType("resource").filter(e => e.name.endsWith("/fleet/vms")).map(e => e.responseEnd - e.startTime)`, &api)
-	t.Logf("GET /fleet/vms as the browser saw it (ms): %v", api)
-
+	b.openTimed("/vms", listed200)
 	for _, p := range tenantPages {
 		b.open(p)
 		b.shotEverywhere("tenant" + p)

@@ -45,20 +45,18 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	var owned map[string]bool             // node/vm id of the tenant's ledger entries
-	var tenantEntries []store.LedgerEntry // the tenant's running entries
+	// The tenant's running ledger entries are read while the nodes are
+	// asked, not before: the list waits for the slower of the two only.
+	var tenantEntries []store.LedgerEntry
+	var ledgerErr error
+	ledgerRead := make(chan struct{})
 	if tenant != "" {
-		tenantEntries, err = l.st.RunningForTenant(ctx, tenant)
-		if err != nil {
-			return nil, fmt.Errorf("read the ledger: %w", err)
-		}
-		owned = map[string]bool{}
-		for _, e := range tenantEntries {
-			owned[e.Node+"/"+e.VMID] = true
-		}
-	}
-	mine := func(node, id, stamp string) bool {
-		return tenant == "" || stamp == tenant || owned[node+"/"+id]
+		go func() {
+			defer close(ledgerRead)
+			tenantEntries, ledgerErr = l.st.RunningForTenant(ctx, tenant)
+		}()
+	} else {
+		close(ledgerRead)
 	}
 
 	type answer struct {
@@ -90,6 +88,20 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 		}()
 	}
 	wg.Wait()
+	<-ledgerRead
+	if ledgerErr != nil {
+		return nil, fmt.Errorf("read the ledger: %w", ledgerErr)
+	}
+	var owned map[string]bool // node/vm id of the tenant's ledger entries
+	if tenant != "" {
+		owned = map[string]bool{}
+		for _, e := range tenantEntries {
+			owned[e.Node+"/"+e.VMID] = true
+		}
+	}
+	mine := func(node, id, stamp string) bool {
+		return tenant == "" || stamp == tenant || owned[node+"/"+id]
+	}
 
 	out := sdk.FleetVMList{VMs: []sdk.FleetVM{}, UnreachableNodes: []sdk.UnreachableNode{}}
 	for i, n := range ns {

@@ -112,10 +112,21 @@ export function fmtMiB(mib: number): string {
   return mib >= 1024 ? (mib / 1024).toFixed(mib % 1024 ? 1 : 0) + " GiB" : mib + " MiB";
 }
 
+// One formatter and one collator for every call: Date.toLocaleString and
+// String.localeCompare build their ICU objects on each call, which drawing
+// 200 rows made the slowest part of a page (docs/benchmarks.md).
+const timeFormat = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "2-digit", second: "2-digit" });
+export const compareText = new Intl.Collator().compare;
+
+// compareISO orders RFC 3339 times (as central writes them) oldest first.
+export function compareISO(a?: string, b?: string): number {
+  const x = a || "", y = b || "";
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
 export function fmtTime(s?: string): string {
   if (!s || s.startsWith("0001-")) return "—";
-  const d = new Date(s);
-  return d.toLocaleString();
+  return timeFormat.format(new Date(s));
 }
 
 export function ago(s?: string): string {

@@ -10,6 +10,7 @@ import { VMsPage, useVMIndex } from "./vms";
 import { NodesPage, TenantsPage } from "./ops";
 import { NetworksPage } from "./networks";
 import { PoolsPage, VolumesPage } from "./storage";
+import { CatalogPage, PolicyPage, PricesPage } from "./operator";
 import {
   ActivityPage, BillingPage, ImagesPage, KeysPage, MacsPage, MembersPage,
   NotificationsPage, Overview, TunnelsPage, UsagePage,
@@ -31,11 +32,13 @@ const pages: Page[] = [
   { path: "nodes", title: "Nodes", group: "Compute", operator: true },
   { path: "usage", title: "Usage", group: "Billing" },
   { path: "billing", title: "Billing", group: "Billing" },
+  { path: "prices", title: "Prices", group: "Billing", operator: true },
   { path: "activity", title: "Activity", group: "Access" },
   { path: "notifications", title: "Notifications", group: "Access" },
   { path: "keys", title: "API keys", group: "Access", tenant: true, least: "admin" },
   { path: "members", title: "Members", group: "Access", tenant: true },
   { path: "tenants", title: "Tenants", group: "Access", operator: true },
+  { path: "policy", title: "Policy", group: "Access", operator: true },
 ];
 const groups = ["Overview", "Cloud", "Compute", "Billing", "Access"];
 
@@ -206,11 +209,13 @@ function Shell({ me, signOut }: { me: Me; signOut: () => void }) {
     case "volumes": body = <VolumesPage me={me} name={a} />; break;
     case "pools": body = <PoolsPage me={me} name={a} />; break;
     case "tunnels": body = <TunnelsPage me={me} />; break;
-    case "images": body = <ImagesPage me={me} />; break;
+    case "images": body = me.operator ? <CatalogPage /> : <ImagesPage me={me} />; break;
     case "usage": body = <UsagePage />; break;
     case "billing": body = <BillingPage me={me} />; break;
     case "activity": body = <ActivityPage />; break;
-    case "notifications": body = <NotificationsPage />; break;
+    case "notifications": body = <NotificationsPage me={me} />; break;
+    case "policy": body = <PolicyPage />; break;
+    case "prices": body = <PricesPage />; break;
     case "keys": body = <KeysPage me={me} />; break;
     case "members": body = <MembersPage me={me} />; break;
     default:

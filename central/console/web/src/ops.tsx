@@ -3,6 +3,7 @@ import { useState } from "preact/hooks";
 import { Me, ago, del, fmtMiB, post, call } from "./api";
 import { ErrorNote, Sheet, Table, useAction, useData } from "./ui";
 import { go } from "./router";
+import { TenantSheets } from "./operator";
 
 // attention ranks what an operator should look at first.
 function attention(n: any): [number, string] {
@@ -130,6 +131,7 @@ function NodeSheet({ node, tenants, reload }: { node: any; tenants: any[]; reloa
 export function TenantsPage({ me, create }: { me: Me; create?: boolean }) {
   const { data, error, reload } = useData<any>("/fleet/tenants");
   const [shown, setShown] = useState<any>(null); // a token, shown once
+  const [sheet, setSheet] = useState<{ kind: string; t: any } | null>(null); // quotas or statement
   const act = useAction();
   const list: any[] = data?.tenants || [];
   return (
@@ -161,6 +163,12 @@ export function TenantsPage({ me, create }: { me: Me; create?: boolean }) {
           ago(t.created_at),
           t.disabled ? "disabled" : "active",
           <span class="row-actions">
+            <button aria-label={`Quotas of ${t.name}`} onClick={() => setSheet({ kind: "quota", t })}>
+              Quotas
+            </button>
+            <button aria-label={`Statement of ${t.name}`} onClick={() => setSheet({ kind: "statement", t })}>
+              Statement
+            </button>
             <button onClick={() => act.run(() => call("PATCH", `/fleet/tenants/${t.id}`, { disabled: !t.disabled }).then(reload))}>
               {t.disabled ? "Enable" : "Disable"}
             </button>
@@ -173,6 +181,7 @@ export function TenantsPage({ me, create }: { me: Me; create?: boolean }) {
           </span>,
         ])}
       />
+      <TenantSheets open={sheet} onClose={() => setSheet(null)} reload={reload} />
       {create ? <NewTenant onDone={(r) => (setShown(r), reload(), go("/tenants"))} /> : null}
     </section>
   );

@@ -1,10 +1,11 @@
 // The tenant's other pages: overview, Macs, storage, pools, tunnels,
 // images, usage, billing, activity, notifications, keys and members.
 import { useState } from "preact/hooks";
-import { Me, ago, can, del, fmtMiB, fmtTime, post, call, savedToken } from "./api";
+import { Me, ago, can, compareISO, del, fmtMiB, fmtTime, post, call, savedToken } from "./api";
 import { ErrorNote, Meter, Table, useAction, useData } from "./ui";
 import { go } from "./router";
 import { SlotDots, useMacSlots } from "./clone";
+import { BudgetPanel, Webhooks } from "./settings";
 
 export function Overview({ me }: { me: Me }) {
   const mine = useData<any>(me.operator ? null : "/fleet/tenants/me");
@@ -54,8 +55,8 @@ export function Overview({ me }: { me: Me }) {
             <p class="big">
               {bill.month_to_date_display} <span class="muted">{bill.currency}</span>
             </p>
-            <p>{bill.monthly ? `Budget ${(bill.monthly / 1e6).toFixed(2)} ${bill.currency}` : "No budget set"}</p>
-            {bill.state ? <p class="warn">Budget: {bill.state}</p> : null}
+            <p>{bill.monthly ? `Budget ${bill.monthly} ${bill.currency}` : "No budget set"}</p>
+            {bill.state && bill.state !== "ok" ? <p class="warn">Budget: {bill.state}</p> : null}
           </div>
         ) : null}
         {me.operator ? (
@@ -71,7 +72,7 @@ export function Overview({ me }: { me: Me }) {
           <ul class="plain">
             {list
               .slice()
-              .sort((a, b) => (b.created_at || "").localeCompare(a.created_at || ""))
+              .sort((a, b) => compareISO(b.created_at, a.created_at))
               .slice(0, 5)
               .map((v) => (
                 <li>
@@ -242,6 +243,7 @@ export function BillingPage({ me }: { me: Me }) {
   const st = data?.statements || (data ? [data] : []);
   return (
     <Simple id="bill-h" title="Billing">
+      <BudgetPanel me={me} />
       <ErrorNote error={error} />
       {st.map((s: any) => (
         <div class="panel">
@@ -283,7 +285,7 @@ export function ActivityPage() {
         empty="Nothing has happened yet."
         rows={(data?.events || [])
           .slice()
-          .sort((a: any, b: any) => (b.time || "").localeCompare(a.time || ""))
+          .sort((a: any, b: any) => compareISO(b.time, a.time))
           .map((e: any) => [
             fmtTime(e.time),
             e.user || (e.key ? `${e.actor} (key ${e.key})` : e.actor || e.who),
@@ -295,7 +297,7 @@ export function ActivityPage() {
   );
 }
 
-export function NotificationsPage() {
+export function NotificationsPage({ me }: { me: Me }) {
   const { data, error } = useData<any>("/fleet/notifications");
   return (
     <Simple id="not-h" title="Notifications">
@@ -309,6 +311,7 @@ export function NotificationsPage() {
         ))}
         {data && !(data.notifications || []).length ? <li class="muted">No notifications.</li> : null}
       </ul>
+      <Webhooks me={me} />
     </Simple>
   );
 }

@@ -1,6 +1,6 @@
 // Virtual machines: the list, the launch sheet and a VM's sheet.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { Me, can, del, fmtMiB, fmtTime, get, post } from "./api";
+import { Me, can, compareText, del, fmtMiB, fmtTime, get, post } from "./api";
 import { ErrorNote, Sheet, StateBadge, Table, useAction, useData } from "./ui";
 import { go } from "./router";
 import { NetworkPicker, useNetworks } from "./networks";
@@ -15,7 +15,7 @@ export function VMsPage({ me, node, id, launch }: { me: Me; node?: string; id?: 
   const [state, setState] = useState("");
   const [page, setPage] = useState(0);
   useEffect(() => setPage(0), [q, state]);
-  const vms: any[] = useMemo(() => (data?.vms || []).slice().sort((a: any, b: any) => a.name.localeCompare(b.name)), [data]);
+  const vms: any[] = useMemo(() => (data?.vms || []).slice().sort((a: any, b: any) => compareText(a.name, b.name)), [data]);
   const shown = vms.filter(
     (v) =>
       (!q || (v.name + " " + v.id + " " + v.node + " " + (v.image_name || "")).toLowerCase().includes(q.toLowerCase())) &&
