@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central"
-	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -41,23 +39,6 @@ const (
 	benchFleet = 2000
 )
 
-// benchEtcd opens a store as central does: with no endpoints an embedded
-// etcd that fsyncs (fxStore turns fsync off, which flatters etcd), else a
-// peer on those endpoints.
-func benchEtcd(b *testing.B, endpoints []string) *store.Store {
-	b.Helper()
-	opts := store.Options{Endpoints: endpoints, Logger: fxLogger("store")}
-	if len(endpoints) == 0 {
-		opts.DataDir = filepath.Join(fxTempDir(b), "etcd")
-	}
-	st, err := store.Open(context.Background(), opts)
-	if err != nil {
-		b.Fatalf("open store: %v", err)
-	}
-	b.Cleanup(func() { st.Close() })
-	return st
-}
-
 // BenchmarkPlacementThroughAPI measures launches per second through the
 // real HTTP API: POST /fleet/vms from benchClients tenants with quotas at
 // once, onto real `fluxvm-agent node` processes with the sim driver (whose
@@ -76,8 +57,8 @@ func benchEtcd(b *testing.B, endpoints []string) *store.Store {
 // 2,000 to 3 nodes (goal ≤ 1.5) is logged at the end. Run it with
 // -benchtime Nx (N rounds each).
 func BenchmarkPlacementThroughAPI(b *testing.B) {
-	stA := benchEtcd(b, nil)
-	stB := benchEtcd(b, stA.Endpoints())
+	stA := fxStore(b, nil)
+	stB := fxStore(b, stA.Endpoints())
 	a, c := newFxCentral(b, stA), newFxCentral(b, stB)
 	images, img := fxImages(b)
 	var names []string
@@ -227,11 +208,12 @@ func registerFullNodes(b *testing.B, url string, n int) {
 // VM at a time on one real `fluxvm-agent node` with the sim driver, created
 // through central (POST /fleet/vms by a tenant with quotas: view, reservation,
 // node call, ledger commit) and directly through the node API (POST /v1/vms
-// with the node's admin token), alternating, each deleted before the next.
+// with the node's admin token), alternating which goes first, each deleted
+// before the next.
 // One op is one pair; it reports both latencies and the ratio
 // central ÷ node, median of the pairs with p10–p90. Run it with -benchtime Nx.
 func BenchmarkLaunchCentralVsNode(b *testing.B) {
-	st := benchEtcd(b, nil)
+	st := fxStore(b, nil)
 	c := newFxCentral(b, st)
 	images, img := fxImages(b)
 	n := startFxNode(b, "sim-1", c.url, images, 64, 262144)
@@ -251,32 +233,42 @@ func BenchmarkLaunchCentralVsNode(b *testing.B) {
 	var viaCentral, viaNode []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
-		b.StartTimer()
-		t0 := time.Now()
-		out, err := fc.CreateVM(ctx, sdk.FleetCreateVMRequest{Name: fmt.Sprintf("c-%d", i), Image: "tiny"})
-		viaCentral = append(viaCentral, time.Since(t0))
 		b.StopTimer()
-		if err != nil {
-			b.Fatalf("create through central: %v", err)
+		central := func() {
+			b.StartTimer()
+			t0 := time.Now()
+			out, err := fc.CreateVM(ctx, sdk.FleetCreateVMRequest{Name: fmt.Sprintf("c-%d", i), Image: "tiny"})
+			viaCentral = append(viaCentral, time.Since(t0))
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("create through central: %v", err)
+			}
+			if err := fc.DeleteVM(ctx, out.Node, out.VM.ID); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := fc.DeleteVM(ctx, out.Node, out.VM.ID); err != nil {
-			b.Fatal(err)
+		node := func() {
+			b.StartTimer()
+			t0 := time.Now()
+			vm, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: fmt.Sprintf("n-%d", i), Image: img, VCPUs: 1, MemoryMiB: 64})
+			viaNode = append(viaNode, time.Since(t0))
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("create through the node API: %v", err)
+			}
+			if err := nc.DeleteVM(ctx, vm.ID); err != nil {
+				b.Fatal(err)
+			}
 		}
-		b.StartTimer()
-		t0 = time.Now()
-		vm, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: fmt.Sprintf("n-%d", i), Image: img, VCPUs: 1, MemoryMiB: 64})
-		viaNode = append(viaNode, time.Since(t0))
-		b.StopTimer()
-		if err != nil {
-			b.Fatalf("create through the node API: %v", err)
-		}
-		if err := nc.DeleteVM(ctx, vm.ID); err != nil {
-			b.Fatal(err)
-		}
+		benchstat.Interleave(i, central, node)
 	}
 	cs, ns, rs := benchstat.Seconds(viaCentral), benchstat.Seconds(viaNode), benchstat.RatiosOfSeconds(viaCentral, viaNode)
 	b.ReportMetric(cs.Median*1000, "central-ms")
+	b.ReportMetric(cs.P10*1000, "central-ms-p10")
+	b.ReportMetric(cs.P90*1000, "central-ms-p90")
 	b.ReportMetric(ns.Median*1000, "node-ms")
+	b.ReportMetric(ns.P10*1000, "node-ms-p10")
+	b.ReportMetric(ns.P90*1000, "node-ms-p90")
 	benchstat.Report(b, rs, "central/node")
 	b.Logf("one launch through central %.2f ms (p10–p90 %.2f–%.2f), through the node API %.2f ms (p10–p90 %.2f–%.2f); central/node %v",
 		cs.Median*1000, cs.P10*1000, cs.P90*1000, ns.Median*1000, ns.P10*1000, ns.P90*1000, rs)

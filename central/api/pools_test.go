@@ -216,7 +216,7 @@ func BenchmarkWarmPoolClaimVsCold(b *testing.B) {
 	if _, err := os.Stat(filepath.Join(dir, "fluxvm-image.json")); err != nil {
 		b.Fatalf("no guest image in %s (run make guest-image): %v", dir, err)
 	}
-	st := benchEtcd(b, nil) // fsync on, as central runs
+	st := fxStore(b, nil) // a benchmark's: fsync on, as central runs
 	c := newFxCentral(b, st)
 	n := startQemuFxNode(b, "qemu-1", c.url, dir)
 	fxWaitUp(b, c.url, n.name)

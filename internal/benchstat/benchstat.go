@@ -69,6 +69,11 @@ func RatiosOfSeconds(num, den []time.Duration) Summary {
 	return Ratios(seconds(num), seconds(den))
 }
 
+// Scaled is s with its figures multiplied by k (k = 1000 turns seconds into milliseconds).
+func (s Summary) Scaled(k float64) Summary {
+	return Summary{Median: s.Median * k, P10: s.P10 * k, P90: s.P90 * k, N: s.N}
+}
+
 func (s Summary) String() string {
 	return fmt.Sprintf("%.4g (p10–p90 %.4g–%.4g, %d rounds)", s.Median, s.P10, s.P90, s.N)
 }

@@ -110,6 +110,9 @@ func TestStringsNameTheSpreadAndTheRounds(t *testing.T) {
 	if got := (Summary{Median: 0.574, P10: 0.384, P90: 0.896, N: 24}).String(); got != "0.574 (p10–p90 0.384–0.896, 24 rounds)" {
 		t.Errorf("Summary.String = %q", got)
 	}
+	if got := Seconds([]time.Duration{2 * time.Millisecond, time.Millisecond}).Scaled(1000).String(); got != "1.5 (p10–p90 1–2, 2 rounds)" {
+		t.Errorf("milliseconds: %q", got)
+	}
 	if got := (Interval{Ratio: 0.589, Lo: 0.38, Hi: 0.782, N: 24}).String(); got != "0.589 (bootstrap 95% interval 0.38–0.782, 24 rounds)" {
 		t.Errorf("Interval.String = %q", got)
 	}
