@@ -104,7 +104,7 @@ func BenchmarkBillingStatements(b *testing.B) {
 			benchstat.Report(b, rs.Scaled(1000), "ms/etcd-read")
 			benchstat.Report(b, ratio, "statement/read")
 			b.ReportMetric(float64(len(vms)+len(leases)), "rows")
-			b.Logf("%d rows: statement %v ms; etcd read of its rows %v ms; statement/read round by round %v",
+			b.Logf("%d rows: statement, ms: %v; etcd read of its rows, ms: %v; statement/read round by round %v",
 				len(vms)+len(leases), ss.Scaled(1000), rs.Scaled(1000), ratio)
 		})
 	}

@@ -166,7 +166,7 @@ func BenchmarkStatementAmongAMillionRows(b *testing.B) {
 		b.ReportMetric(seeded.Seconds(), "seed-s")
 		b.ReportMetric(migrated.Seconds(), "index-s")
 		b.ReportMetric(float64(dbSize)/(1<<20), "etcd-db-MiB")
-		b.Logf("statement of 1,000 rows among %d: %v ms (goal ≤ 50 ms); bare etcd range read of them %v ms; statement/raw-read round by round %v, of the medians %v; the old full scan, once, %d ms",
+		b.Logf("statement of 1,000 rows among %d, ms: %v (goal ≤ 50 ms); bare etcd range read of them, ms: %v; statement/raw-read round by round %v, of the medians %v; the old full scan, once, %d ms",
 			mrRows, ss, rs, ratio, of, fullScan.Milliseconds())
 	})
 }

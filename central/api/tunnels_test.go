@@ -273,7 +273,7 @@ func BenchmarkTunnelRelay(b *testing.B) {
 	benchstat.Report(b, ts, "tunnel-MiB/s")
 	benchstat.Report(b, ds, "direct-MiB/s")
 	benchstat.Report(b, rs, "tunnel/direct")
-	b.Logf("8 MiB each way per round: through the tunnel %v MiB/s; direct %v MiB/s; tunnel/direct round by round %v", ts, ds, rs)
+	b.Logf("8 MiB each way per round: through the tunnel, MiB/s: %v; direct, MiB/s: %v; tunnel/direct round by round %v", ts, ds, rs)
 }
 
 // BenchmarkTunnel20Memory opens 20 tunnels and runs all of them at full
@@ -355,5 +355,5 @@ func BenchmarkTunnel20Memory(b *testing.B) {
 	b.SetBytes(n * each)
 	g := benchstat.Of(grown)
 	benchstat.Report(b, g, "MiB-grown")
-	b.Logf("Go memory grown with 20 tunnels at full speed: %v MiB", g)
+	b.Logf("Go memory grown with 20 tunnels at full speed, MiB: %v", g)
 }

@@ -54,6 +54,27 @@ func Seconds(ds []time.Duration) Summary {
 	return Of(seconds(ds))
 }
 
+// Samples keeps the times of a benchmark's operations, for a figure measured one operation at
+// a time in a b.Loop: the first MaxSamples of them, in memory allocated up front, so that
+// keeping them allocates nothing and the benchmark's allocs/op stay its own.
+type Samples struct{ ds []time.Duration }
+
+// MaxSamples is how many operations' times Samples keeps.
+const MaxSamples = 1 << 16
+
+// NewSamples allocates room for MaxSamples times.
+func NewSamples() *Samples { return &Samples{ds: make([]time.Duration, 0, MaxSamples)} }
+
+// Add keeps d while there is room.
+func (s *Samples) Add(d time.Duration) {
+	if len(s.ds) < cap(s.ds) {
+		s.ds = append(s.ds, d)
+	}
+}
+
+// Seconds summarises the times kept, in seconds.
+func (s *Samples) Seconds() Summary { return Seconds(s.ds) }
+
 // Ratios summarises num[i]/den[i], round by round (the slices pair up the rounds).
 func Ratios(num, den []float64) Summary {
 	n := min(len(num), len(den))

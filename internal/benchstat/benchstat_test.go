@@ -117,3 +117,17 @@ func TestStringsNameTheSpreadAndTheRounds(t *testing.T) {
 		t.Errorf("Interval.String = %q", got)
 	}
 }
+
+func TestSamplesKeepTheFirstMaxSamplesWithoutAllocating(t *testing.T) {
+	s := NewSamples()
+	if allocs := testing.AllocsPerRun(10, func() { s.Add(time.Millisecond) }); allocs != 0 {
+		t.Errorf("Add allocated %v times", allocs)
+	}
+	for range MaxSamples {
+		s.Add(3 * time.Millisecond)
+	}
+	// 10 (AllocsPerRun's runs) + 1 (its warm-up) of 1 ms, then 3 ms up to MaxSamples.
+	if got := s.Seconds(); got.N != MaxSamples || got.P10 != 0.003 || got.Median != 0.003 {
+		t.Errorf("Seconds = %+v; want %d samples of 3 ms", got, MaxSamples)
+	}
+}
