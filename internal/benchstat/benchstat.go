@@ -20,8 +20,9 @@ import (
 // round. On a shared machine whichever runs first after a pause is often the slower one, and
 // a fixed order would hand that to the same figure every round.
 func Interleave(round int, fs ...func()) {
+	n := len(fs)
 	for k := range fs {
-		fs[(round+k)%len(fs)]()
+		fs[((round+k)%n+n)%n]() // a negative round (a warm-up) too
 	}
 }
 

@@ -64,6 +64,11 @@ func TestInterleaveRotatesWhichFigureGoesFirst(t *testing.T) {
 	if got := strings.Join(order, ""); got != "abcbcacababc" {
 		t.Errorf("three figures over four rounds ran %q; want abcbcacababc", got)
 	}
+	order = nil
+	run(-1, "a", "b", "c")
+	if got := strings.Join(order, ""); got != "cab" {
+		t.Errorf("round -1 ran %q; want cab, the round before round 0", got)
+	}
 }
 
 func TestRatioOfMediansHoldsTheRatioInsideItsInterval(t *testing.T) {
