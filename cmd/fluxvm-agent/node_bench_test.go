@@ -77,13 +77,7 @@ func BenchmarkNodeCreateToReady(b *testing.B) {
 		}
 		// Alternate which goes first: the first boot after a pause is the
 		// slower one here.
-		if i%2 == 0 {
-			apiRun()
-			driverRun()
-		} else {
-			driverRun()
-			apiRun()
-		}
+		benchstat.Interleave(i, apiRun, driverRun)
 	}
 	ma, md, ratio := benchstat.Seconds(api), benchstat.Seconds(drv), benchstat.RatiosOfSeconds(api, drv)
 	b.ReportMetric(ma.Median, "api-s")
