@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 )
 
 // benchFleet is 2,000 nodes: 1,500 Linux hosts and 500 Macs, 100 of them leased
@@ -38,6 +41,8 @@ func benchFleet() []Node {
 
 // BenchmarkPlace: one placement decision over 2,000 nodes, with every verdict
 // recorded. The "refused" case is the worst: every node builds its reasons.
+// No baseline: it reports decisions/s and the time of one decision as the
+// median of the decisions timed one by one, with its p10–p90.
 func BenchmarkPlace(b *testing.B) {
 	nodes := benchFleet()
 	cases := []struct {
@@ -52,10 +57,13 @@ func BenchmarkPlace(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
+			took := benchstat.NewSamples()
 			for b.Loop() {
+				t0 := time.Now()
 				_, _ = Place(nodes, tc.req, DefaultPolicy, BinPack)
+				took.Add(time.Since(t0))
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			reportDecisions(b, took)
 		})
 	}
 }
@@ -93,7 +101,8 @@ func leaseFleet() []Node {
 // BenchmarkPlaceWithLeases: placement decisions per second over 1,000 nodes of
 // which 100 are leased to 100 tenants, under DefaultPolicy (macOS only on the
 // tenant's leased Mac, leased hosts exclusive). The requests cycle through
-// every tenant, three Linux guests for each macOS guest.
+// every tenant, three Linux guests for each macOS guest. No baseline: it
+// reports as BenchmarkPlace does.
 func BenchmarkPlaceWithLeases(b *testing.B) {
 	nodes := leaseFleet()
 	var reqs []Request
@@ -130,10 +139,23 @@ func BenchmarkPlaceWithLeases(b *testing.B) {
 		b.Fatalf("placed %v of 100 macOS and 300 Linux guests", placed)
 	}
 	b.ReportAllocs()
+	took := benchstat.NewSamples()
 	i := 0
 	for b.Loop() {
+		t0 := time.Now()
 		_, _ = Place(nodes, reqs[i%len(reqs)], DefaultPolicy, BinPack)
+		took.Add(time.Since(t0))
 		i++
 	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	reportDecisions(b, took)
+}
+
+// reportDecisions reports decisions/s over the whole loop and the time of
+// one decision (µs/decision: median, p10, p90).
+func reportDecisions(b *testing.B, took *benchstat.Samples) {
+	b.Helper()
+	perSec, one := float64(b.N)/b.Elapsed().Seconds(), took.Seconds().Scaled(1e6)
+	b.ReportMetric(perSec, "decisions/s")
+	benchstat.Report(b, one, "µs/decision")
+	b.Logf("%.0f decisions/s; one decision, µs: %v", perSec, one)
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central"
-	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -41,23 +39,6 @@ const (
 	benchFleet = 2000
 )
 
-// benchEtcd opens a store as central does: with no endpoints an embedded
-// etcd that fsyncs (fxStore turns fsync off, which flatters etcd), else a
-// peer on those endpoints.
-func benchEtcd(b *testing.B, endpoints []string) *store.Store {
-	b.Helper()
-	opts := store.Options{Endpoints: endpoints, Logger: fxLogger("store")}
-	if len(endpoints) == 0 {
-		opts.DataDir = filepath.Join(fxTempDir(b), "etcd")
-	}
-	st, err := store.Open(context.Background(), opts)
-	if err != nil {
-		b.Fatalf("open store: %v", err)
-	}
-	b.Cleanup(func() { st.Close() })
-	return st
-}
-
 // BenchmarkPlacementThroughAPI measures launches per second through the
 // real HTTP API: POST /fleet/vms from benchClients tenants with quotas at
 // once, onto real `fluxvm-agent node` processes with the sim driver (whose
@@ -76,8 +57,8 @@ func benchEtcd(b *testing.B, endpoints []string) *store.Store {
 // 2,000 to 3 nodes (goal ≤ 1.5) is logged at the end. Run it with
 // -benchtime Nx (N rounds each).
 func BenchmarkPlacementThroughAPI(b *testing.B) {
-	stA := benchEtcd(b, nil)
-	stB := benchEtcd(b, stA.Endpoints())
+	stA := fxStore(b, nil)
+	stB := fxStore(b, stA.Endpoints())
 	a, c := newFxCentral(b, stA), newFxCentral(b, stB)
 	images, img := fxImages(b)
 	var names []string
@@ -227,11 +208,12 @@ func registerFullNodes(b *testing.B, url string, n int) {
 // VM at a time on one real `fluxvm-agent node` with the sim driver, created
 // through central (POST /fleet/vms by a tenant with quotas: view, reservation,
 // node call, ledger commit) and directly through the node API (POST /v1/vms
-// with the node's admin token), alternating, each deleted before the next.
+// with the node's admin token), alternating which goes first, each deleted
+// before the next.
 // One op is one pair; it reports both latencies and the ratio
 // central ÷ node, median of the pairs with p10–p90. Run it with -benchtime Nx.
 func BenchmarkLaunchCentralVsNode(b *testing.B) {
-	st := benchEtcd(b, nil)
+	st := fxStore(b, nil)
 	c := newFxCentral(b, st)
 	images, img := fxImages(b)
 	n := startFxNode(b, "sim-1", c.url, images, 64, 262144)
@@ -251,32 +233,42 @@ func BenchmarkLaunchCentralVsNode(b *testing.B) {
 	var viaCentral, viaNode []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
-		b.StartTimer()
-		t0 := time.Now()
-		out, err := fc.CreateVM(ctx, sdk.FleetCreateVMRequest{Name: fmt.Sprintf("c-%d", i), Image: "tiny"})
-		viaCentral = append(viaCentral, time.Since(t0))
 		b.StopTimer()
-		if err != nil {
-			b.Fatalf("create through central: %v", err)
+		central := func() {
+			b.StartTimer()
+			t0 := time.Now()
+			out, err := fc.CreateVM(ctx, sdk.FleetCreateVMRequest{Name: fmt.Sprintf("c-%d", i), Image: "tiny"})
+			viaCentral = append(viaCentral, time.Since(t0))
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("create through central: %v", err)
+			}
+			if err := fc.DeleteVM(ctx, out.Node, out.VM.ID); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := fc.DeleteVM(ctx, out.Node, out.VM.ID); err != nil {
-			b.Fatal(err)
+		node := func() {
+			b.StartTimer()
+			t0 := time.Now()
+			vm, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: fmt.Sprintf("n-%d", i), Image: img, VCPUs: 1, MemoryMiB: 64})
+			viaNode = append(viaNode, time.Since(t0))
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("create through the node API: %v", err)
+			}
+			if err := nc.DeleteVM(ctx, vm.ID); err != nil {
+				b.Fatal(err)
+			}
 		}
-		b.StartTimer()
-		t0 = time.Now()
-		vm, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: fmt.Sprintf("n-%d", i), Image: img, VCPUs: 1, MemoryMiB: 64})
-		viaNode = append(viaNode, time.Since(t0))
-		b.StopTimer()
-		if err != nil {
-			b.Fatalf("create through the node API: %v", err)
-		}
-		if err := nc.DeleteVM(ctx, vm.ID); err != nil {
-			b.Fatal(err)
-		}
+		benchstat.Interleave(i, central, node)
 	}
 	cs, ns, rs := benchstat.Seconds(viaCentral), benchstat.Seconds(viaNode), benchstat.RatiosOfSeconds(viaCentral, viaNode)
 	b.ReportMetric(cs.Median*1000, "central-ms")
+	b.ReportMetric(cs.P10*1000, "central-ms-p10")
+	b.ReportMetric(cs.P90*1000, "central-ms-p90")
 	b.ReportMetric(ns.Median*1000, "node-ms")
+	b.ReportMetric(ns.P10*1000, "node-ms-p10")
+	b.ReportMetric(ns.P90*1000, "node-ms-p90")
 	benchstat.Report(b, rs, "central/node")
 	b.Logf("one launch through central %.2f ms (p10–p90 %.2f–%.2f), through the node API %.2f ms (p10–p90 %.2f–%.2f); central/node %v",
 		cs.Median*1000, cs.P10*1000, cs.P90*1000, ns.Median*1000, ns.P10*1000, ns.P90*1000, rs)
@@ -288,17 +280,19 @@ func BenchmarkLaunchCentralVsNode(b *testing.B) {
 // 10 s, the nodes spread evenly over the interval (200 heartbeats a second).
 // The nodes run in a child process (this test binary again, see init), so
 // the CPU this process spends while they beat is central's alone (its
-// embedded etcd included) and the load generator's is measured apart. The
-// first round registers the nodes and is not measured; the next two rounds
-// (20 s) are. It reports the latency each node sees (p50, p99, max) and
-// central's CPU: cores busy on average and milliseconds per heartbeat. Every
-// op is one such 30 s run, so run it with -benchtime 1x.
+// embedded etcd included) and the load generator's is measured apart. One op
+// is one such run of 30 s: its first 10 s are not measured (the first op's
+// register the nodes; later ops' nodes, the same names, are known already),
+// the next 20 s are. For each run it takes the latency each node sees (p50,
+// p99, max) and central's CPU (cores busy on average, milliseconds per
+// heartbeat). No baseline: it reports each as the median of the runs with its
+// p10–p90, so run it with -benchtime 5x or more.
 func BenchmarkHeartbeat2000Nodes(b *testing.B) {
 	url := startFxCentral(b, central.Options{HeartbeatInterval: hbInterval})
+	measured := time.Duration(hbRounds-1) * hbInterval
+	var p50, p99, most, perSec, cores, cpuPer []float64
 	b.ResetTimer()
-	var res hbResult
-	var centralCPU, loadCPU time.Duration
-	for range b.N {
+	for i := range b.N {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), hbLoadEnv+"="+url)
 		cmd.Stderr = os.Stderr
@@ -310,7 +304,8 @@ func BenchmarkHeartbeat2000Nodes(b *testing.B) {
 			b.Fatal(err)
 		}
 		lines := bufio.NewScanner(out)
-		var from time.Duration
+		var from, centralCPU time.Duration
+		var res hbResult
 		for lines.Scan() {
 			line := lines.Text()
 			if line == hbMeasuring {
@@ -325,21 +320,29 @@ func BenchmarkHeartbeat2000Nodes(b *testing.B) {
 		if err := cmd.Wait(); err != nil {
 			b.Fatalf("load generator: %v", err)
 		}
-		loadCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		loadCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		if res.Failed > 0 || res.Count == 0 {
 			b.Fatalf("%d heartbeats failed, %d measured", res.Failed, res.Count)
 		}
+		p50, p99, most = append(p50, res.P50Ms), append(p99, res.P99Ms), append(most, res.MaxMs)
+		perSec = append(perSec, float64(res.Count)/measured.Seconds())
+		cores = append(cores, centralCPU.Seconds()/measured.Seconds())
+		cpuPer = append(cpuPer, float64(centralCPU.Microseconds())/1000/float64(res.Count))
+		b.Logf("round %d: central's CPU while measured %v over %v; the load generator's, all its rounds, %v",
+			i+1, centralCPU.Round(time.Millisecond), measured, loadCPU.Round(time.Millisecond))
 	}
-	measured := time.Duration(hbRounds-1) * hbInterval
-	b.ReportMetric(res.P50Ms, "p50-ms")
-	b.ReportMetric(res.P99Ms, "p99-ms")
-	b.ReportMetric(res.MaxMs, "max-ms")
-	b.ReportMetric(float64(res.Count)/measured.Seconds(), "heartbeats/s")
-	b.ReportMetric(centralCPU.Seconds()/measured.Seconds(), "central-cores")
-	b.ReportMetric(float64(centralCPU.Microseconds())/1000/float64(res.Count), "central-cpu-ms/heartbeat")
-	b.Logf("central's CPU while measured: %v over %v (%.3f cores, %.3f ms per heartbeat); the load generator's, all rounds: %v",
-		centralCPU.Round(time.Millisecond), measured, centralCPU.Seconds()/measured.Seconds(),
-		float64(centralCPU.Microseconds())/1000/float64(res.Count), loadCPU.Round(time.Millisecond))
+	b.StopTimer()
+	for _, m := range []struct {
+		unit string
+		xs   []float64
+	}{
+		{"p50-ms", p50}, {"p99-ms", p99}, {"max-ms", most}, {"heartbeats/s", perSec},
+		{"central-cores", cores}, {"central-cpu-ms/heartbeat", cpuPer},
+	} {
+		s := benchstat.Of(m.xs)
+		benchstat.Report(b, s, m.unit)
+		b.Logf("%s: %v", m.unit, s)
+	}
 }
 
 const (

@@ -13,6 +13,7 @@ import (
 	"github.com/fluxvm/fluxvm/billing"
 	"github.com/fluxvm/fluxvm/billing/billingtest"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,8 +21,10 @@ import (
 // BenchmarkBillingStatements measures GET /fleet/billing through the real
 // HTTP API on rows stored in etcd (docs/benchmarks.md, "Billing"), next to
 // the time it takes to read the same rows from etcd in the same run (the
-// store's TenantEntriesIn and ListLeases, which the route calls): the ratio
-// is what computing and encoding the statements adds to the read. The rows come
+// store's TenantEntriesIn and ListLeases, which the route calls),
+// alternating which goes first: the ratio, taken round by round and printed
+// as a median with its p10–p90, is what computing and encoding the
+// statements adds to the read. The rows come
 // from billingtest.Ledger, the generator of package billing's own
 // benchmarks. Sub-benchmarks: one tenant with 100,000 rows, and 1,000
 // tenants with 100 rows each (every tenant's statement, operator).
@@ -84,23 +87,25 @@ func BenchmarkBillingStatements(b *testing.B) {
 			}
 			read()
 			statement() // warm both up
-			var reading, stating time.Duration
+			var reading, stating []time.Duration
 			b.ResetTimer()
-			for range b.N {
+			for i := range b.N {
 				b.StopTimer()
-				t0 := time.Now()
-				read()
-				reading += time.Since(t0)
-				b.StartTimer()
-				t0 = time.Now()
-				statement()
-				stating += time.Since(t0)
+				benchstat.Interleave(i,
+					func() { reading = append(reading, timed(read)) },
+					func() {
+						b.StartTimer()
+						stating = append(stating, timed(statement))
+						b.StopTimer()
+					})
 			}
-			b.StopTimer()
-			b.ReportMetric(float64(stating.Milliseconds())/float64(b.N), "ms/statement")
-			b.ReportMetric(float64(reading.Milliseconds())/float64(b.N), "ms/etcd-read")
-			b.ReportMetric(stating.Seconds()/reading.Seconds(), "statement/read")
+			ss, rs, ratio := benchstat.Seconds(stating), benchstat.Seconds(reading), benchstat.RatiosOfSeconds(stating, reading)
+			benchstat.Report(b, ss.Scaled(1000), "ms/statement")
+			benchstat.Report(b, rs.Scaled(1000), "ms/etcd-read")
+			benchstat.Report(b, ratio, "statement/read")
 			b.ReportMetric(float64(len(vms)+len(leases)), "rows")
+			b.Logf("%d rows: statement, ms: %v; etcd read of its rows, ms: %v; statement/read round by round %v",
+				len(vms)+len(leases), ss.Scaled(1000), rs.Scaled(1000), ratio)
 		})
 	}
 }

@@ -53,10 +53,13 @@ func fxLogger(name string) hclog.Logger {
 }
 
 // fxStore opens a store: with no endpoints an embedded etcd, else a peer
-// on those endpoints (another central on the same etcd).
+// on those endpoints (another central on the same etcd). A test's etcd
+// skips fsync (its data is thrown away, and the tests run faster); a
+// benchmark's fsyncs, as central runs it, since fsync decides its figures.
 func fxStore(t testing.TB, endpoints []string) *store.Store {
 	t.Helper()
-	opts := store.Options{Endpoints: endpoints, Logger: fxLogger("store"), UnsafeNoFsync: true}
+	_, bench := t.(*testing.B)
+	opts := store.Options{Endpoints: endpoints, Logger: fxLogger("store"), UnsafeNoFsync: !bench}
 	if len(endpoints) == 0 {
 		opts.DataDir = filepath.Join(fxTempDir(t), "etcd")
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/audit"
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -218,7 +219,9 @@ func TestTunnelEndToEndThroughCentralAndNode(t *testing.T) {
 // BenchmarkTunnelRelay measures bytes through a tunnel (client -> central
 // -> node -> a host TCP echo server as a sim VM's guest port and back)
 // against the same bytes through a direct loopback TCP connection to the
-// same server, interleaved in one run, and reports their ratio.
+// same server, interleaved in one run (alternating which goes first), and
+// reports both throughputs and their ratio round by round, each as a median
+// with its p10–p90.
 func BenchmarkTunnelRelay(b *testing.B) {
 	url, _ := tnCentral(b)
 	images, img := fxImages(b)
@@ -256,34 +259,29 @@ func BenchmarkTunnelRelay(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	var viaTunnel, viaDirect time.Duration
-	var ratios []float64
+	var viaTunnel, viaDirect []float64 // MiB/s of each round
+	mibps := func(d time.Duration) float64 { return float64(chunk) / d.Seconds() / (1 << 20) }
 	b.SetBytes(chunk)
 	b.ResetTimer()
-	for range b.N {
-		t1, t2 := roundTrip(tun), roundTrip(direct)
-		viaTunnel += t1
-		viaDirect += t2
-		ratios = append(ratios, t2.Seconds()/t1.Seconds())
+	for i := range b.N {
+		benchstat.Interleave(i,
+			func() { viaTunnel = append(viaTunnel, mibps(roundTrip(tun))) },
+			func() { viaDirect = append(viaDirect, mibps(roundTrip(direct))) })
 	}
 	b.StopTimer()
-	mibps := func(d time.Duration) float64 { return float64(chunk) * float64(b.N) / d.Seconds() / (1 << 20) }
-	b.ReportMetric(mibps(viaTunnel), "tunnel-MiB/s")
-	b.ReportMetric(mibps(viaDirect), "direct-MiB/s")
-	b.ReportMetric(viaDirect.Seconds()/viaTunnel.Seconds(), "tunnel/direct")
-	lo, hi := ratios[0], ratios[0]
-	for _, r := range ratios {
-		lo, hi = min(lo, r), max(hi, r)
-	}
-	b.ReportMetric(lo, "ratio-min")
-	b.ReportMetric(hi, "ratio-max")
+	ts, ds, rs := benchstat.Of(viaTunnel), benchstat.Of(viaDirect), benchstat.Ratios(viaTunnel, viaDirect)
+	benchstat.Report(b, ts, "tunnel-MiB/s")
+	benchstat.Report(b, ds, "direct-MiB/s")
+	benchstat.Report(b, rs, "tunnel/direct")
+	b.Logf("8 MiB each way per round: through the tunnel, MiB/s: %v; direct, MiB/s: %v; tunnel/direct round by round %v", ts, ds, rs)
 }
 
 // BenchmarkTunnel20Memory opens 20 tunnels and runs all of them at full
 // speed at once, and reports how much the process's Go memory (heap and
 // stacks in use, after a GC) grew from before they opened to while they
-// run. The process holds central and the 20 clients' ends too, so the
-// figure bounds central's share from above.
+// run, as the median of the rounds with its p10–p90 (no baseline). The
+// process holds central and the 20 clients' ends too, so the figure bounds
+// central's share from above.
 func BenchmarkTunnel20Memory(b *testing.B) {
 	url, _ := tnCentral(b)
 	images, img := fxImages(b)
@@ -307,6 +305,7 @@ func BenchmarkTunnel20Memory(b *testing.B) {
 	const n, each = 20, 16 << 20
 	data := make([]byte, 1<<20)
 	_, _ = rand.Read(data)
+	var grown []float64 // MiB of each round
 	b.ResetTimer()
 	for range b.N {
 		before := inUse()
@@ -350,9 +349,11 @@ func BenchmarkTunnel20Memory(b *testing.B) {
 		for err := range errs {
 			b.Fatal(err)
 		}
-		grew := int64(peak.Load()) - int64(before)
-		b.ReportMetric(float64(grew)/(1<<20), "MiB-grown")
-		b.Logf("Go memory in use: %.1f MiB before, %.1f MiB at the peak", float64(before)/(1<<20), float64(peak.Load())/(1<<20))
+		grown = append(grown, float64(int64(peak.Load())-int64(before))/(1<<20))
 	}
+	b.StopTimer()
 	b.SetBytes(n * each)
+	g := benchstat.Of(grown)
+	benchstat.Report(b, g, "MiB-grown")
+	b.Logf("Go memory grown with 20 tunnels at full speed, MiB: %v", g)
 }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -368,148 +368,152 @@ func TestCountersStayExactThroughRandomConcurrentOps(t *testing.T) {
 	}
 }
 
-// ---- benchmarks: reservations per second next to bare etcd transactions per second ----
-//
-// go test ./central/store/ -run '^$' -bench 'Reserve|RawTxn' -benchtime 3s
-//
-// Each Reserve op is a full placement hold: one read transaction and one compare-and-write
-// transaction (more on a lost race), followed by a Release (one write), so that reservation
-// prefixes stay small. BenchmarkRawTxn is one put-with-compare transaction per op, the floor
-// any quota-checked write pays. All on the embedded etcd with fsync on.
+// ---- benchmark: reservations next to bare etcd transactions ----
 
-const benchParallelism = 4 // goroutines per GOMAXPROCS
+const (
+	// reserveWorkers goroutines run at once, for the reservations and for the
+	// baseline alike.
+	reserveWorkers = 8
+	// reserveRoundOps reservations (and as many bare transactions) make one round.
+	reserveRoundOps = 256
+)
 
-func BenchmarkReserve(b *testing.B) {
+// BenchmarkReserveVsRawTxn measures Reserve as placement runs it without a
+// watched view (and the pools and snapshots always): one read transaction and
+// one compare-and-write transaction (more on a lost race), each followed by a
+// Release (one write) so that the reservation prefixes stay small; against
+// bare compare-and-put transactions, each worker on a key of its own, the
+// floor every guarded write in this package pays. Both run on an embedded
+// etcd with fsync on, from reserveWorkers goroutines. One op is one round:
+// reserveRoundOps reservations and reserveRoundOps bare transactions,
+// alternating which goes first. Sub-benchmarks: one central, or two on the
+// same etcd with the workers spread over them; a tenant and a node for each
+// worker (tenant-each), one tenant for all (one-tenant: that tenant's usage
+// is contended) or one node for all (one-node: that node's usage is). It
+// reports reserves/s, txn/s and their ratio, each as the median of the
+// rounds with its p10–p90, and how many reservations gave up after losing
+// every race (ErrConflict). Run it with -benchtime Nx (N rounds each).
+func BenchmarkReserveVsRawTxn(b *testing.B) {
 	for _, centrals := range []int{1, 2} {
-		for _, mode := range []string{"tenant-per-goroutine", "one-tenant"} {
+		for _, mode := range []string{"tenant-each", "one-tenant", "one-node"} {
 			b.Run(fmt.Sprintf("centrals=%d/%s", centrals, mode), func(b *testing.B) {
 				host := openEmbedded(b, Options{})
 				stores := []*Store{host}
 				if centrals == 2 {
 					stores = append(stores, openPeer(b, host, Options{}))
 				}
-				ctx := testCtx(b)
-				for i := 0; i < 16; i++ {
-					testNode(b, host, fmt.Sprintf("n%d", i), 1<<20, 1<<30, 0)
+				tenants, nodes := make([]string, reserveWorkers), make([]string, reserveWorkers)
+				shared := testTenant(b, host, "shared", sdk.Quotas{}).ID
+				for w := range reserveWorkers {
+					testNode(b, host, fmt.Sprintf("n%d", w), 1<<20, 1<<30, 0)
+					tenants[w], nodes[w] = testTenant(b, host, fmt.Sprintf("bench-%d", w), sdk.Quotas{}).ID, fmt.Sprintf("n%d", w)
+					switch mode {
+					case "one-tenant":
+						tenants[w] = shared
+					case "one-node":
+						nodes[w] = "n0"
+					}
 				}
-				shared := testTenant(b, host, "shared", sdk.Quotas{})
-				var next atomic.Int64
-				var conflicts atomic.Int64
-				b.SetParallelism(benchParallelism)
+				revs := make([]int64, reserveWorkers)
+				var reserves, txns []float64
+				var gaveUp int64
 				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					g := next.Add(1)
-					s := stores[int(g)%len(stores)]
-					tenant := shared.ID
-					if mode == "tenant-per-goroutine" {
-						tenant = testTenant(b, host, fmt.Sprintf("bench-%d", g), sdk.Quotas{}).ID
-					}
-					node := fmt.Sprintf("n%d", g%16)
-					for pb.Next() {
-						res, err := s.Reserve(ctx, ReserveRequest{Tenant: tenant, Node: node, VCPUs: 1, MemoryMiB: 1, Quotas: &sdk.Quotas{}})
-						if errors.Is(err, ErrConflict) {
-							conflicts.Add(1)
-							continue
-						}
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if err := s.Release(ctx, res); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reserves/s")
-				b.ReportMetric(float64(conflicts.Load()), "gave-up")
+				for round := range b.N {
+					benchstat.Interleave(round,
+						func() {
+							r, g := reserveRound(b, stores, tenants, nodes)
+							reserves, gaveUp = append(reserves, r), gaveUp+g
+						},
+						func() { txns = append(txns, rawTxnRound(b, host, revs)) })
+				}
+				b.StopTimer()
+				rs, ts, ratio := benchstat.Of(reserves), benchstat.Of(txns), benchstat.Ratios(reserves, txns)
+				benchstat.Report(b, rs, "reserves/s")
+				benchstat.Report(b, ts, "txn/s")
+				benchstat.Report(b, ratio, "reserve/txn")
+				b.ReportMetric(float64(gaveUp), "gave-up")
+				b.Logf("reserve+release/s %v; bare compare-put txn/s %v; reserve/txn round by round %v; %d reservations gave up",
+					rs, ts, ratio, gaveUp)
 			})
 		}
 	}
 }
 
-func BenchmarkRawTxn(b *testing.B) {
-	s := openEmbedded(b, Options{})
+// reserveRound runs reserveRoundOps Reserve+Release pairs from reserveWorkers
+// goroutines (worker w for tenants[w] on nodes[w], through the stores in turn)
+// and returns the reservations made per second and how many gave up.
+func reserveRound(b *testing.B, stores []*Store, tenants, nodes []string) (perSec float64, gaveUp int64) {
+	b.Helper()
 	ctx := testCtx(b)
-	var next atomic.Int64
-	b.SetParallelism(benchParallelism)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		key := fmt.Sprintf("/bench/raw/%d", next.Add(1))
-		var rev int64
-		for pb.Next() {
-			resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-				Then(clientv3.OpPut(key, "v")).Commit()
-			if err != nil || !resp.Succeeded {
-				b.Errorf("raw txn: %v (succeeded %v)", err, resp != nil && resp.Succeeded)
-				return
+	var next, done, conflicts atomic.Int64
+	errs := make([]error, reserveWorkers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range reserveWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[w%len(stores)]
+			for next.Add(1) <= reserveRoundOps {
+				res, err := s.Reserve(ctx, ReserveRequest{Tenant: tenants[w], Node: nodes[w], VCPUs: 1, MemoryMiB: 1, Quotas: &sdk.Quotas{}})
+				if errors.Is(err, ErrConflict) {
+					conflicts.Add(1)
+					continue
+				}
+				if err == nil {
+					err = s.Release(ctx, res)
+				}
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				done.Add(1)
 			}
-			rev = resp.Header.Revision
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "txn/s")
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	return float64(done.Load()) / elapsed.Seconds(), conflicts.Load()
 }
 
-// BenchmarkReserveVsRawTxn runs both in one benchmark so their ratio is printed side by side.
-func BenchmarkReserveVsRawTxn(b *testing.B) {
-	if b.N > 1 {
-		b.Skip("run with -benchtime 1x: it measures for a fixed time itself")
-	}
-	measure := func(op func(ctx context.Context, s *Store, g int64) error, centrals int) float64 {
-		host := openEmbedded(b, Options{})
-		stores := []*Store{host}
-		if centrals == 2 {
-			stores = append(stores, openPeer(b, host, Options{}))
-		}
-		for i := 0; i < 8; i++ {
-			testNode(b, host, fmt.Sprintf("n%d", i), 1<<20, 1<<30, 0)
-		}
-		ctx := testCtx(b)
-		var done atomic.Int64
-		var wg sync.WaitGroup
-		stop := time.Now().Add(2 * time.Second)
-		for g := int64(0); g < 8; g++ {
-			wg.Add(1)
-			go func(g int64) {
-				defer wg.Done()
-				for time.Now().Before(stop) {
-					if err := op(ctx, stores[int(g)%len(stores)], g); err != nil {
-						b.Error(err)
-						return
-					}
-					done.Add(1)
+// rawTxnRound runs reserveRoundOps bare compare-and-put transactions from
+// reserveWorkers goroutines, worker w on its own key, put if the key's
+// revision is still revs[w] (the one it last wrote), and returns
+// transactions per second.
+func rawTxnRound(b *testing.B, s *Store, revs []int64) float64 {
+	b.Helper()
+	ctx := testCtx(b)
+	var next atomic.Int64
+	errs := make([]error, reserveWorkers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range reserveWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("/bench/raw/%d", w)
+			for next.Add(1) <= reserveRoundOps {
+				resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", revs[w])).Then(clientv3.OpPut(key, "v")).Commit()
+				if err == nil && !resp.Succeeded {
+					err = errors.New("raw txn lost its compare")
 				}
-			}(g)
-		}
-		wg.Wait()
-		return float64(done.Load()) / 2
-	}
-	revs := make([]int64, 8)
-	raw := measure(func(ctx context.Context, s *Store, g int64) error {
-		key := fmt.Sprintf("/bench/raw/%d", g)
-		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", revs[g])).Then(clientv3.OpPut(key, "v")).Commit()
-		if err == nil && !resp.Succeeded {
-			err = errors.New("raw txn lost its compare")
-		}
-		if err == nil {
-			revs[g] = resp.Header.Revision
-		}
-		return err
-	}, 1)
-	for _, centrals := range []int{1, 2} {
-		for _, nodes := range []int64{1, 8} {
-			perSec := measure(func(ctx context.Context, s *Store, g int64) error {
-				res, err := s.Reserve(ctx, ReserveRequest{Tenant: fmt.Sprintf("t-%d", g), Node: fmt.Sprintf("n%d", g%nodes),
-					VCPUs: 1, MemoryMiB: 1, Quotas: &sdk.Quotas{}})
 				if err != nil {
-					return err
+					errs[w] = err
+					return
 				}
-				return s.Release(ctx, res)
-			}, centrals)
-			b.Logf("centrals=%d nodes=%d: %.0f reserve+release/s vs %.0f raw compare-put txn/s (ratio %.2f); 8 goroutines, a tenant each",
-				centrals, nodes, perSec, raw, perSec/raw)
-		}
+				revs[w] = resp.Header.Revision
+			}
+		}()
 	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	return reserveRoundOps / elapsed.Seconds()
 }
 
 func TestCommitAfterTheLeaseWasLostRecordsTheVMAndReserveGetsANewLease(t *testing.T) {

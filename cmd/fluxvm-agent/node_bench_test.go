@@ -77,24 +77,21 @@ func BenchmarkNodeCreateToReady(b *testing.B) {
 		}
 		// Alternate which goes first: the first boot after a pause is the
 		// slower one here.
-		if i%2 == 0 {
-			apiRun()
-			driverRun()
-		} else {
-			driverRun()
-			apiRun()
-		}
+		benchstat.Interleave(i, apiRun, driverRun)
 	}
 	ma, md, ratio := benchstat.Seconds(api), benchstat.Seconds(drv), benchstat.RatiosOfSeconds(api, drv)
-	b.ReportMetric(ma.Median, "api-s")
-	b.ReportMetric(md.Median, "driver-s")
+	benchstat.Report(b, ma, "api-s")
+	benchstat.Report(b, md, "driver-s")
 	benchstat.Report(b, ratio, "api/driver")
-	b.Logf("node API create→ready %v s, driver start→ready %v s; api/driver, round by round, %v (goal ≤ 1.05)", ma, md, ratio)
+	b.Logf("to agent ready, s: node API create %v; driver start %v; api/driver round by round %v (goal ≤ 1.05)", ma, md, ratio)
 }
 
 // BenchmarkAgentMemoryWith20SimVMs reports the resident memory of the node
-// agent and of its sim plugin once they hold 20 VMs.
+// agent and of its sim plugin once they hold 20 VMs. One op is one round: a
+// new node, its 20 VMs, the two sizes read. No baseline: it reports each
+// size as the median of the rounds with its p10–p90.
 func BenchmarkAgentMemoryWith20SimVMs(b *testing.B) {
+	var agents, plugins []float64
 	for i := 0; i < b.N; i++ {
 		n := newBenchNode(b, `plugin "sim" {}`)
 		img := filepath.Join(n.dir, "images", "sim.img")
@@ -106,13 +103,14 @@ func BenchmarkAgentMemoryWith20SimVMs(b *testing.B) {
 			n.must("POST", "/v1/vms", sdk.CreateVMRequest{Name: fmt.Sprintf("sim-%02d", j), Image: img, VCPUs: 1, MemoryMiB: 256}, http.StatusCreated, nil)
 		}
 		n.must("GET", "/v1/vms", nil, http.StatusOK, nil)
-		agent := rssMiB(n.cmd.Process.Pid)
-		plugin := rssMiB(pluginPidOf(n.cmd.Process.Pid, "sim"))
-		b.ReportMetric(agent, "agent-MiB")
-		b.ReportMetric(plugin, "plugin-MiB")
-		b.Logf("with 20 sim VMs: agent %.1f MiB RSS, sim plugin %.1f MiB RSS", agent, plugin)
+		agents = append(agents, rssMiB(n.cmd.Process.Pid))
+		plugins = append(plugins, rssMiB(pluginPidOf(n.cmd.Process.Pid, "sim")))
 		n.stop()
 	}
+	as, ps := benchstat.Of(agents), benchstat.Of(plugins)
+	benchstat.Report(b, as, "agent-MiB")
+	benchstat.Report(b, ps, "plugin-MiB")
+	b.Logf("with 20 sim VMs, RSS in MiB: agent %v; sim plugin %v", as, ps)
 }
 
 // newBenchNode starts a node agent for a benchmark.

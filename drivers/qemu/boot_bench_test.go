@@ -5,18 +5,16 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/image"
 	"github.com/fluxvm/fluxvm/guest/protocol"
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
@@ -36,11 +34,12 @@ import (
 //   - stock:   that fastest raw command with Debian's stock kernel and its
 //     modules (the debian-minimal-stock image, make guest-image-stock).
 //
-// It reports the medians and, for each ratio, its median over the rounds with
-// the 10th and 90th percentiles (each round's ratio divides two boots of that
-// round): driver/raw (what the driver adds), driver/fastest (what our default
-// command line costs) and driver/stock (what our kernel saves against the best
-// we know to do with the stock one).
+// It reports each kind's median with its p10–p90 and, for each ratio, the
+// median of the per-round ratios (each round's ratio divides two boots of that
+// round) with their p10–p90, and the ratio of the medians with a bootstrap 95%
+// interval (internal/benchstat): driver/raw (what the driver adds),
+// driver/fastest (what our default command line costs) and driver/stock (what
+// our kernel saves against the best we know to do with the stock one).
 func BenchmarkBoot(b *testing.B) {
 	m, err := image.Load(image.DefaultDir())
 	if err != nil {
@@ -114,20 +113,16 @@ func BenchmarkBoot(b *testing.B) {
 		// The order rotates every round: whichever boot comes first after
 		// a pause runs slower here, and a fixed order would hand that to one
 		// of the four every time.
-		runs := []func(){driverRun, rawRun, fastestRun, stockRun}
-		for k := range runs {
-			runs[(i+k)%len(runs)]()
-		}
+		benchstat.Interleave(i, driverRun, rawRun, fastestRun, stockRun)
 	}
 	b.StopTimer()
-	md, mr, mf, ms := median(drv), median(raw), median(fastest), median(stockRuns)
-	b.ReportMetric(md.Seconds(), "driver-s")
-	b.ReportMetric(mr.Seconds(), "raw-s")
-	b.ReportMetric(mf.Seconds(), "fastest-s")
-	b.ReportMetric(ms.Seconds(), "stock-s")
-	b.Logf("medians of %d rounds: driver %v, raw same command %v, fastest known %v (kernel %s), stock kernel fastest %v (kernel %s)",
-		b.N, md.Round(time.Millisecond), mr.Round(time.Millisecond), mf.Round(time.Millisecond), m.KernelVersion,
-		ms.Round(time.Millisecond), stock.KernelVersion)
+	md, mr, mf, ms := benchstat.Seconds(drv), benchstat.Seconds(raw), benchstat.Seconds(fastest), benchstat.Seconds(stockRuns)
+	benchstat.Report(b, md, "driver-s")
+	benchstat.Report(b, mr, "raw-s")
+	benchstat.Report(b, mf, "fastest-s")
+	benchstat.Report(b, ms, "stock-s")
+	b.Logf("boot to agent ready, s: driver %v; raw same command %v; fastest known %v (kernel %s); stock kernel fastest %v (kernel %s)",
+		md, mr, mf, m.KernelVersion, ms, stock.KernelVersion)
 	for _, r := range []struct {
 		name string
 		of   []time.Duration
@@ -137,16 +132,10 @@ func BenchmarkBoot(b *testing.B) {
 		{"driver/fastest", fastest, "≤ 1.15"},
 		{"driver/stock", stockRuns, "≤ 0.6"},
 	} {
-		p10, p50, p90 := ratioSpread(drv, r.of)
-		b.ReportMetric(p50, r.name)
-		b.ReportMetric(p10, r.name+"-p10")
-		b.ReportMetric(p90, r.name+"-p90")
-		rm, lo, hi := medianRatioInterval(drv, r.of)
-		b.ReportMetric(rm, r.name+"-of-medians")
-		b.ReportMetric(lo, r.name+"-ci-lo")
-		b.ReportMetric(hi, r.name+"-ci-hi")
-		b.Logf("%s: median of per-round ratios %.3f, p10–p90 %.3f–%.3f; ratio of the medians %.3f, bootstrap 95%% interval %.3f–%.3f; %d rounds (goal %s)",
-			r.name, p50, p10, p90, rm, lo, hi, len(drv), r.goal)
+		per, of := benchstat.RatiosOfSeconds(drv, r.of), benchstat.RatioOfMediansOfSeconds(drv, r.of)
+		benchstat.Report(b, per, r.name)
+		benchstat.ReportInterval(b, of, r.name+"-of-medians")
+		b.Logf("%s: round by round %v; ratio of the medians %v (goal %s)", r.name, per, of, r.goal)
 	}
 }
 
@@ -164,46 +153,6 @@ func bootFastest(b *testing.B, accel string, m *image.Manifest) time.Duration {
 		"-chardev", "socket,id=ga,path=" + filepath.Join(fdir, "agent.sock") + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=ga,name=" + m.AgentPort(),
 	}, filepath.Join(fdir, "agent.sock"))
-}
-
-// medianRatioInterval returns median(a)/median(b) and a bootstrap 95%
-// interval for it: rounds are drawn again with replacement (a round keeps its
-// two boots together), 2,000 times, with a fixed seed so that a run's figures
-// can be recomputed.
-func medianRatioInterval(a, b []time.Duration) (ratio, lo, hi float64) {
-	n := min(len(a), len(b))
-	if n == 0 {
-		return 0, 0, 0
-	}
-	ratio = median(a[:n]).Seconds() / median(b[:n]).Seconds()
-	rng := rand.New(rand.NewPCG(1, 2))
-	const draws = 2000
-	rs := make([]float64, draws)
-	sa, sb := make([]time.Duration, n), make([]time.Duration, n)
-	for k := range rs {
-		for i := range n {
-			j := rng.IntN(n)
-			sa[i], sb[i] = a[j], b[j]
-		}
-		rs[k] = median(sa).Seconds() / median(sb).Seconds()
-	}
-	slices.Sort(rs)
-	return ratio, rs[draws*25/1000], rs[draws*975/1000]
-}
-
-// ratioSpread divides each round's a by the same round's b and returns the
-// 10th, 50th and 90th percentiles of those ratios (nearest rank).
-func ratioSpread(a, b []time.Duration) (p10, p50, p90 float64) {
-	r := make([]float64, 0, len(a))
-	for i := range min(len(a), len(b)) {
-		r = append(r, a[i].Seconds()/b[i].Seconds())
-	}
-	if len(r) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(r)
-	at := func(q float64) float64 { return r[min(len(r)-1, int(q*float64(len(r))))] }
-	return at(0.10), at(0.50), at(0.90)
 }
 
 // waitAccel reads the acceleration verdict from the fingerprint, waiting out
@@ -244,44 +193,4 @@ func bootRaw(b *testing.B, args []string, sock string) time.Duration {
 		b.Fatalf("raw boot: %v", err)
 	}
 	return time.Since(start)
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func TestRatioSpreadDividesEachRoundByItsOwnBaseline(t *testing.T) {
-	s := time.Second
-	// Rounds where the machine was slow for both boots keep a ratio of 0.5;
-	// one outlier round (1.0) lands above the 90th percentile of ten.
-	a := []time.Duration{1 * s, 2 * s, 1 * s, 3 * s, 1 * s, 2 * s, 1 * s, 1 * s, 2 * s, 4 * s}
-	b := []time.Duration{2 * s, 4 * s, 2 * s, 6 * s, 2 * s, 4 * s, 2 * s, 2 * s, 4 * s, 4 * s}
-	p10, p50, p90 := ratioSpread(a, b)
-	if p10 != 0.5 || p50 != 0.5 || p90 != 1.0 {
-		t.Errorf("ratioSpread = %v, %v, %v; want 0.5, 0.5, 1.0", p10, p50, p90)
-	}
-	if p10, p50, p90 := ratioSpread(nil, nil); p10 != 0 || p50 != 0 || p90 != 0 {
-		t.Errorf("ratioSpread of no rounds = %v, %v, %v; want zeros", p10, p50, p90)
-	}
-}
-
-func TestMedianRatioIntervalHoldsTheRatioOfMedians(t *testing.T) {
-	s := time.Second
-	var a, b []time.Duration
-	for i := range 24 {
-		a = append(a, time.Duration(10+i%5)*s/10) // 1.0 to 1.4 s
-		b = append(b, time.Duration(20+i%7)*s/10) // 2.0 to 2.6 s
-	}
-	r, lo, hi := medianRatioInterval(a, b)
-	if want := 1.2 / 2.3; math.Abs(r-want) > 1e-9 {
-		t.Errorf("ratio of medians = %v, want %v", r, want)
-	}
-	if !(lo <= r && r <= hi) || lo < 1.0/2.6 || hi > 1.4/2.0 {
-		t.Errorf("interval %v–%v does not hold %v inside the possible range", lo, hi, r)
-	}
-	if r, lo, hi := medianRatioInterval(nil, nil); r != 0 || lo != 0 || hi != 0 {
-		t.Errorf("no rounds: %v %v %v, want zeros", r, lo, hi)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
@@ -176,6 +177,8 @@ func TestSimVMsSurvivePluginKill(t *testing.T) {
 }
 
 // BenchmarkPluginRoundTrip measures RPCs through a real sim plugin process.
+// No baseline: it reports the time of one call as the median of the calls
+// timed one by one, with its p10–p90.
 func BenchmarkPluginRoundTrip(b *testing.B) {
 	h := pluginHarness(b)
 	bin := drivertest.Build(b, "../..", "./cmd/fluxvm-agent")
@@ -191,18 +194,26 @@ func BenchmarkPluginRoundTrip(b *testing.B) {
 	if _, err := p.CreateVM(ctx, h.Spec("bench")); err != nil {
 		b.Fatal(err)
 	}
-	b.Run("PluginInfo", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := p.PluginInfo(ctx); err != nil {
-				b.Fatal(err)
+	for _, rpc := range []struct {
+		name string
+		call func() error
+	}{
+		{"PluginInfo", func() error { _, err := p.PluginInfo(ctx); return err }},
+		{"InspectVM", func() error { _, err := p.InspectVM(ctx, "bench"); return err }},
+	} {
+		b.Run(rpc.name, func(b *testing.B) {
+			took := benchstat.NewSamples()
+			for b.Loop() {
+				t0 := time.Now()
+				err := rpc.call()
+				took.Add(time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
-	b.Run("InspectVM", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := p.InspectVM(ctx, "bench"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+			s := took.Seconds().Scaled(1e6)
+			benchstat.Report(b, s, "µs/call")
+			b.Logf("%s through a plugin process, µs: %v", rpc.name, s)
+		})
+	}
 }

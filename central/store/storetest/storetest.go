@@ -19,10 +19,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Open starts an embedded etcd (without fsync: the data is thrown away) and
-// opens the store on it; both stop when the test ends.
+// Open starts an embedded etcd and opens the store on it; both stop when the
+// test ends. For a test the etcd skips fsync (the data is thrown away); for a
+// benchmark it fsyncs, as central runs it (OpenDurable).
 func Open(t testing.TB) *store.Store {
 	t.Helper()
+	if _, bench := t.(*testing.B); bench {
+		return OpenDurable(t)
+	}
 	st, err := store.Open(context.Background(), store.Options{DataDir: t.TempDir(), UnsafeNoFsync: true})
 	if err != nil {
 		t.Fatalf("open the embedded etcd: %v", err)
