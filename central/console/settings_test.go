@@ -220,6 +220,19 @@ func TestConsoleOperatorEditsCatalogPolicyPricesAndQuotaAndReadsAStatement(t *te
 	if pol, err := op.GetPolicy(ctx); err != nil || pol.LedgerRetentionDays != 200 || pol.Tunnels.MaxPerTenant != 7 || pol.MinLeaseHours != 24 {
 		t.Fatalf("after saving the policy, central has %+v (%v)", pol, err)
 	}
+	// The egress floor, as JSON: a host name refused by central, a subnet kept.
+	b.typeInto(`textarea[name=egress]`, `{"mode": "allowlist", "allow": ["example.com"]}`)
+	b.click("button", "Save policy")
+	b.errorShown(".save-result", "egress", "")
+	if pol, err := op.GetPolicy(ctx); err != nil || pol.Egress != nil {
+		t.Fatalf("after a refused egress floor, central has %+v (%v), want none", pol.Egress, err)
+	}
+	b.typeInto(`textarea[name=egress]`, `{"mode": "allowlist", "allow": ["192.0.2.0/24"]}`)
+	b.click("button", "Save policy")
+	b.waitFor("the floor saved", `document.querySelector(".save-result").innerText.includes("Policy saved")`, 30*time.Second)
+	if pol, err := op.GetPolicy(ctx); err != nil || pol.Egress == nil || pol.Egress.Mode != "allowlist" || len(pol.Egress.Allow) != 1 || pol.Egress.Allow[0] != "192.0.2.0/24" || pol.LedgerRetentionDays != 200 {
+		t.Fatalf("after saving an egress floor, central has %+v (%v)", pol, err)
+	}
 
 	// Prices: a bad rate refused, a good one published after the first.
 	b.open("/prices")

@@ -168,14 +168,24 @@ export function PolicyPage() {
       <p class="hint">Every field with its value now. Saving replaces the whole policy; central checks every value.</p>
       <ErrorNote error={error} />
       {data ? (
-        <DocForm doc={data} label="Fleet policy" save="Save policy" busy={act.busy} onSave={save} onBad={act.setError}>
+        <DocForm doc={{ ...data, egress: data.egress ?? null }} skip={["fleet_egress"]} jsonKeys={["egress"]} label="Fleet policy" save="Save policy" busy={act.busy} onSave={save} onBad={act.setError}>
           <div class="save-result" aria-live="polite">
             <ErrorNote error={act.error} />
             {note ? <p role="status">{note}</p> : null}
           </div>
         </DocForm>
       ) : null}
-      {data && !data.egress ? <p class="hint">No egress floor is set (tenant networks may reach anywhere); set one with fluxctl fleet policy.</p> : null}
+      <p class="hint">
+        Egress is the floor every tenant network is held to, as JSON: null for none (tenant networks may reach anywhere), or{" "}
+        <code>{'{"mode": "allowlist", "allow": ["192.0.2.0/24"], "block": ["192.0.2.7"]}'}</code>. Tenants may tighten it, never loosen it.
+      </p>
+      {data?.fleet_egress ? (
+        <p class="hint" role="note">
+          This central is a member of a fleet: its owner's floor, {JSON.stringify(data.fleet_egress.floor ?? null)}
+          {data.fleet_egress.fetched_at ? `, fetched ${fmtTime(data.fleet_egress.fetched_at)}` : ", not fetched yet"}
+          {data.fleet_egress.last_error ? ` (last try failed: ${data.fleet_egress.last_error})` : ""}, applies here; the egress above may only tighten it.
+        </p>
+      ) : null}
     </section>
   );
 }
