@@ -119,8 +119,11 @@ export function MacsPage({ me }: { me: Me }) {
             l.node,
             <SlotDots slots={slots.get(l.node)} />,
             fmtTime(l.started_at),
-            <div class="bar" role="progressbar" aria-label={`Lease of ${l.node} through its minimum`} aria-valuenow={pct} aria-valuemin={0} aria-valuemax={100}>
-              <div style={{ width: pct + "%" }} />
+            <div class="meter">
+              <div class="bar" role="progressbar" aria-label={`Lease of ${l.node} through its minimum`} aria-valuenow={pct} aria-valuemin={0} aria-valuemax={100}>
+                <div style={{ width: pct + "%" }} />
+              </div>
+              <span class="muted">{pct >= 100 ? "minimum met: may be released" : `${pct}%, may be released from ${fmtTime(l.min_end)}`}</span>
             </div>,
             <a href="#/vms/new">Launch on it</a>,
             can(me, "admin") ? (
