@@ -47,9 +47,14 @@ dev: deps guest-image
 	exec $(BIN)/fluxvm-agent dev $(DEV_FLAGS)
 
 # The real-VM tests boot QEMU under TCG; two packages at a time is what two
-# cores take.
+# cores take. The console's browser tests save every page's screenshots
+# (desktop and phone, light and dark) under SCREENSHOTS, a folder CI keeps;
+# its path is printed after the tests, whether they pass or not.
+SCREENSHOTS ?= $(CURDIR)/artifacts/screenshots
 test: deps guest-image
-	$(GO) test -p 2 -timeout 25m ./...
+	@rm -rf $(SCREENSHOTS)
+	FLUXVM_SCREENSHOTS=$(SCREENSHOTS) $(GO) test -p 2 -timeout 25m ./...; rc=$$?; \
+		echo "console screenshots: $(SCREENSHOTS) ($$(find $(SCREENSHOTS) -name '*.png' 2>/dev/null | wc -l) PNG files)"; exit $$rc
 	cd examples/driver-example && $(GO) test -timeout 10m ./...
 
 # The vz driver builds only on a Mac, so here it is type-checked as a Mac
