@@ -271,11 +271,17 @@ func TestConsoleOperatorEditsCatalogPolicyPricesAndQuotaAndReadsAStatement(t *te
 		t.Fatalf("after Save quotas, central has %+v (%v)", tn.Quota, err)
 	}
 
-	// The tenant's statement: a VM run at the new price makes a line.
-	if _, err := tc.CreateVM(ctx, sdk.FleetCreateVMRequest{Name: "web-1", Image: "debian-minimal", VCPUs: 1, MemoryMiB: 128}); err != nil {
+	// The tenant's statement: a VM run at the new price makes a line. It is
+	// deleted before the statement is read, so its line (which names when
+	// the VM ran) no longer moves with the clock.
+	web1, err := tc.CreateVM(ctx, sdk.FleetCreateVMRequest{Name: "web-1", Image: "debian-minimal", VCPUs: 1, MemoryMiB: 128})
+	if err != nil {
 		t.Fatalf("launch web-1: %v", err)
 	}
 	time.Sleep(1500 * time.Millisecond) // some seconds of VM time to bill
+	if err := tc.DeleteVM(ctx, web1.Node, web1.VM.ID); err != nil {
+		t.Fatalf("delete web-1: %v", err)
+	}
 	st, err := op.Statement(ctx, sdk.StatementQuery{Tenant: "acme"})
 	if err != nil || len(st.Lines) == 0 {
 		t.Fatalf("central's statement of acme: %+v (%v), want a line for web-1", st, err)
