@@ -14,9 +14,12 @@ type banner struct {
 	dir, logs, driver string
 	central, node     string
 	operator, tenant  string
-	quota             sdk.Quotas
-	image             string
-	prices            string // which price list is in effect
+	// nodeToken is the node API's admin token (the operator's in a state
+	// dir from before dev enrolled its node).
+	nodeToken string
+	quota     sdk.Quotas
+	image     string
+	prices    string // which price list is in effect
 	// vm is a name the demo tenant does not use yet.
 	vm  string
 	sim bool
@@ -56,7 +59,11 @@ func (b banner) String() string {
 	fmt.Fprintf(&w, "  operator token  %s\n", b.operator)
 	fmt.Fprintf(&w, "  tenant token    %s   (tenant %s: %d VMs, %d vCPUs, %d MiB, what node %s holds)\n",
 		b.tenant, TenantName, b.quota.MaxVMs, b.quota.MaxVCPUs, b.quota.MaxMemoryMiB, NodeName)
-	fmt.Fprintf(&w, "  node            %s at %s (admin token: the operator token)\n", NodeName, b.node)
+	if b.nodeToken == b.operator {
+		fmt.Fprintf(&w, "  node            %s at %s (admin token: the operator token)\n", NodeName, b.node)
+	} else {
+		fmt.Fprintf(&w, "  node            %s at %s (enrolled into central; its API's admin token %s)\n", NodeName, b.node, b.nodeToken)
+	}
 	fmt.Fprintf(&w, "  catalog image   %s\n", b.image)
 	fmt.Fprintf(&w, "  prices          %s\n\n", b.prices)
 	fmt.Fprintf(&w, "In another shell, as tenant %s, paste:\n  %s\n", TenantName, b.export(b.tenant))
@@ -64,7 +71,7 @@ func (b banner) String() string {
 		fmt.Fprintf(&w, "  %s\n", c)
 	}
 	fmt.Fprintf(&w, "As the operator: FLUXVM_AGENT_TOKEN=%s fluxctl fleet nodes\n", b.operator)
-	fmt.Fprintf(&w, "The node directly: fluxctl vm list --node %s --token %s\n\n", b.node, b.operator)
+	fmt.Fprintf(&w, "The node directly: fluxctl vm list --node %s --token %s\n\n", b.node, b.nodeToken)
 	fmt.Fprintf(&w, "Ctrl-C stops FluxVM; VMs keep running and the next fluxvm-agent dev picks them up.\n")
 	return w.String()
 }

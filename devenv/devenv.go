@@ -26,6 +26,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/agent"
 	"github.com/fluxvm/fluxvm/agent/config"
+	"github.com/fluxvm/fluxvm/agent/link"
 	"github.com/fluxvm/fluxvm/central"
 	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/guest/image"
@@ -102,8 +103,13 @@ func DefaultStateDir() string {
 
 // devState is StateFile: what must stay the same across restarts.
 type devState struct {
-	// FleetToken is the operator's token; the node's admin token too.
+	// FleetToken is the operator's token.
 	FleetToken string `json:"fleet_token"`
+	// NodeToken is the node API's own admin token; the node reaches
+	// central with the credential it got by enrolling. Empty in a state
+	// dir from before dev enrolled its node: that node keeps the
+	// operator's token for both, as it was set up.
+	NodeToken string `json:"node_token,omitempty"`
 	// TenantID and TenantToken are the demo tenant's.
 	TenantID    string `json:"tenant_id,omitempty"`
 	TenantToken string `json:"tenant_token,omitempty"`
@@ -206,7 +212,19 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer stop()
 
-	cfgPath, err := writeNodeConfig(dir, opts.NodeListen, centralURL, st.FleetToken, plugin)
+	if st.NodeToken != "" {
+		cred, err := link.LoadCredential(filepath.Join(dir, "node"))
+		if err == nil && cred == nil {
+			err = enrollNode(ctx, centralURL, st.FleetToken, filepath.Join(dir, "node"), opts.Version)
+		}
+		if err != nil {
+			if parent.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("enroll the node into central: %w (logs: %s; -reset starts afresh)", err, logs)
+		}
+	}
+	cfgPath, err := writeNodeConfig(dir, opts.NodeListen, centralURL, st, plugin)
 	if err != nil {
 		return err
 	}
@@ -243,7 +261,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("%w (logs: %s)", err, logs)
 	}
-	driverLine := describeDriver(ctx, nodeURL, st.FleetToken, plugin, why)
+	driverLine := describeDriver(ctx, nodeURL, st.nodeAdmin(), plugin, why)
 	if parent.Err() != nil {
 		return nil
 	}
@@ -264,7 +282,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("%w (logs: %s)", err, logs)
 	}
 	fmt.Fprint(out, banner{dir: dir, logs: logs, driver: driverLine, central: centralURL, node: nodeURL,
-		operator: st.FleetToken, tenant: st.TenantToken, quota: quota, image: catalogImage, prices: prices, vm: name,
+		operator: st.FleetToken, nodeToken: st.nodeAdmin(), tenant: st.TenantToken, quota: quota, image: catalogImage, prices: prices, vm: name,
 		sim: plugin == "sim", fluxctlDir: fluxctlDir(opts.Executable)}.String())
 
 	select {
@@ -364,12 +382,70 @@ func describeDriver(ctx context.Context, nodeURL, token, plugin, why string) str
 	}
 }
 
+// nodeAdmin is the node API's admin token.
+func (st *devState) nodeAdmin() string {
+	if st.NodeToken != "" {
+		return st.NodeToken
+	}
+	return st.FleetToken
+}
+
+// enrollNode pairs dev's node with central as fluxvm-agent node enroll
+// does, dev playing both people: it mints a node invite with the operator's
+// token, redeems it as the node, approves the request central shows with its
+// code, and the node checks that code against its own before it takes the
+// credential into its state dir.
+func enrollNode(ctx context.Context, centralURL, operatorToken, stateDir, version string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	op, err := sdk.NewFleetClient(centralURL, sdk.WithToken(operatorToken))
+	if err != nil {
+		return err
+	}
+	inv, err := op.CreateFleetInvite(ctx, sdk.PairNode)
+	if err != nil {
+		return fmt.Errorf("mint a node invite: %w", err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	_, err = link.Enroll(ctx, link.EnrollOptions{
+		CentralURL: centralURL, Node: NodeName, Invite: inv.Invite, StateDir: stateDir,
+		Out: io.Discard, Poll: 100 * time.Millisecond, Version: version,
+		OwnerCode: func() (string, error) {
+			list, err := op.ListPairingRequests(ctx)
+			if err != nil {
+				return "", fmt.Errorf("list pairing requests: %w", err)
+			}
+			for _, r := range list.Requests {
+				if r.Name == NodeName && r.Kind == sdk.PairNode {
+					if _, err := op.ApprovePairing(ctx, r.ID, r.Code); err != nil {
+						return "", fmt.Errorf("approve the enrollment: %w", err)
+					}
+					return r.Code, nil
+				}
+			}
+			return "", fmt.Errorf("central lists no enrollment request of %s", NodeName)
+		},
+	})
+	return err
+}
+
 // writeNodeConfig writes the node's HCL file into the state dir, so a
 // person can read what dev runs; it is rewritten on every start.
-func writeNodeConfig(dir, listen, centralURL, fleetToken, plugin string) (string, error) {
+func writeNodeConfig(dir, listen, centralURL string, st *devState, plugin string) (string, error) {
 	imageDirs := []string{agent.DefaultImageDir, filepath.Join(dir, "images")}
 	if d := filepath.Dir(image.DefaultDir()); plugin == "qemu" && d != agent.DefaultImageDir {
 		imageDirs = append(imageDirs, d)
+	}
+	// An enrolled node reaches central with the credential in its state
+	// dir (central-credential.json), and central reaches it only through
+	// the channel the node opens.
+	adminNote := "The node API's own admin token (fluxctl vm ... --node URL --token it)."
+	centralToken := ""
+	if st.NodeToken == "" {
+		adminNote = "Central's fleet token: central calls this node with it (a state dir from before dev enrolled its node)."
+		centralToken = fmt.Sprintf("\n  token = %q", st.FleetToken)
 	}
 	quoted := make([]string, len(imageDirs))
 	for i, d := range imageDirs {
@@ -381,7 +457,7 @@ state_dir = %q
 listen    = %q
 
 tokens {
-  # Central's fleet token: central calls this node with it.
+  # %s
   admin = [%q]
 }
 
@@ -392,10 +468,9 @@ policy {
 plugin %q {}
 
 central {
-  url   = %q
-  token = %q
+  url   = %q%s
 }
-`, NodeName, filepath.Join(dir, "node"), listen, fleetToken, strings.Join(quoted, ", "), plugin, centralURL, fleetToken)
+`, NodeName, filepath.Join(dir, "node"), listen, adminNote, st.nodeAdmin(), strings.Join(quoted, ", "), plugin, centralURL, centralToken)
 	path := filepath.Join(dir, "node.hcl")
 	if err := os.WriteFile(path, []byte(hcl), 0o600); err != nil {
 		return "", fmt.Errorf("write node config: %w", err)
@@ -562,7 +637,11 @@ func loadState(dir string) (*devState, error) {
 		if _, err := rand.Read(b); err != nil {
 			return nil, err
 		}
-		st := &devState{FleetToken: hex.EncodeToString(b)}
+		n := make([]byte, 32)
+		if _, err := rand.Read(n); err != nil {
+			return nil, err
+		}
+		st := &devState{FleetToken: hex.EncodeToString(b), NodeToken: hex.EncodeToString(n)}
 		return st, saveState(dir, st)
 	}
 	if err != nil {

@@ -222,6 +222,20 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 	// first, so its hint is the one that fits.
 	var devNode sdk.FleetNode
 	d.api("GET", "/fleet/nodes/dev", d.operator, nil, http.StatusOK, &devNode)
+	// The node enrolled: central knows it by its own credential, kept in
+	// its state dir, and its config holds no operator token.
+	cfg, err := os.ReadFile(filepath.Join(dir, "node.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	credPath := filepath.Join(dir, "node", "central-credential.json")
+	cred, err := os.ReadFile(credPath)
+	if !devNode.Enrolled || strings.Contains(string(cfg), d.operator) || err != nil {
+		t.Fatalf("want node dev enrolled with a credential in %s and no operator token in its config: enrolled=%v, %v\n%s", credPath, devNode.Enrolled, err, cfg)
+	}
+	if fi, err := os.Stat(credPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the node's credential: want mode 0600, got %v (%v)", fi.Mode(), err)
+	}
 	var me sdk.TenantMe
 	d.api("GET", "/fleet/tenants/me", d.tenant, nil, http.StatusOK, &me)
 	if q := me.Tenant.Quota; q.MaxVCPUs == 0 || q.MaxVCPUs > devNode.Capacity.Total.VCPUs || q.MaxVMs == 0 || q.MaxVMs > q.MaxVCPUs {
@@ -253,6 +267,9 @@ func TestDevRunsARealVMAndKeepsItsTokensAcrossRestarts(t *testing.T) {
 	again := startDev(t, bin, nil, args...)
 	if again.operator != d.operator || again.tenant != d.tenant {
 		t.Fatalf("after a restart the tokens changed: operator %s -> %s, tenant %s -> %s", d.operator, again.operator, d.tenant, again.tenant)
+	}
+	if again2, err := os.ReadFile(credPath); err != nil || string(again2) != string(cred) {
+		t.Fatalf("after a restart the node enrolled again (or lost its credential): %v", err)
 	}
 	again.api("GET", "/fleet/vms", again.tenant, nil, http.StatusOK, &list)
 	if len(list.VMs) != 1 || list.VMs[0].Name != "web-1" {
