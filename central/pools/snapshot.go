@@ -124,7 +124,10 @@ func (s *Service) claimSnapshot(ctx context.Context, pool store.Pool, req ClaimR
 		s.log.Error("record the ledger entry of a pool copy; the reconciler will adopt it", "pool", pool.Name, "vm", vm.Name, "error", err)
 		release()
 	}
-	if got, err := nc.WaitReady(ctx, vm.ID, 10*time.Millisecond); err == nil {
+	// The node holds its answer until the copy's agent answers (no polling:
+	// polling every 10 ms took the CPU the resuming guest needed on a small
+	// host); 100 ms is the pause only if it answers not ready.
+	if got, err := nc.WaitReady(ctx, vm.ID, 100*time.Millisecond); err == nil {
 		vm = got
 	} else {
 		s.log.Warn("a resumed pool copy does not answer yet", "pool", pool.Name, "vm", vm.Name, "error", err)

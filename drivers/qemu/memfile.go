@@ -151,6 +151,17 @@ func waitMigration(ctx context.Context, mon *monitor) error {
 // arrives paused).
 func (v *vm) resume(ctx context.Context, mon *monitor) error {
 	r := v.rec.Resume
+	// Connect to the guest agent's port before the device state loads. The
+	// guest was saved with the host connected (the driver talks to its
+	// agent), and QEMU tells a resumed guest only about a change: connected
+	// now, the agent stays in its blocking read and answers the first ping
+	// at once; not connected, it gets a hang-up, polls for the host, and a
+	// later connection costs it a poll interval. A failure here only costs
+	// that: WaitReady dials again.
+	agent, aerr := v.agentClient(ctx)
+	if aerr != nil {
+		v.d.logger.Debug("cannot reach the agent port before resuming; WaitReady will", "vm", v.id, "error", aerr)
+	}
 	if err := ignoreShared(ctx, mon); err != nil {
 		return err
 	}
@@ -172,6 +183,14 @@ func (v *vm) resume(ctx context.Context, mon *monitor) error {
 			// migrated run state says so: start them.
 			if err := mon.run(ctx, "cont", nil, nil); err != nil {
 				return err
+			}
+			if agent != nil {
+				// The guest's answer is on its way before anyone waits for
+				// it (WaitReady takes it).
+				if err := agent.Ping(); err != nil {
+					v.dropAgent(agent)
+					agent = nil
+				}
 			}
 			continue
 		case "inmigrate":
