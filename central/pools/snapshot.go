@@ -30,6 +30,13 @@ var templateConfig = json.RawMessage(`{"memory_file": true}`)
 // claimTimeout bounds a snapshot claim's clone and its wait for the agent.
 const claimTimeout = 2 * time.Minute
 
+// guestSettleCommand returns once the FluxVM guest has finished starting
+// (cmd/fluxvm-guest: the agent is the initramfs's /init), at most
+// settleTimeoutSeconds later.
+var guestSettleCommand = []string{"/init", "settle"}
+
+const settleTimeoutSeconds = 70
+
 // snapshotTarget is how many members a snapshot pool keeps: its template,
 // unless the pool was emptied (size 0).
 func snapshotTarget(p *store.Pool) int {
@@ -41,6 +48,14 @@ func snapshotTarget(p *store.Pool) int {
 func (s *Service) saveTemplate(ctx context.Context, nc *sdk.NodeClient, m *store.PoolMember) error {
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
+	// Saved once the guest has finished starting (the agent answers before
+	// its SSH server is up, which takes over a second of its CPU under TCG):
+	// otherwise every copy would redo the rest of the start, while it should
+	// be answering its claimer. An image whose agent cannot say is saved
+	// as it is.
+	if res, err := nc.Exec(ctx, m.VMID, sdk.ExecRequest{Command: sdk.Command{Argv: guestSettleCommand}, TimeoutSeconds: settleTimeoutSeconds}); err != nil || res.ExitCode != 0 {
+		s.log.Debug("pool template: cannot tell that the guest has finished starting; saving it as it is", "pool", m.Pool, "vm", m.ID, "error", err)
+	}
 	if _, err := nc.SnapshotVM(ctx, m.VMID, sdk.SnapshotRequest{Tag: templateTag, Memory: true}); err != nil {
 		return fmt.Errorf("save the template: %w", err)
 	}
