@@ -244,8 +244,21 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	cmd.Dir = v.ws
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var stateFile *os.File
+	if l.Incoming {
+		// The saved device state, QEMU's descriptor 3 (resume reads it
+		// from there: no shell and cat to start).
+		if stateFile, err = os.Open(v.rec.Resume.State); err != nil {
+			logf.Close()
+			return nil, nil, fmt.Errorf("start vm %s: the saved state: %w", id, err)
+		}
+		cmd.ExtraFiles = []*os.File{stateFile}
+	}
 	err = cmd.Start()
 	logf.Close()
+	if stateFile != nil {
+		stateFile.Close()
+	}
 	if err != nil {
 		return nil, nil, driver.Errorf(driver.ErrUnavailable, "start vm %s: run %s: %v", id, cfg.QEMUBinary, err)
 	}
