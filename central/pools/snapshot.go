@@ -139,14 +139,6 @@ func (s *Service) claimSnapshot(ctx context.Context, pool store.Pool, req ClaimR
 		s.log.Error("record the ledger entry of a pool copy; the reconciler will adopt it", "pool", pool.Name, "vm", vm.Name, "error", err)
 		release()
 	}
-	// The node holds its answer until the copy's agent answers (no polling:
-	// polling every 10 ms took the CPU the resuming guest needed on a small
-	// host); 100 ms is the pause only if it answers not ready.
-	if got, err := nc.WaitReady(ctx, vm.ID, 100*time.Millisecond); err == nil {
-		vm = got
-	} else {
-		s.log.Warn("a resumed pool copy does not answer yet", "pool", pool.Name, "vm", vm.Name, "error", err)
-	}
 	now := s.now().UTC()
 	m := store.PoolMember{ID: vm.Name, Pool: pool.Name, Tenant: pool.Tenant, Node: node.Name, VMID: vm.ID,
 		State: store.MemberClaimed, CreatedAt: now, ClaimedAt: now, ClaimedBy: req.Tenant}
@@ -154,9 +146,18 @@ func (s *Service) claimSnapshot(ctx context.Context, pool store.Pool, req ClaimR
 		m.EntryID = entry.ID
 	}
 	// Kept for the demand window, like a running pool's claims, so the
-	// status shows what was handed out.
+	// status shows what was handed out; recorded while the copy's guest
+	// resumes, off the claim's path.
 	if err := s.st.CreateMember(ctx, &m); err != nil {
 		s.log.Warn("record a pool copy", "pool", pool.Name, "vm", vm.Name, "error", err)
+	}
+	// The node holds its answer until the copy's agent answers (no polling:
+	// polling every 10 ms took the CPU the resuming guest needed on a small
+	// host); 100 ms is the pause only if it answers not ready.
+	if got, err := nc.WaitReady(ctx, vm.ID, 100*time.Millisecond); err == nil {
+		vm = got
+	} else {
+		s.log.Warn("a resumed pool copy does not answer yet", "pool", pool.Name, "vm", vm.Name, "error", err)
 	}
 	return &Claimed{Pool: pool, Member: m, VM: vm}
 }
