@@ -166,10 +166,18 @@ func (n *NodeClient) Input(ctx context.Context, idOrName string, actions []Input
 	return n.c.call(ctx, http.MethodPost, vmPath(idOrName, "input"), nil, InputRequest{Actions: actions}, nil)
 }
 
-// WaitReady polls a VM every poll (500ms when 0) until its guest agent is
-// ready and returns it then. It fails with ErrVMDown (wrapped) when the VM
-// stops or is lost first, with the API's error when the VM goes away, and
-// with the context's error when ctx ends: give ctx a deadline. With
+// MaxWaitReadySeconds is the most GET /v1/vms/{id}?wait_ready=N holds its
+// answer for (N from 0, the default: answer at once, to this).
+const MaxWaitReadySeconds = 60
+
+// WaitReady waits until a VM's guest agent is ready and returns it then.
+// Each request asks the node to hold its answer until the agent is ready
+// (wait_ready), so a VM that comes up is seen at once, without polling; poll
+// (500ms when 0) is the pause before asking again when the node answers
+// not ready (a node that does not hold answers, or a guest still coming up
+// when the node's hold ended). It fails with ErrVMDown (wrapped) when the
+// VM stops or is lost first, with the API's error when the VM goes away,
+// and with the context's error when ctx ends: give ctx a deadline. With
 // ErrVMDown and a context error it also returns the VM as last seen.
 func (n *NodeClient) WaitReady(ctx context.Context, idOrName string, poll time.Duration) (*VM, error) {
 	if poll <= 0 {
@@ -177,11 +185,22 @@ func (n *NodeClient) WaitReady(ctx context.Context, idOrName string, poll time.D
 	}
 	t := time.NewTicker(poll)
 	defer t.Stop()
+	var last *VM
 	for {
-		vm, err := n.GetVM(ctx, idOrName)
-		if err != nil {
+		wait := MaxWaitReadySeconds
+		if dl, ok := ctx.Deadline(); ok {
+			// Whole seconds, rounded down: the node answers before ctx ends.
+			wait = max(0, min(wait, int(time.Until(dl)/time.Second)-1))
+		}
+		vm := &VM{}
+		err := n.c.call(ctx, http.MethodGet, vmPath(idOrName), url.Values{"wait_ready": {strconv.Itoa(wait)}}, nil, vm)
+		switch {
+		case err != nil && ctx.Err() != nil && last != nil:
+			return last, fmt.Errorf("wait for vm %s: guest agent not ready (state %s): %w", last.Name, last.State, ctx.Err())
+		case err != nil:
 			return nil, err
 		}
+		last = vm
 		switch {
 		case vm.AgentReady:
 			return vm, nil

@@ -498,6 +498,9 @@ func TestBadRequestsAreRefusedWithHintsAndChangeNothing(t *testing.T) {
 		{"read-only token on DELETE", req{method: "DELETE", path: "/v1/vms/base", token: readOnlyToken}, 403, "read-only", "admin token", true},
 		{"read-only token on GET", req{method: "GET", path: "/v1/vms/base", token: readOnlyToken}, 200, "", "", true},
 		{"unknown VM", req{method: "GET", path: "/v1/vms/vm-nosuchvm", token: adminToken}, 404, "vm-nosuchvm", "GET /v1/vms", true},
+		{"wait_ready too long", req{method: "GET", path: "/v1/vms/base?wait_ready=61", token: adminToken}, 400, "wait_ready", "wait_ready=", false},
+		{"wait_ready negative", req{method: "GET", path: "/v1/vms/base?wait_ready=-1", token: adminToken}, 400, "wait_ready", "", false},
+		{"wait_ready not a number", req{method: "GET", path: "/v1/vms/base?wait_ready=soon", token: adminToken}, 400, "from 0 to 60", "", false},
 		{"stop unknown VM", req{method: "POST", path: "/v1/vms/nosuch/stop", token: adminToken}, 404, "nosuch", "", true},
 		{"overlay on a node without a network plugin", req{method: "PUT", path: "/v1/overlays/ov-0123456789ab", token: adminToken,
 			body: []byte(`{"subnet": "10.231.0.0/24", "local_subnet": "10.231.0.0/28", "listen_port": 51820, "peers": []}`)}, 400, "no network plugin", "", true},
@@ -705,4 +708,48 @@ func FuzzDecodeCreateRequest(f *testing.F) {
 			t.Fatalf("Decode(%q) into an exec request = %+v", body, err)
 		}
 	})
+}
+
+// TestGetWaitReadyHoldsTheAnswerUntilTheGuestAnswers: ?wait_ready=N answers
+// as soon as the guest agent is ready (no polling needed), answers a VM that
+// is still coming up when N seconds pass, and without it the answer comes at
+// once.
+func TestGetWaitReadyHoldsTheAnswerUntilTheGuestAnswers(t *testing.T) {
+	e := newEnv(t, nil)
+	slow := e.create("slow", `, "driver_config": {"boot_delay_ms": 1500}`)
+	if now := e.vm(req{method: "GET", path: "/v1/vms/" + slow.ID, token: readOnlyToken}, 200); now.AgentReady {
+		t.Fatal("ready at once despite a 1.5 s boot")
+	}
+	start := time.Now()
+	got := e.vm(req{method: "GET", path: "/v1/vms/" + slow.ID + "?wait_ready=30", token: readOnlyToken}, 200)
+	took := time.Since(start)
+	if !got.AgentReady || got.State != sdk.StateRunning {
+		t.Fatalf("after wait_ready: %+v, want running and ready", got)
+	}
+	if took < 700*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("wait_ready answered after %v: want about the 1.5 s boot", took)
+	}
+	// Ready already: at once.
+	start = time.Now()
+	if again := e.vm(req{method: "GET", path: "/v1/vms/slow?wait_ready=30", token: readOnlyToken}, 200); !again.AgentReady || time.Since(start) > 2*time.Second {
+		t.Fatalf("a ready VM: %+v after %v", again, time.Since(start))
+	}
+	// Not ready within N: the VM as it is, after N.
+	never := e.create("never", `, "driver_config": {"boot_delay_ms": 60000}`)
+	start = time.Now()
+	got = e.vm(req{method: "GET", path: "/v1/vms/" + never.ID + "?wait_ready=1", token: readOnlyToken}, 200)
+	if got.AgentReady || time.Since(start) < 900*time.Millisecond {
+		t.Fatalf("wait_ready=1 on a guest that needs a minute: %+v after %v", got, time.Since(start))
+	}
+	// A VM that stops while one waits: the answer comes as the stop begins
+	// (the VM reads running or stopped then), not after the 30 s.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		e.call(req{method: "POST", path: "/v1/vms/never/stop", token: adminToken, body: []byte(`{"timeout_seconds": 1}`)})
+	}()
+	start = time.Now()
+	got = e.vm(req{method: "GET", path: "/v1/vms/" + never.ID + "?wait_ready=30", token: readOnlyToken}, 200)
+	if got.AgentReady || time.Since(start) > 10*time.Second {
+		t.Fatalf("a VM stopped while waited for: %+v after %v", got, time.Since(start))
+	}
 }

@@ -83,7 +83,11 @@ func (s *server) createVM(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) getVM(w http.ResponseWriter, r *http.Request) {
-	vm, err := s.opts.Manager.Get(r.Context(), mux.Vars(r)["id"])
+	wait, ok := jsonapi.IntParam(w, r, "wait_ready", 0, 0, sdk.MaxWaitReadySeconds)
+	if !ok {
+		return
+	}
+	vm, err := s.opts.Manager.AwaitReady(r.Context(), mux.Vars(r)["id"], time.Duration(wait)*time.Second)
 	if err != nil {
 		s.fail(w, r, err)
 		return

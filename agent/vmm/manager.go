@@ -89,6 +89,10 @@ type Manager struct {
 	// keys are in (or failed).
 	keysDue  map[string]bool
 	watching map[string]context.CancelFunc // readiness watchers
+	// watched holds, per VM, a channel its latest readiness watch closes
+	// when it ends (the guest answered, or it gave up): AwaitReady waits
+	// on it rather than have clients poll.
+	watched map[string]chan struct{}
 }
 
 // New makes a Manager. Call Recover for each driver as it comes up (the
@@ -109,6 +113,7 @@ func New(opts Options) *Manager {
 		ready:    map[string]bool{},
 		keysDue:  map[string]bool{},
 		watching: map[string]context.CancelFunc{},
+		watched:  map[string]chan struct{}{},
 	}
 }
 
@@ -444,8 +449,11 @@ func (m *Manager) watchReady(id string, d driver.Driver) {
 	m.watching[id] = cancel
 	m.ready[id] = false
 	m.keysDue[id] = keysDue
+	done := make(chan struct{})
+	m.watched[id] = done
 	m.mu.Unlock()
 	go func() {
+		defer close(done)
 		defer cancel()
 		guest, err := d.WaitReady(ctx, id)
 		if err != nil {
@@ -502,6 +510,34 @@ func (m *Manager) Get(ctx context.Context, idOrName string) (*sdk.VM, error) {
 		return nil, err
 	}
 	return m.view(ctx, rec), nil
+}
+
+// AwaitReady is Get, answered once the VM's guest agent is ready, or its
+// readiness watch gave up (the VM stopped), or max passed, or ctx ended,
+// whichever comes first: a client waiting for a VM asks once instead of
+// polling (every poll is a round trip to the driver's process, and on a
+// small host polling at 10 ms took CPU a resuming guest needed:
+// docs/benchmarks.md, "Snapshot-mode warm pools"). A VM nothing watches
+// (stopped, never started, or recovered as ready) answers at once.
+func (m *Manager) AwaitReady(ctx context.Context, idOrName string, max time.Duration) (*sdk.VM, error) {
+	rec, err := m.get(idOrName)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	done := m.watched[rec.ID]
+	m.mu.Unlock()
+	if done != nil && max > 0 {
+		t := time.NewTimer(max)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return m.Get(ctx, rec.ID)
 }
 
 // List returns every VM on the node, oldest first, with its live state.
@@ -769,6 +805,7 @@ func (m *Manager) Delete(ctx context.Context, idOrName string) error {
 	}
 	m.mu.Lock()
 	delete(m.ready, rec.ID)
+	delete(m.watched, rec.ID)
 	delete(m.vmLocks, rec.ID)
 	m.mu.Unlock()
 	m.log.Info("vm deleted", "vm", rec.ID, "name", rec.Name)

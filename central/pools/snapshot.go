@@ -30,6 +30,13 @@ var templateConfig = json.RawMessage(`{"memory_file": true}`)
 // claimTimeout bounds a snapshot claim's clone and its wait for the agent.
 const claimTimeout = 2 * time.Minute
 
+// guestSettleCommand returns once the FluxVM guest has finished starting
+// (cmd/fluxvm-guest: the agent is the initramfs's /init), at most
+// settleTimeoutSeconds later.
+var guestSettleCommand = []string{"/init", "settle"}
+
+const settleTimeoutSeconds = 70
+
 // snapshotTarget is how many members a snapshot pool keeps: its template,
 // unless the pool was emptied (size 0).
 func snapshotTarget(p *store.Pool) int {
@@ -41,6 +48,14 @@ func snapshotTarget(p *store.Pool) int {
 func (s *Service) saveTemplate(ctx context.Context, nc *sdk.NodeClient, m *store.PoolMember) error {
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
+	// Saved once the guest has finished starting (the agent answers before
+	// its SSH server is up, which takes over a second of its CPU under TCG):
+	// otherwise every copy would redo the rest of the start, while it should
+	// be answering its claimer. An image whose agent cannot say is saved
+	// as it is.
+	if res, err := nc.Exec(ctx, m.VMID, sdk.ExecRequest{Command: sdk.Command{Argv: guestSettleCommand}, TimeoutSeconds: settleTimeoutSeconds}); err != nil || res.ExitCode != 0 {
+		s.log.Debug("pool template: cannot tell that the guest has finished starting; saving it as it is", "pool", m.Pool, "vm", m.ID, "error", err)
+	}
 	if _, err := nc.SnapshotVM(ctx, m.VMID, sdk.SnapshotRequest{Tag: templateTag, Memory: true}); err != nil {
 		return fmt.Errorf("save the template: %w", err)
 	}
@@ -124,11 +139,6 @@ func (s *Service) claimSnapshot(ctx context.Context, pool store.Pool, req ClaimR
 		s.log.Error("record the ledger entry of a pool copy; the reconciler will adopt it", "pool", pool.Name, "vm", vm.Name, "error", err)
 		release()
 	}
-	if got, err := nc.WaitReady(ctx, vm.ID, 10*time.Millisecond); err == nil {
-		vm = got
-	} else {
-		s.log.Warn("a resumed pool copy does not answer yet", "pool", pool.Name, "vm", vm.Name, "error", err)
-	}
 	now := s.now().UTC()
 	m := store.PoolMember{ID: vm.Name, Pool: pool.Name, Tenant: pool.Tenant, Node: node.Name, VMID: vm.ID,
 		State: store.MemberClaimed, CreatedAt: now, ClaimedAt: now, ClaimedBy: req.Tenant}
@@ -136,9 +146,18 @@ func (s *Service) claimSnapshot(ctx context.Context, pool store.Pool, req ClaimR
 		m.EntryID = entry.ID
 	}
 	// Kept for the demand window, like a running pool's claims, so the
-	// status shows what was handed out.
+	// status shows what was handed out; recorded while the copy's guest
+	// resumes, off the claim's path.
 	if err := s.st.CreateMember(ctx, &m); err != nil {
 		s.log.Warn("record a pool copy", "pool", pool.Name, "vm", vm.Name, "error", err)
+	}
+	// The node holds its answer until the copy's agent answers (no polling:
+	// polling every 10 ms took the CPU the resuming guest needed on a small
+	// host); 100 ms is the pause only if it answers not ready.
+	if got, err := nc.WaitReady(ctx, vm.ID, 100*time.Millisecond); err == nil {
+		vm = got
+	} else {
+		s.log.Warn("a resumed pool copy does not answer yet", "pool", pool.Name, "vm", vm.Name, "error", err)
 	}
 	return &Claimed{Pool: pool, Member: m, VM: vm}
 }

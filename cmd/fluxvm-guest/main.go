@@ -3,7 +3,10 @@
 // -vsock it serves a virtio-vsock port as a service of a vz guest (macOS or Linux).
 // `fluxvm-guest ssh-keys USER` (the node agent runs it in the guest, as /init) makes
 // the keys on its standard input USER's authorized SSH keys, adding USER when missing,
-// and returns once the SSH server accepts connections.
+// and returns once the SSH server accepts connections. `fluxvm-guest settle` returns
+// once the guest has finished starting (its set-up done, since an exec waits for it,
+// and the SSH server accepting connections): a warm pool saves its template then, so
+// the copies it resumes do not each redo the rest of the start.
 package main
 
 import (
@@ -36,6 +39,8 @@ func main() {
 		if err = agent.InstallAuthorizedKeys("/", flag.Arg(1), os.Stdin); err == nil {
 			err = agent.WaitSSHD()
 		}
+	case os.Getpid() != 1 && flag.Arg(0) == "settle":
+		err = agent.WaitSSHD()
 	case *vsock != 0:
 		if *vsock > 1<<32-1 {
 			err = fmt.Errorf("-vsock %d is not a vsock port", *vsock)

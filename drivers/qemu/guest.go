@@ -201,9 +201,21 @@ const (
 // answers. A failure does not fail readiness (commands still run); it is
 // reported in the guest map and as an event.
 func (d *Driver) setUpNetwork(ctx context.Context, v *vm, c *protocol.Client, guest map[string]string) {
+	v.mu.Lock()
+	resumed := v.resumed
+	v.mu.Unlock()
 	var cfg *protocol.NetworkConfig
 	switch n := v.spec.GetNetwork(); n.GetMode() {
 	case pb.NetworkMode_NETWORK_MODE_USER:
+		if resumed {
+			// A resumed guest runs on with the network its source set up
+			// at its first ready: user-mode networking's addresses are
+			// the same in every VM, and the guest's NIC kept the source's
+			// MAC (it is in the saved memory), which a configuration by
+			// the clone's MAC would not find.
+			guest["network"] = userNetAddress
+			return
+		}
 		cfg = &protocol.NetworkConfig{
 			Interfaces: []protocol.Interface{{MAC: v.rec.MAC, Addresses: []string{userNetAddress}, Gateway: userNetGateway}},
 			DNS:        []string{userNetDNS},

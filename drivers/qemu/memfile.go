@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,8 +29,9 @@ import (
 // such a snapshot starts QEMU over snap-<tag>.ram with share=off (the
 // kernel maps it copy-on-write: every clone reads the same page cache,
 // writes its own pages, and never changes the file) and -incoming defer,
-// then feeds it the device state: the guest runs on from the moment of the
-// snapshot without booting (ARCHITECTURE.md "Boot speed": about 0.2 s).
+// with the device state file open as its descriptor 3, then feeds it that:
+// the guest runs on from the moment of the snapshot without booting
+// (ARCHITECTURE.md "Boot speed": about 0.2 s).
 const ramFile = "ram"
 
 // resumeFrom is a saved guest a start resumes from.
@@ -146,15 +148,31 @@ func waitMigration(ctx context.Context, mon *monitor) error {
 	}
 }
 
+// stateFD is the descriptor a resuming QEMU reads the saved device state
+// from (StartVM's cmd.ExtraFiles[0]).
+const stateFD = 3
+
 // resume feeds a QEMU started with -incoming defer the saved device state
 // and starts the vCPUs once it is in (the save stopped them, so the state
 // arrives paused).
 func (v *vm) resume(ctx context.Context, mon *monitor) error {
 	r := v.rec.Resume
+	// Connect to the guest agent's port before the device state loads. The
+	// guest was saved with the host connected (the driver talks to its
+	// agent), and QEMU tells a resumed guest only about a change: connected
+	// now, the agent stays in its blocking read and answers the first ping
+	// at once; not connected, it gets a hang-up, polls for the host, and a
+	// later connection costs it a poll interval. A failure here only costs
+	// that: WaitReady dials again.
+	agent, aerr := v.agentClient(ctx)
+	if aerr != nil {
+		v.d.logger.Debug("cannot reach the agent port before resuming; WaitReady will", "vm", v.id, "error", aerr)
+	}
 	if err := ignoreShared(ctx, mon); err != nil {
 		return err
 	}
-	if err := mon.run(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(r.State)}, nil); err != nil {
+	// StartVM gave QEMU the state file as its descriptor 3.
+	if err := mon.run(ctx, "migrate-incoming", map[string]any{"uri": "fd:" + strconv.Itoa(stateFD)}, nil); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotJobTimeout)
@@ -172,6 +190,14 @@ func (v *vm) resume(ctx context.Context, mon *monitor) error {
 			// migrated run state says so: start them.
 			if err := mon.run(ctx, "cont", nil, nil); err != nil {
 				return err
+			}
+			if agent != nil {
+				// The guest's answer is on its way before anyone waits for
+				// it (WaitReady takes it).
+				if err := agent.Ping(); err != nil {
+					v.dropAgent(agent)
+					agent = nil
+				}
 			}
 			continue
 		case "inmigrate":

@@ -31,7 +31,7 @@ func TestResumeMemoryClonesRunOnFromTheSavedGuestWithoutBooting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	spec := &pb.VMSpec{Id: "tmpl", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
-		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
 	if _, err := d.CreateVM(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +74,16 @@ func TestResumeMemoryClonesRunOnFromTheSavedGuestWithoutBooting(t *testing.T) {
 			log, _ := tailFile(filepath.Join(workspace(stateDir, id), qemuLogFile), 2048)
 			t.Fatalf("start %s: %v\n%s", id, err, log)
 		}
-		if _, err := d.WaitReady(ctx, id); err != nil {
+		guest, err := d.WaitReady(ctx, id)
+		if err != nil {
 			t.Fatalf("WaitReady %s: %v", id, err)
 		}
 		took := time.Since(start)
+		// The saved guest's network runs on (configuring it again by the
+		// clone's MAC would find no such NIC: the guest kept its source's).
+		if guest["network"] != userNetAddress {
+			t.Errorf("%s: network %q, want the saved guest's %s", id, guest["network"], userNetAddress)
+		}
 		t.Logf("%s resumed to agent-ready in %s (the template booted in %s)", id, took, boot)
 		if took > boot/2 {
 			t.Errorf("%s took %s to resume, more than half of a boot (%s): it booted", id, took, boot)

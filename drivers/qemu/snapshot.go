@@ -398,13 +398,16 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 		return nil, driver.Errorf(driver.ErrState, "vm %s is %s: clone it from a snapshot, or stop it first", src.id, stateName(st))
 	}
 	spec := driver.CloneSpec(src.spec, req) // no MAC: macFor(the clone's id)
-	st, err := d.CreateVM(ctx, spec)
+	st, format, err := d.createVM(ctx, spec, true)
 	if err != nil {
 		return nil, fmt.Errorf("clone vm %s as %s: %w", src.id, spec.Id, err)
 	}
 	v, err := d.lookup(spec.Id)
+	if err == nil && v.rec.Backing != src.rec.Backing {
+		format = "" // not the image whose format createVM read
+	}
 	if err == nil {
-		err = d.copyDisk(ctx, src, tag, v.rec.Disk)
+		err = d.copyDisk(ctx, src, tag, format, v.rec.Disk)
 	}
 	if err == nil && req.GetResumeMemory() {
 		// The clone's own later boots use ordinary memory.
@@ -420,13 +423,16 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 }
 
 // copyDisk writes the source's disk (at snapshot tag, or as it is) into
-// dst, a new overlay over the same backing file. -U reads while the source's
-// QEMU holds the image: a snapshot does not change once taken.
-func (d *Driver) copyDisk(ctx context.Context, src *vm, tag, dst string) error {
+// dst, a new overlay over the same backing file, whose format is format
+// ("": ask qemu-img). -U reads while the source's QEMU holds the image: a
+// snapshot does not change once taken.
+func (d *Driver) copyDisk(ctx context.Context, src *vm, tag, format, dst string) error {
 	cfg, _ := d.config()
-	format, err := imageFormat(ctx, cfg.QEMUImg, src.rec.Backing)
-	if err != nil {
-		return err
+	if format == "" {
+		var err error
+		if format, err = imageFormat(ctx, cfg.QEMUImg, src.rec.Backing); err != nil {
+			return err
+		}
 	}
 	args := []string{"convert", "-U", "-O", "qcow2", "-B", src.rec.Backing, "-F", format}
 	if tag != "" {

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fluxvm/fluxvm/guest/image"
@@ -226,8 +228,38 @@ func resolveImage(cfg Config, spec *pb.VMSpec, rec *vmRecord, vc vmConfig) (stri
 	return m.Path("disk"), nil
 }
 
-// imageFormat asks qemu-img for a disk image's format ("qcow2", "raw", ...).
+// formatKey is an image file as it is now: a file replaced or rewritten
+// gets another key.
+type formatKey struct {
+	qemuImg, path string
+	dev, ino      uint64
+	size, mtime   int64
+}
+
+// formats holds qemu-img's answers by formatKey: every launch and clone of
+// an image asked it again, a process start (5 to 10 ms) on the way to a
+// VM running.
+var formats sync.Map
+
+// imageFormat asks qemu-img for a disk image's format ("qcow2", "raw", ...),
+// once per version of the file.
 func imageFormat(ctx context.Context, qemuImg, path string) (string, error) {
+	var key *formatKey
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) == nil {
+		key = &formatKey{qemuImg: qemuImg, path: path, dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+		if f, ok := formats.Load(*key); ok {
+			return f.(string), nil
+		}
+	}
+	f, err := askImageFormat(ctx, qemuImg, path)
+	if err == nil && key != nil {
+		formats.Store(*key, f)
+	}
+	return f, err
+}
+
+func askImageFormat(ctx context.Context, qemuImg, path string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, qemuImg, "info", "-U", "--output=json", path).Output()

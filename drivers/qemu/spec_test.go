@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver"
@@ -248,5 +249,41 @@ func TestCreateVMWritesAPrivateWorkspaceWithAnOverlay(t *testing.T) {
 	}
 	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("workspace remains after destroy: %v", err)
+	}
+}
+
+// TestImageFormatAsksQemuImgOncePerVersionOfTheFile: launches of one image
+// ask qemu-img once; a file rewritten (here as raw) is asked again.
+func TestImageFormatAsksQemuImgOncePerVersionOfTheFile(t *testing.T) {
+	real, err := exec.LookPath("qemu-img")
+	if err != nil {
+		t.Skip("qemu-img not installed")
+	}
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	// qemu-img itself, counting its runs.
+	wrapper := filepath.Join(dir, "qemu-img")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\necho x >> "+calls+"\nexec "+real+" \"$@\"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "disk.qcow2")
+	if out, err := exec.Command(real, "create", "-q", "-f", "qcow2", img, "1M").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	ctx := t.Context()
+	for range 3 {
+		if f, err := imageFormat(ctx, wrapper, img); err != nil || f != "qcow2" {
+			t.Fatalf("format = %q, %v; want qcow2", f, err)
+		}
+	}
+	if b, _ := os.ReadFile(calls); strings.Count(string(b), "x") != 1 {
+		t.Fatalf("qemu-img ran %d times for three asks of one file, want 1", strings.Count(string(b), "x"))
+	}
+	time.Sleep(10 * time.Millisecond) // a new modification time even on coarse clocks
+	if err := os.WriteFile(img, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := imageFormat(ctx, wrapper, img); err != nil || f != "raw" {
+		t.Fatalf("after rewriting the file as raw: format = %q, %v", f, err)
 	}
 }

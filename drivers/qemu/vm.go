@@ -45,6 +45,7 @@ type vm struct {
 	stoppedAt  time.Time
 	exit       *pb.ExitResult
 	agentReady bool
+	resumed    bool          // this run resumed a saved guest rather than booted
 	stopReason pb.ExitReason // STOPPED or KILLED while StopVM or DestroyVM ends the VM
 	shutdown   string        // reason of QEMU's SHUTDOWN event, if one came
 	panicked   bool          // a GUEST_PANICKED event came
@@ -136,26 +137,35 @@ func unixClose(p *process) {
 
 // CreateVM validates the spec and makes the workspace and overlay disk.
 func (d *Driver) CreateVM(ctx context.Context, spec *pb.VMSpec) (*pb.VMStatus, error) {
+	st, _, err := d.createVM(ctx, spec, false)
+	return st, err
+}
+
+// createVM is CreateVM; for a clone (clone set) it leaves the disk for the
+// clone to write (copyDisk makes it whole: an empty overlay first would be
+// one more qemu-img run, thrown away). It also returns the backing image's
+// format.
+func (d *Driver) createVM(ctx context.Context, spec *pb.VMSpec, clone bool) (*pb.VMStatus, string, error) {
 	cfg, stateDir := d.config()
 	if stateDir == "" {
-		return nil, driver.Errorf(driver.ErrState, "the qemu driver has no configuration yet; call SetConfig first")
+		return nil, "", driver.Errorf(driver.ErrState, "the qemu driver has no configuration yet; call SetConfig first")
 	}
 	rec, format, err := validateSpec(ctx, cfg, spec)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if _, err := d.lookup(spec.Id); err == nil {
-		return nil, driver.Errorf(driver.ErrExists, "vm %s already exists", spec.Id)
+		return nil, "", driver.Errorf(driver.ErrExists, "vm %s already exists", spec.Id)
 	}
 	ws := workspace(stateDir, spec.Id)
 	if longest := filepath.Join(ws, agentSock); len(longest) > maxSocketPath {
-		return nil, driver.Errorf(driver.ErrInvalid, "vm %s: socket path %s is %d bytes, longer than unix sockets allow (%d); use a shorter id or state_dir",
+		return nil, "", driver.Errorf(driver.ErrInvalid, "vm %s: socket path %s is %d bytes, longer than unix sockets allow (%d); use a shorter id or state_dir",
 			spec.Id, longest, len(longest), maxSocketPath)
 	}
 	if err := os.Mkdir(ws, 0o700); errors.Is(err, os.ErrExist) {
-		return nil, driver.Errorf(driver.ErrExists, "vm %s already exists (workspace %s)", spec.Id, ws)
+		return nil, "", driver.Errorf(driver.ErrExists, "vm %s already exists (workspace %s)", spec.Id, ws)
 	} else if err != nil {
-		return nil, fmt.Errorf("create vm %s: %w", spec.Id, err)
+		return nil, "", fmt.Errorf("create vm %s: %w", spec.Id, err)
 	}
 	ok := false
 	defer func() {
@@ -166,27 +176,29 @@ func (d *Driver) CreateVM(ctx context.Context, spec *pb.VMSpec) (*pb.VMStatus, e
 	rec.UUID = newUUID()
 	if rec.Backing != "" {
 		rec.Disk = filepath.Join(ws, overlayFile)
+	}
+	if rec.Backing != "" && !clone {
 		if err := createOverlay(ctx, cfg.QEMUImg, rec.Backing, format, rec.Disk); err != nil {
-			return nil, fmt.Errorf("create vm %s: %w", spec.Id, err)
+			return nil, "", fmt.Errorf("create vm %s: %w", spec.Id, err)
 		}
 	}
 	if rec.Spec, err = driver.MarshalSpecJSON(spec); err != nil {
-		return nil, fmt.Errorf("create vm %s: %w", spec.Id, err)
+		return nil, "", fmt.Errorf("create vm %s: %w", spec.Id, err)
 	}
 	data, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("create vm %s: %w", spec.Id, err)
+		return nil, "", fmt.Errorf("create vm %s: %w", spec.Id, err)
 	}
 	if err := writeFileAtomic(filepath.Join(ws, specFile), append(data, '\n')); err != nil {
-		return nil, fmt.Errorf("create vm %s: write %s: %w", spec.Id, specFile, err)
+		return nil, "", fmt.Errorf("create vm %s: write %s: %w", spec.Id, specFile, err)
 	}
 	v := &vm{d: d, id: spec.Id, ws: ws, rec: *rec, spec: spec, state: pb.VMState_VM_STATE_CREATED}
 	if d.register(v) != v {
-		return nil, driver.Errorf(driver.ErrExists, "vm %s already exists", spec.Id)
+		return nil, "", driver.Errorf(driver.ErrExists, "vm %s already exists", spec.Id)
 	}
 	ok = true
 	d.emit(v.id, pb.EventType_EVENT_TYPE_CREATED, "")
-	return v.status(), nil
+	return v.status(), format, nil
 }
 
 // StartVM launches QEMU for a created or stopped VM.
@@ -232,8 +244,21 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	cmd.Dir = v.ws
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var stateFile *os.File
+	if l.Incoming {
+		// The saved device state, QEMU's descriptor 3 (resume reads it
+		// from there: no shell and cat to start).
+		if stateFile, err = os.Open(v.rec.Resume.State); err != nil {
+			logf.Close()
+			return nil, nil, fmt.Errorf("start vm %s: the saved state: %w", id, err)
+		}
+		cmd.ExtraFiles = []*os.File{stateFile}
+	}
 	err = cmd.Start()
 	logf.Close()
+	if stateFile != nil {
+		stateFile.Close()
+	}
 	if err != nil {
 		return nil, nil, driver.Errorf(driver.ErrUnavailable, "start vm %s: run %s: %v", id, cfg.QEMUBinary, err)
 	}
@@ -244,6 +269,7 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	v.state, v.proc, v.done = pb.VMState_VM_STATE_RUNNING, proc, done
 	v.accel, v.binary, v.startedAt = accel.Accel, cfg.QEMUBinary, started
 	v.stoppedAt, v.exit, v.agentReady, v.stopReason, v.shutdown, v.panicked = time.Time{}, nil, false, pb.ExitReason_EXIT_REASON_UNSPECIFIED, "", false
+	v.resumed = l.Incoming
 	v.mu.Unlock()
 	go v.watch(proc, done)
 
@@ -347,7 +373,8 @@ func (v *vm) connectMonitor(ctx context.Context, done <-chan struct{}, wait time
 		return mon, nil
 	}
 	path := filepath.Join(v.ws, qmpSock)
-	deadline := time.Now().Add(wait)
+	start := time.Now()
+	deadline := start.Add(wait)
 	for {
 		m, err := dialMonitor(path, 3*time.Second, v.onQMPEvent)
 		if err == nil {
@@ -364,9 +391,21 @@ func (v *vm) connectMonitor(ctx context.Context, done <-chan struct{}, wait time
 			return nil, driver.Errorf(driver.ErrState, "vm %s: qemu exited", v.id)
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(monitorPollPause(time.Since(start))):
 		}
 	}
+}
+
+// monitorPollPause is how long connectMonitor waits before trying the QMP
+// socket again: QEMU makes it 30 to 90 ms after it starts, and a resumed
+// guest is ready about 100 ms after that, so the first tries come often (a
+// failed connect to a missing socket is one cheap system call); a QEMU
+// that is slow to start is tried less often.
+func monitorPollPause(waited time.Duration) time.Duration {
+	if waited < 500*time.Millisecond {
+		return 2 * time.Millisecond
+	}
+	return 20 * time.Millisecond
 }
 
 // monitor returns the QMP connection of a running VM.

@@ -214,31 +214,52 @@ func (s *Server) signal(ss *session, sig *protocol.Signal) error {
 	return e.kill(unix.Signal(sig.Signal))
 }
 
-// Info describes this guest.
+// Info describes this guest. It answers every ping, and a resumed guest's
+// first answer runs under a new QEMU whose TCG has translated none of the
+// guest's code yet (each code path taken the first time costs then), so it
+// takes few paths: one uname for the kernel and hostname, the OS name read
+// once, the interfaces' names from /sys/class/net rather than a netlink dump.
 func (s *Server) Info() *protocol.Info {
 	info := &protocol.Info{AgentVersion: Version, OS: "Linux"}
-	info.Hostname, _ = os.Hostname()
 	var uts unix.Utsname
 	if unix.Uname(&uts) == nil {
 		info.Kernel = unix.ByteSliceToString(uts.Release[:])
 		info.OS = unix.ByteSliceToString(uts.Sysname[:])
+		info.Hostname = unix.ByteSliceToString(uts.Nodename[:])
+	} else {
+		info.Hostname, _ = os.Hostname()
 	}
-	if b, err := os.ReadFile("/etc/os-release"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
-				info.OS = strings.Trim(v, `"'`)
-			}
-		}
+	if name := osPrettyName(); name != "" {
+		info.OS = name
 	}
 	if b, err := os.ReadFile("/proc/uptime"); err == nil {
 		if f := strings.Fields(string(b)); len(f) > 0 {
 			info.Uptime, _ = strconv.ParseFloat(f[0], 64)
 		}
 	}
-	if ifs, err := net.Interfaces(); err == nil {
+	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
+		for _, e := range ents {
+			info.Interfaces = append(info.Interfaces, e.Name())
+		}
+	} else if ifs, err := net.Interfaces(); err == nil {
 		for _, i := range ifs {
 			info.Interfaces = append(info.Interfaces, i.Name)
 		}
 	}
 	return info
 }
+
+// osPrettyName is /etc/os-release's PRETTY_NAME, read once: it does not
+// change while the guest runs.
+var osPrettyName = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"'`)
+		}
+	}
+	return ""
+})

@@ -35,6 +35,8 @@ type Client struct {
 	pending map[uint64]*call
 	readyC  chan struct{} // closed and replaced when a ready message arrives
 	info    *Info         // from the latest ready message
+	primed  bool          // Ping was called and no ready has come since
+	early   *Info         // a ready that came after Ping, for the next WaitReady
 	err     error         // why the connection ended, once closed
 	done    chan struct{} // closed when the connection ends
 }
@@ -96,6 +98,12 @@ func (c *Client) readLoop() {
 		c.mu.Lock()
 		if m.Type == TypeReady {
 			c.info = m.Info
+			if c.primed {
+				c.primed, c.early = false, m.Info
+				if c.early == nil {
+					c.early = &Info{}
+				}
+			}
 			close(c.readyC)
 			c.readyC = make(chan struct{})
 		}
@@ -189,15 +197,31 @@ func (c *Client) send(req Request) error {
 	return c.enc.Encode(req)
 }
 
+// Ping sends a ping without waiting for the answer. The first ready that
+// arrives after it is kept for the next WaitReady, which returns it at once:
+// the driver pings a resumed guest as its vCPUs start, so the answer is on
+// its way before anyone waits for it.
+func (c *Client) Ping() error {
+	c.mu.Lock()
+	c.primed, c.early = true, nil
+	c.mu.Unlock()
+	return c.send(Request{Op: OpPing})
+}
+
 // WaitReady pings the agent every 500ms until a ready message arrives and returns the
-// guest's Info. Any ready counts, even one answering an older ping.
+// guest's Info. Any ready counts, even one answering an older ping, and so
+// does one kept since Ping.
 func (c *Client) WaitReady(ctx context.Context) (*Info, error) {
 	tick := time.NewTicker(pingInterval)
 	defer tick.Stop()
 	for {
 		c.mu.Lock()
-		readyC, err := c.readyC, c.err
+		readyC, err, early := c.readyC, c.err, c.early
+		c.early = nil
 		c.mu.Unlock()
+		if early != nil {
+			return early, nil
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -370,3 +370,53 @@ func TestDialGivesUpWhenContextEnds(t *testing.T) {
 		t.Fatalf("err = %v, want deadline exceeded naming the socket", err)
 	}
 }
+
+// TestPingKeepsTheAnswerForWaitReady: a ready that answers Ping, arriving
+// before anyone waits, is what the next WaitReady returns, at once (the
+// guest here answers one ping only, so a WaitReady that sent its own and
+// waited for it would time out).
+func TestPingKeepsTheAnswerForWaitReady(t *testing.T) {
+	hostEnd, guestEnd := net.Pipe()
+	c := protocol.NewClient(hostEnd)
+	t.Cleanup(func() { c.Close(); guestEnd.Close() })
+	answered := make(chan struct{})
+	go func() {
+		dec := protocol.NewDecoder(guestEnd)
+		enc := protocol.NewEncoder(guestEnd)
+		line, err := dec.ReadLine()
+		if err != nil {
+			return
+		}
+		req, err := protocol.DecodeRequest(line)
+		if err != nil || req.Op != protocol.OpPing {
+			return
+		}
+		_ = enc.Encode(protocol.Message{ID: req.ID, Type: protocol.TypeReady, Info: &protocol.Info{AgentVersion: "first-answer"}})
+		close(answered)
+		for { // read on, answer nothing more
+			if _, err := dec.ReadLine(); err != nil {
+				return
+			}
+		}
+	}()
+	if err := c.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-answered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the guest end never saw the ping")
+	}
+	time.Sleep(50 * time.Millisecond) // the answer reaches the read loop before WaitReady starts
+	info, err := c.WaitReady(ctxTimeout(t, 2*time.Second))
+	if err != nil {
+		t.Fatalf("WaitReady after an answered Ping: %v", err)
+	}
+	if info.AgentVersion != "first-answer" {
+		t.Fatalf("info = %+v, want the answer to Ping", info)
+	}
+	// Kept for one WaitReady only: the next one pings and waits again.
+	if _, err := c.WaitReady(ctxTimeout(t, 700*time.Millisecond)); err == nil {
+		t.Fatal("a second WaitReady returned the same kept answer")
+	}
+}
