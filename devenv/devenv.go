@@ -409,16 +409,20 @@ func enrollNode(ctx context.Context, centralURL, operatorToken, stateDir, versio
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
+	// The node prints its code first; of the requests central lists for
+	// this node (an enrollment cut short may have left one), dev approves
+	// the one showing that code.
+	var shown bytes.Buffer
 	_, err = link.Enroll(ctx, link.EnrollOptions{
 		CentralURL: centralURL, Node: NodeName, Invite: inv.Invite, StateDir: stateDir,
-		Out: io.Discard, Poll: 100 * time.Millisecond, Version: version,
+		Out: &shown, Poll: 100 * time.Millisecond, Version: version,
 		OwnerCode: func() (string, error) {
 			list, err := op.ListPairingRequests(ctx)
 			if err != nil {
 				return "", fmt.Errorf("list pairing requests: %w", err)
 			}
 			for _, r := range list.Requests {
-				if r.Name == NodeName && r.Kind == sdk.PairNode {
+				if r.Name == NodeName && r.Kind == sdk.PairNode && strings.Contains(shown.String(), "Confirmation code: "+sdk.ShowPairingCode(r.Code)+"\n") {
 					if _, err := op.ApprovePairing(ctx, r.ID, r.Code); err != nil {
 						return "", fmt.Errorf("approve the enrollment: %w", err)
 					}
