@@ -44,6 +44,32 @@ func rssMiB(t testing.TB, pid string) int64 {
 	return 0
 }
 
+// qemusUnder lists the pids of the live processes working in a directory
+// under dir. (A QEMU started ahead that a copy took keeps its command line,
+// which names its first workspace, but its working directory moved with the
+// workspace, to the copy's.)
+func qemusUnder(t testing.TB, dir string) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd")
+		if err != nil || !strings.HasPrefix(cwd, dir+"/") {
+			continue
+		}
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && strings.Contains(string(stat), ") Z ") {
+			continue // a zombie
+		}
+		pids = append(pids, e.Name())
+	}
+	return pids
+}
+
 // allocatedMiB is what a file takes on disk.
 func allocatedMiB(t testing.TB, path string) int64 {
 	var st syscall.Stat_t
@@ -88,7 +114,8 @@ func snapshotPool(t testing.TB, size int) (c *fxCentral, n *fxNode, tok string, 
 
 // TestSnapshotPoolHoldsOneSavedGuestAndClaimsResumeIt: a snapshot pool of 5
 // keeps one member, its template, saved and stopped (no QEMU process, its
-// RAM in a file on disk) rather than five running VMs; launches take copies
+// RAM in a file on disk) rather than five running VMs, and once claimed two
+// QEMUs waiting for the next claims, holding no guest; launches take copies
 // that run on from the saved guest (up since before the launch: resumed, not booted),
 // answer at once, are the claimer's, and outlive the pool's deletion.
 func TestSnapshotPoolHoldsOneSavedGuestAndClaimsResumeIt(t *testing.T) {
@@ -141,8 +168,25 @@ func TestSnapshotPoolHoldsOneSavedGuestAndClaimsResumeIt(t *testing.T) {
 		copies = append(copies, out)
 	}
 	ram := allocatedMiB(t, ramFile)
-	t.Logf("snapshot pool of 5: 1 saved guest (%s, stopped: 0 MiB resident), its RAM file %d MiB on disk; two resumed copies hold %d MiB resident",
-		templ.Name, ram, rss)
+	// After a claim the driver starts the next two copies' QEMUs ahead, each
+	// waiting for the saved state: QEMU's own memory, no guest
+	// (drivers/qemu/spare.go).
+	spares := filepath.Join(filepath.Dir(filepath.Dir(templ.Attributes["workspace"])), "spares")
+	var waiting []string
+	fxWait(t, "two QEMUs started ahead for the next claims", time.Minute, func() bool {
+		waiting = qemusUnder(t, spares)
+		return len(waiting) == 2
+	})
+	var spare int64
+	for _, pid := range waiting {
+		held := rssMiB(t, pid)
+		if held > rss/2 {
+			t.Errorf("a QEMU waiting for the next claim holds %d MiB, as much as a resumed copy (%d MiB for two): it holds a guest", held, rss)
+		}
+		spare += held
+	}
+	t.Logf("snapshot pool of 5: 1 saved guest (%s, stopped: 0 MiB resident), its RAM file %d MiB on disk, and two QEMUs waiting for the next claims' state (%d MiB resident between them); two resumed copies hold %d MiB resident",
+		templ.Name, ram, spare, rss)
 	if s := status(); s.Warm != 1 || s.Target != 1 {
 		t.Errorf("after two claims the pool has %d warm members and target %d, want its template still, and 1", s.Warm, s.Target)
 	}
@@ -168,6 +212,7 @@ func TestSnapshotPoolHoldsOneSavedGuestAndClaimsResumeIt(t *testing.T) {
 	if len(list0.VMs) != 2 {
 		t.Errorf("after the pool's deletion the node holds %d vms, want the 2 copies", len(list0.VMs))
 	}
+	fxWait(t, "the QEMUs started ahead ended with their pool", 30*time.Second, func() bool { return len(qemusUnder(t, spares)) == 0 })
 	for _, cp := range copies {
 		fxMust(t, "DELETE", c.url+"/fleet/vms/"+cp.Node+"/"+cp.VM.ID, tok, nil, http.StatusNoContent, nil)
 	}

@@ -59,6 +59,8 @@ type launch struct {
 	Network string
 	MAC     string
 	Tap     string
+	// NoAnnounce turns off the NIC's guest_announce (vmRecord.NoAnnounce).
+	NoAnnounce bool
 	// RAMFile backs the guest's RAM with a file: shared (writes reach the
 	// file) for a VM created with memory_file, private (copy on write) for
 	// one resuming from a saved guest's RAM.
@@ -136,7 +138,7 @@ func (l launch) args() []string {
 	if l.Network == "user" {
 		a = append(a,
 			"-netdev", "user,id=n0",
-			"-device", "virtio-net"+dev+",netdev=n0,mac="+l.MAC)
+			"-device", "virtio-net"+dev+",netdev=n0,mac="+l.MAC+l.announce())
 	}
 	if l.Network == "tap" {
 		// The network plugin made the tap and put it on the tenant's
@@ -144,7 +146,7 @@ func (l launch) args() []string {
 		// commands on QEMU's behalf).
 		a = append(a,
 			"-netdev", "tap,id=n0,ifname="+l.Tap+",script=no,downscript=no",
-			"-device", "virtio-net"+dev+",netdev=n0,mac="+l.MAC)
+			"-device", "virtio-net"+dev+",netdev=n0,mac="+l.MAC+l.announce())
 	}
 	if l.Display {
 		if l.Machine == machineMicrovm {
@@ -274,4 +276,12 @@ func hostTSCkHz() int64 {
 		return int64(mhz*1000 + 0.5)
 	}
 	return 0
+}
+
+// announce is the NIC's guest_announce property when it is turned off.
+func (l launch) announce() string {
+	if l.NoAnnounce {
+		return ",guest_announce=off"
+	}
+	return ""
 }

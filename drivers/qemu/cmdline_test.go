@@ -201,6 +201,23 @@ func TestHostTSCkHzIsPlausible(t *testing.T) {
 	}
 }
 
+// TestArgsNoAnnounceTurnsOffTheNICsGuestAnnounce: a launch with NoAnnounce
+// (a memory_file VM, or a clone resuming from one) offers the guest no
+// announce feature; any other keeps QEMU's default.
+func TestArgsNoAnnounceTurnsOffTheNICsGuestAnnounce(t *testing.T) {
+	for _, network := range []string{"user", "tap"} {
+		l := baseLaunch()
+		l.Network, l.Tap, l.MAC = network, "fxtap0123456789", "02:aa:bb:cc:dd:ee"
+		if devices := argValues(l.args(), "-device"); !slices.Contains(devices, "virtio-net-device,netdev=n0,mac=02:aa:bb:cc:dd:ee") {
+			t.Errorf("%s: devices %q lack the NIC with QEMU's defaults", network, devices)
+		}
+		l.NoAnnounce = true
+		if devices := argValues(l.args(), "-device"); !slices.Contains(devices, "virtio-net-device,netdev=n0,mac=02:aa:bb:cc:dd:ee,guest_announce=off") {
+			t.Errorf("%s with NoAnnounce: devices %q lack the NIC with guest_announce=off", network, devices)
+		}
+	}
+}
+
 func TestArgsTapNetworkOpensThePluginsTap(t *testing.T) {
 	l := baseLaunch()
 	l.Network, l.Tap, l.MAC = "tap", "fxtap0123456789", "02:aa:bb:cc:dd:ee"

@@ -120,6 +120,7 @@ func (d *Driver) WaitReady(ctx context.Context, id string) (map[string]string, e
 			if first {
 				d.setUpNetwork(rctx, v, c, guest)
 				d.emit(id, pb.EventType_EVENT_TYPE_GUEST_READY, info.AgentVersion)
+				d.spareAfterResume(v)
 			}
 			return guest, nil
 		}

@@ -79,6 +79,9 @@ func TestResumeMemoryClonesRunOnFromTheSavedGuestWithoutBooting(t *testing.T) {
 			t.Fatalf("WaitReady %s: %v", id, err)
 		}
 		took := time.Since(start)
+		if c := qemuCmdline(t, stateDir, id); !strings.Contains(c, "guest_announce=off") {
+			t.Errorf("%s: QEMU started without guest_announce=off, like its template: %q", id, c)
+		}
 		// The saved guest's network runs on (configuring it again by the
 		// clone's MAC would find no such NIC: the guest kept its source's).
 		if guest["network"] != userNetAddress {
@@ -133,4 +136,86 @@ func TestResumeMemoryClonesRunOnFromTheSavedGuestWithoutBooting(t *testing.T) {
 	if _, err := os.Stat(saved); !os.IsNotExist(err) {
 		t.Errorf("the saved RAM file outlived its snapshot: %v", err)
 	}
+}
+
+// TestResumeFromAGuestSavedWithTheNICsAnnounceOn: a memory_file VM's record
+// written before NoAnnounce existed (its NIC offered guest_announce, QEMU's
+// default) saves a guest whose clones still resume, their NIC made like
+// their source's, while a memory_file VM made today has it off, and so do
+// its clones.
+func TestResumeFromAGuestSavedWithTheNICsAnnounceOn(t *testing.T) {
+	requireQEMU(t)
+	img := image.DefaultDir()
+	if _, err := image.Load(img); err != nil {
+		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
+	}
+	d := newTestDriver(t, t.TempDir(), `{"machine": "microvm"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	_, stateDir := d.config()
+	cmdline := func(id string) string { return qemuCmdline(t, stateDir, id) }
+	spec := &pb.VMSpec{Id: "old", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
+		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+	if _, err := d.CreateVM(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyVM(context.Background(), spec.Id, true)
+	v, err := d.lookup(spec.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.rec.NoAnnounce {
+		t.Fatal("a memory_file vm made today offers the guest announce feature")
+	}
+	v.rec.NoAnnounce = false // as a record written before the field was
+	if err := v.writeRecord(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.StartVM(ctx, spec.Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.WaitReady(ctx, spec.Id); err != nil {
+		t.Fatal(err)
+	}
+	if c := cmdline(spec.Id); strings.Contains(c, "guest_announce") {
+		t.Fatalf("the old-style vm's QEMU was started with %q", c)
+	}
+	if _, err := d.SnapshotVM(ctx, spec.Id, "warm", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StopVM(ctx, spec.Id, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.CloneVM(ctx, &pb.CloneVMRequest{SourceId: spec.Id, SnapshotTag: "warm", Id: "oldc", ResumeMemory: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyVM(context.Background(), "oldc", true)
+	if _, _, err := d.StartVM(ctx, "oldc"); err != nil {
+		log, _ := tailFile(filepath.Join(workspace(stateDir, "oldc"), qemuLogFile), 2048)
+		t.Fatalf("resume from a guest saved with the announce feature on: %v\n%s", err, log)
+	}
+	if _, err := d.WaitReady(ctx, "oldc"); err != nil {
+		t.Fatal(err)
+	}
+	if c := cmdline("oldc"); strings.Contains(c, "guest_announce") {
+		t.Errorf("the clone of an old-style guest was started with %q, unlike its source", c)
+	}
+	if got := strings.TrimSpace(guestOutput(ctx, t, d, "oldc", "echo resumed")); got != "resumed" {
+		t.Errorf("the resumed clone answers %q", got)
+	}
+}
+
+// qemuCmdline is the command line of the QEMU running vm id, its arguments
+// joined by spaces.
+func qemuCmdline(t *testing.T, stateDir, id string) string {
+	t.Helper()
+	pid, err := os.ReadFile(filepath.Join(workspace(stateDir, id), pidFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ReplaceAll(string(data), "\x00", " ")
 }

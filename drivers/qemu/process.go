@@ -78,9 +78,10 @@ func (p *process) wait() exitStatus {
 
 // adoptProcess takes hold of the QEMU running from workspace ws: the pid
 // comes from the hint (a handle) or QEMU's pidfile, and it counts only if
-// /proc/<pid>/cmdline names the workspace, so a reused PID is never taken for
-// ours. ok is false when no such process runs.
-func adoptProcess(ws string, pidHint int) (*process, bool) {
+// /proc/<pid>/cmdline names the workspace, or startedIn (the workspace a
+// spare QEMU was started in, spare.go) when that is set, so a reused PID is
+// never taken for ours. ok is false when no such process runs.
+func adoptProcess(ws, startedIn string, pidHint int) (*process, bool) {
 	candidates := []int{}
 	if pidHint > 0 {
 		candidates = append(candidates, pidHint)
@@ -97,7 +98,7 @@ func adoptProcess(ws string, pidHint int) (*process, bool) {
 		if err != nil {
 			continue
 		}
-		if processAlive(pid) && cmdlineMentions(pid, ws) {
+		if processAlive(pid) && (cmdlineMentions(pid, ws) || (startedIn != "" && cmdlineMentions(pid, startedIn))) {
 			return &process{pid: pid, pidfd: fd}, true
 		}
 		unix.Close(fd)

@@ -46,6 +46,8 @@ type Driver struct {
 	accelDone  chan struct{} // closed when a probe finishes (replaced per probe)
 	accelWatch []chan struct{}
 
+	spares spares // QEMUs started ahead for resumes (spare.go)
+
 	subMu sync.Mutex
 	subs  map[chan *pb.Event]struct{}
 }
@@ -99,8 +101,12 @@ func (d *Driver) SetConfig(_ context.Context, req *basepb.SetConfigRequest) erro
 	}
 	d.mu.Lock()
 	changed := d.cfg.QEMUBinary != cfg.QEMUBinary || d.cfg.Accel != cfg.Accel || d.cfg.Machine != cfg.Machine
+	newDir := d.stateDir != stateDir
 	d.cfg, d.stateDir = cfg, stateDir
 	d.mu.Unlock()
+	if newDir {
+		clearSpares(stateDir) // an earlier plugin process's (spare.go)
+	}
 	d.accelMu.Lock()
 	if changed {
 		d.accel = nil

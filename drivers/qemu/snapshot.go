@@ -300,6 +300,7 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, id, tag string) error {
 			err = d.qemuImgSnapshot(ctx, "-d", tag, v.rec.Disk)
 		}
 		if err == nil {
+			d.dropSpares(id, tag)
 			err = v.removeSnapFiles(tag)
 		}
 		if err != nil {
@@ -397,6 +398,11 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 	} else if st := src.currentState(); runs(st) {
 		return nil, driver.Errorf(driver.ErrState, "vm %s is %s: clone it from a snapshot, or stop it first", src.id, stateName(st))
 	}
+	if req.GetResumeMemory() {
+		if v := d.takeSpare(src, req); v != nil { // a QEMU started ahead (spare.go)
+			return v.status(), nil
+		}
+	}
 	spec := driver.CloneSpec(src.spec, req) // no MAC: macFor(the clone's id)
 	st, format, err := d.createVM(ctx, spec, true)
 	if err != nil {
@@ -413,6 +419,8 @@ func (d *Driver) CloneVM(ctx context.Context, req *pb.CloneVMRequest) (*pb.VMSta
 		// The clone's own later boots use ordinary memory.
 		r := snapFiles(src.ws, tag)
 		v.rec.Resume, v.rec.MemoryFile = &r, false
+		v.rec.NoAnnounce = src.rec.NoAnnounce // the NIC the saved state was taken from
+		v.resumedFrom = spareKey{src.id, tag}
 		err = v.writeRecord()
 	}
 	if err != nil {

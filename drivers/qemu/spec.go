@@ -57,6 +57,21 @@ type vmRecord struct {
 	CreatedAt int64           `json:"created_at_unix_nano"`
 	// MemoryFile: the guest's RAM is the workspace's ram file.
 	MemoryFile bool `json:"memory_file,omitempty"`
+	// NoAnnounce: the NIC does not offer the guest virtio-net's announce feature
+	// (guest_announce=off). A memory_file VM is made so, because a guest resumed
+	// from it would otherwise spend the first moments after the resume sending
+	// its own announcements, a burst of guest CPU under TCG that delays its
+	// first answer, and QEMU announces the NIC's address on the guest's behalf
+	// anyway. A resumed clone takes its source's setting: the saved device state
+	// loads only into a NIC with the same features. Records written before the
+	// field have it false, so guests saved then still resume.
+	NoAnnounce bool `json:"no_guest_announce,omitempty"`
+	// StartedIn and QEMUName: the VM's QEMU was started ahead, as a spare
+	// (spare.go), in another workspace and under another -name, which its
+	// command line and QMP still show; they are cleared when the VM starts a
+	// QEMU of its own.
+	StartedIn string `json:"qemu_started_in,omitempty"`
+	QEMUName  string `json:"qemu_name,omitempty"`
 	// Resume, when set, makes the next start resume from a saved guest
 	// instead of booting (a clone with resume_memory); it is cleared once
 	// that start has succeeded.
@@ -146,6 +161,7 @@ func validateSpec(ctx context.Context, cfg Config, spec *pb.VMSpec) (*vmRecord, 
 	}
 	rec.Extra = vc.ExtraCmdline
 	rec.MemoryFile = vc.MemoryFile
+	rec.NoAnnounce = vc.MemoryFile
 
 	disk, err := resolveImage(cfg, spec, rec, vc)
 	if err != nil {

@@ -51,6 +51,14 @@ type vm struct {
 	panicked   bool          // a GUEST_PANICKED event came
 	mon        *monitor
 	destroyed  bool
+	// pending is a QEMU started ahead for this VM's resume and not yet given
+	// its saved state (spare.go); the next StartVM takes it. pendingAccel is
+	// the accelerator it was started with.
+	pending      *process
+	pendingAccel string
+	// resumedFrom is the saved guest this VM was cloned from with
+	// resume_memory in this plugin process (zero otherwise).
+	resumedFrom spareKey
 
 	monMu   sync.Mutex // serialises (re)connecting the monitor
 	fwdMu   sync.Mutex // serialises adding host forwards (forward.go)
@@ -88,9 +96,18 @@ func (d *Driver) lookupOrLoad(id string) (*vm, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p, ok := adoptProcess(v.ws, 0); ok {
-		unixClose(p)
-		return nil, driver.Errorf(driver.ErrState, "vm %s runs in a QEMU started by an earlier plugin process; recover it with its handle first", id)
+	if p, ok := adoptProcess(v.ws, v.rec.StartedIn, 0); ok {
+		if v.rec.Resume == nil || v.rec.StartedIn == "" {
+			unixClose(p)
+			return nil, driver.Errorf(driver.ErrState, "vm %s runs in a QEMU started by an earlier plugin process; recover it with its handle first", id)
+		}
+		// A QEMU started ahead for the VM's resume that an earlier plugin process
+		// never gave the saved state: end it, and the VM's start launches its own.
+		killSpareProcess(p)
+		v.rec.StartedIn, v.rec.QEMUName = "", ""
+		if err := v.writeRecord(); err != nil {
+			return nil, fmt.Errorf("load vm %s: %w", id, err)
+		}
 	}
 	return d.register(v), nil
 }
@@ -230,40 +247,24 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	if r := v.rec.Resume; r != nil {
 		l.RAMFile, l.RAMShared, l.Incoming = r.RAM, false, true
 	}
-	for _, f := range []string{qmpSock, agentSock, vncSock, pidFile} {
-		_ = os.Remove(filepath.Join(v.ws, f))
-	}
-	logf, err := os.OpenFile(filepath.Join(v.ws, qemuLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("start vm %s: %w", id, err)
-	}
-	fmt.Fprintf(logf, "--- fluxvm: starting qemu at %s\n", time.Now().UTC().Format(time.RFC3339Nano))
-	// QEMU must outlive this plugin: its own session, output to a file (never a
-	// pipe to us), no stdin.
-	cmd := exec.Command(cfg.QEMUBinary, l.args()...)
-	cmd.Dir = v.ws
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	var stateFile *os.File
-	if l.Incoming {
-		// The saved device state, QEMU's descriptor 3 (resume reads it
-		// from there: no shell and cat to start).
-		if stateFile, err = os.Open(v.rec.Resume.State); err != nil {
-			logf.Close()
-			return nil, nil, fmt.Errorf("start vm %s: the saved state: %w", id, err)
+	var proc *process
+	if v.pending != nil {
+		// A QEMU started ahead for this resume (spare.go): it waits for the saved state.
+		proc, v.pending = v.pending, nil
+		l.Accel = v.pendingAccel
+	} else {
+		if v.rec.StartedIn != "" {
+			// An earlier run's QEMU was one started ahead; this one is the VM's own.
+			v.rec.StartedIn, v.rec.QEMUName = "", ""
+			if err := v.writeRecord(); err != nil {
+				return nil, nil, fmt.Errorf("start vm %s: %w", id, err)
+			}
 		}
-		cmd.ExtraFiles = []*os.File{stateFile}
-	}
-	err = cmd.Start()
-	logf.Close()
-	if stateFile != nil {
-		stateFile.Close()
-	}
-	if err != nil {
-		return nil, nil, driver.Errorf(driver.ErrUnavailable, "start vm %s: run %s: %v", id, cfg.QEMUBinary, err)
+		if proc, err = d.execQEMU(v, cfg.QEMUBinary, l); err != nil {
+			return nil, nil, err
+		}
 	}
 	started := time.Now()
-	proc := &process{pid: cmd.Process.Pid, cmd: cmd, pidfd: -1}
 	done := make(chan struct{})
 	v.mu.Lock()
 	v.state, v.proc, v.done = pb.VMState_VM_STATE_RUNNING, proc, done
@@ -323,24 +324,65 @@ func (d *Driver) StartVM(ctx context.Context, id string) (*pb.Handle, *pb.VMStat
 	return h, v.status(), nil
 }
 
+// execQEMU starts QEMU for v as l describes, in its own session with its
+// output going to the workspace's log; for an incoming launch its descriptor
+// 3 is the saved device state. It returns once the process runs.
+func (d *Driver) execQEMU(v *vm, binary string, l launch) (*process, error) {
+	id := v.id
+	for _, f := range []string{qmpSock, agentSock, vncSock, pidFile} {
+		_ = os.Remove(filepath.Join(v.ws, f))
+	}
+	logf, err := os.OpenFile(filepath.Join(v.ws, qemuLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("start vm %s: %w", id, err)
+	}
+	fmt.Fprintf(logf, "--- fluxvm: starting qemu at %s\n", time.Now().UTC().Format(time.RFC3339Nano))
+	// QEMU must outlive this plugin: its own session, output to a file (never a
+	// pipe to us), no stdin.
+	cmd := exec.Command(binary, l.args()...)
+	cmd.Dir = v.ws
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var stateFile *os.File
+	if l.Incoming {
+		// The saved device state, QEMU's descriptor 3 (resume reads it
+		// from there: no shell and cat to start).
+		if stateFile, err = os.Open(v.rec.Resume.State); err != nil {
+			logf.Close()
+			return nil, fmt.Errorf("start vm %s: the saved state: %w", id, err)
+		}
+		cmd.ExtraFiles = []*os.File{stateFile}
+	}
+	err = cmd.Start()
+	logf.Close()
+	if stateFile != nil {
+		stateFile.Close()
+	}
+	if err != nil {
+		return nil, driver.Errorf(driver.ErrUnavailable, "start vm %s: run %s: %v", id, binary, err)
+	}
+	return &process{pid: cmd.Process.Pid, cmd: cmd, pidfd: -1}, nil
+}
+
 // launch makes the QEMU command line description for this VM.
 func (v *vm) launch(accel string) launch {
 	l := launch{
-		ID:        v.id,
-		UUID:      v.rec.UUID,
-		Workspace: v.ws,
-		Machine:   v.rec.Machine,
-		Accel:     accel,
-		VCPUs:     v.spec.Vcpus,
-		MemoryMiB: v.spec.MemoryMib,
-		Kernel:    v.rec.Kernel,
-		Initrd:    v.rec.Initrd,
-		AgentPort: v.rec.AgentPort,
-		Disk:      v.rec.Disk,
-		Volumes:   v.spec.GetVolumes(),
-		Display:   v.spec.Display,
-		Network:   "none",
-		MAC:       v.rec.MAC,
+		ID:         v.id,
+		UUID:       v.rec.UUID,
+		Workspace:  v.ws,
+		Machine:    v.rec.Machine,
+		Accel:      accel,
+		VCPUs:      v.spec.Vcpus,
+		MemoryMiB:  v.spec.MemoryMib,
+		Kernel:     v.rec.Kernel,
+		Initrd:     v.rec.Initrd,
+		AgentPort:  v.rec.AgentPort,
+		Disk:       v.rec.Disk,
+		Volumes:    v.spec.GetVolumes(),
+		Display:    v.spec.Display,
+		Network:    "none",
+		MAC:        v.rec.MAC,
+		NoAnnounce: v.rec.NoAnnounce,
 	}
 	if v.rec.MemoryFile {
 		l.RAMFile, l.RAMShared = filepath.Join(v.ws, ramFile), true
@@ -623,7 +665,7 @@ func (d *Driver) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus, err
 	v.binary, v.startedAt = hs.QEMUBinary, time.Unix(0, hs.StartedAt)
 	v.mu.Unlock()
 
-	p, alive := adoptProcess(v.ws, hs.PID)
+	p, alive := adoptProcess(v.ws, v.rec.StartedIn, hs.PID)
 	if !alive {
 		v.markStopped()
 		return v.status(), nil
@@ -635,7 +677,7 @@ func (d *Driver) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus, err
 	mon, err := v.connectMonitor(ctx, done, 3*time.Second)
 	if err == nil {
 		var who identity
-		if who, err = mon.queryIdentity(ctx); err == nil && (who.Name != id || who.UUID != hs.UUID) {
+		if who, err = mon.queryIdentity(ctx); err == nil && (who.Name != v.qemuName() || who.UUID != hs.UUID) {
 			err = driver.Errorf(driver.ErrState, "vm %s: the qemu at %s says it is %q (uuid %s), not this vm (uuid %s)", id, hs.QMPSocket, who.Name, who.UUID, hs.UUID)
 		}
 	}
@@ -653,7 +695,7 @@ func (d *Driver) RecoverVM(ctx context.Context, h *pb.Handle) (*pb.VMStatus, err
 			m.close()
 		}
 		unixClose(p)
-		p2, still := adoptProcess(v.ws, hs.PID)
+		p2, still := adoptProcess(v.ws, v.rec.StartedIn, hs.PID)
 		if !still {
 			v.markStopped()
 			return v.status(), nil
@@ -857,12 +899,16 @@ func (d *Driver) DestroyVM(ctx context.Context, id string, force bool) error {
 	}
 	v.op.Lock()
 	defer v.op.Unlock()
+	if v.pending != nil { // started ahead, never started as this VM (spare.go)
+		killSpareProcess(v.pending)
+		v.pending = nil
+	}
 	v.mu.Lock()
 	proc, done := v.proc, v.done
 	v.mu.Unlock()
 	if proc == nil {
 		// Not ours (yet): is a QEMU running from this workspace?
-		if p, ok := adoptProcess(v.ws, 0); ok {
+		if p, ok := adoptProcess(v.ws, v.rec.StartedIn, 0); ok {
 			if !force {
 				unixClose(p)
 				return driver.Errorf(driver.ErrState, "vm %s is running; stop it first or destroy with force", id)
@@ -900,6 +946,7 @@ func (d *Driver) DestroyVM(ctx context.Context, id string, force bool) error {
 	v.mu.Lock()
 	v.destroyed = true
 	v.mu.Unlock()
+	d.dropSpares(id, "")
 	d.mu.Lock()
 	if d.vms[id] == v {
 		delete(d.vms, id)
@@ -907,6 +954,15 @@ func (d *Driver) DestroyVM(ctx context.Context, id string, force bool) error {
 	d.mu.Unlock()
 	d.emit(id, pb.EventType_EVENT_TYPE_DESTROYED, "")
 	return nil
+}
+
+// qemuName is the -name its QEMU was started with: the VM's id, or the
+// spare's it was started as (spare.go).
+func (v *vm) qemuName() string {
+	if v.rec.QEMUName != "" {
+		return v.rec.QEMUName
+	}
+	return v.id
 }
 
 // verifyForKill checks, before a kill, that p is this VM's QEMU: through QMP
@@ -925,7 +981,7 @@ func (v *vm) verifyForKill(ctx context.Context, p *process) error {
 	if err != nil {
 		return nil
 	}
-	if who.Name != v.id || who.UUID != v.rec.UUID {
+	if who.Name != v.qemuName() || who.UUID != v.rec.UUID {
 		return driver.Errorf(driver.ErrState, "vm %s: the qemu (pid %d) on its qmp socket says it is %q (uuid %s), not this vm; not killing it", v.id, p.pid, who.Name, who.UUID)
 	}
 	return nil

@@ -1,0 +1,247 @@
+//go:build linux
+
+package qemu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxvm/fluxvm/guest/image"
+	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
+)
+
+// spareProcesses lists the live processes working in a spare workspace
+// under stateDir (a spare a clone took works in the clone's workspace).
+func spareProcesses(t *testing.T, stateDir string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !processAlive(pid) {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && strings.HasPrefix(cwd, spareDir(stateDir)+"/") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitSpare waits for the driver to hold its full set of spares for key,
+// none still being made, and returns the one the next clone takes.
+func waitSpare(t *testing.T, d *Driver, key spareKey) *spare {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		d.spares.mu.Lock()
+		r, making := d.spares.ready[key], d.spares.making[key]
+		d.spares.mu.Unlock()
+		if len(r) == perSnapshot && making == 0 {
+			return r[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %d spares for %v a minute after a resumed clone answered", perSnapshot, key)
+	return nil
+}
+
+// TestResumedClonesTakeAQEMUStartedAhead: once a clone resumed from a saved
+// guest has answered, the driver starts the next clone's QEMU ahead (a
+// spare, holding no guest); the next clone takes it, resumes in it the saved
+// guest (same boot id, the template's RAM-only file), and its QEMU is the
+// spare's, moved into the clone's workspace. The VM is recovered by a new
+// plugin process like any other; a clone given a spare but never started
+// before a plugin restart has that QEMU ended and starts one of its own;
+// deleting the snapshot or the source ends the spares; a new plugin
+// process ends the spares an earlier one left.
+func TestResumedClonesTakeAQEMUStartedAhead(t *testing.T) {
+	requireQEMU(t)
+	img := image.DefaultDir()
+	if _, err := image.Load(img); err != nil {
+		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
+	}
+	stateDir := t.TempDir()
+	d := newTestDriver(t, stateDir, `{"machine": "microvm"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	spec := &pb.VMSpec{Id: "tmpl", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
+		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+	if _, err := d.CreateVM(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	defer d.DestroyVM(context.Background(), spec.Id, true)
+	if _, _, err := d.StartVM(ctx, spec.Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.WaitReady(ctx, spec.Id); err != nil {
+		t.Fatal(err)
+	}
+	guestOutput(ctx, t, d, spec.Id, "mkdir -p /run && echo saved-in-ram > /run/mark")
+	bootID := guestOutput(ctx, t, d, spec.Id, "cat /proc/sys/kernel/random/boot_id")
+	if _, err := d.SnapshotVM(ctx, spec.Id, "warm", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.StopVM(ctx, spec.Id, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	key := spareKey{spec.Id, "warm"}
+	resume := func(d *Driver, id string) *pb.Handle {
+		t.Helper()
+		if _, err := d.CloneVM(ctx, &pb.CloneVMRequest{SourceId: spec.Id, SnapshotTag: "warm", Id: id, Name: "copy " + id, ResumeMemory: true}); err != nil {
+			t.Fatalf("clone %s: %v", id, err)
+		}
+		h, _, err := d.StartVM(ctx, id)
+		if err != nil {
+			log, _ := tailFile(filepath.Join(workspace(stateDir, id), qemuLogFile), 2048)
+			t.Fatalf("start %s: %v\n%s", id, err, log)
+		}
+		if _, err := d.WaitReady(ctx, id); err != nil {
+			t.Fatalf("WaitReady %s: %v", id, err)
+		}
+		if got := guestOutput(ctx, t, d, id, "cat /proc/sys/kernel/random/boot_id"); got != bootID {
+			t.Errorf("%s has boot id %q, want the template's %q (a resume, not a boot)", id, got, bootID)
+		}
+		if got := strings.TrimSpace(guestOutput(ctx, t, d, id, "cat /run/mark")); got != "saved-in-ram" {
+			t.Errorf("%s: /run/mark = %q, want what the template wrote into RAM", id, got)
+		}
+		return h
+	}
+
+	// The first clone has no spare to take: none is made before a resume.
+	if pids := spareProcesses(t, stateDir); len(pids) != 0 {
+		t.Fatalf("spares %v before any clone resumed", pids)
+	}
+	resume(d, "c1")
+	defer d.DestroyVM(context.Background(), "c1", true)
+	v1, _ := d.lookup("c1")
+	if v1.rec.StartedIn != "" {
+		t.Fatal("the first clone says it took a spare")
+	}
+	s := waitSpare(t, d, key)
+	if rss := residentMiB(t, s.proc.pid); rss > 128 {
+		t.Errorf("a spare QEMU holds %d MiB resident: more than QEMU itself, as if it held the guest", rss)
+	} else {
+		t.Logf("a spare QEMU holds %d MiB resident (the guest has 256 MiB)", rss)
+	}
+
+	// The second takes it.
+	h2 := resume(d, "c2")
+	defer d.DestroyVM(context.Background(), "c2", true)
+	v2, _ := d.lookup("c2")
+	if v2.rec.StartedIn != s.ws || v2.rec.QEMUName != s.id {
+		t.Fatalf("c2's record says its QEMU started in %q as %q, want the spare's %q, %q", v2.rec.StartedIn, v2.rec.QEMUName, s.ws, s.id)
+	}
+	if c := qemuCmdline(t, stateDir, "c2"); !strings.Contains(c, s.ws+"/") {
+		t.Errorf("c2's QEMU is not the spare's: %q", c)
+	}
+	if v2.spec.GetName() != "copy c2" || v2.spec.GetId() != "c2" {
+		t.Errorf("c2's spec is %q named %q, want the clone request's id and name", v2.spec.GetId(), v2.spec.GetName())
+	}
+
+	// A new plugin process recovers c2 (the QEMU says it is the spare), and
+	// ends the spare made meanwhile for the next clone, which it does not know.
+	s3 := waitSpare(t, d, key)
+	forget(v2) // as the earlier process's end would: it holds c2's QMP
+	d2 := newTestDriver(t, stateDir, `{"machine": "microvm"}`)
+	if processAlive(s3.proc.pid) {
+		t.Error("a new plugin process left an earlier one's spare running")
+	}
+	if st, err := d2.RecoverVM(ctx, h2); err != nil || st.State != pb.VMState_VM_STATE_RUNNING {
+		t.Fatalf("recover c2 in a new plugin process: %v, %v", st, err)
+	}
+	if got := strings.TrimSpace(guestOutput(ctx, t, d2, "c2", "cat /run/mark")); got != "saved-in-ram" {
+		t.Errorf("recovered c2 reads %q", got)
+	}
+	if err := d2.DestroyVM(ctx, "c2", true); err != nil {
+		t.Fatalf("destroy c2 from the new plugin process: %v", err)
+	}
+
+	// A clone given a spare, then a plugin restart before its start: the new
+	// process ends that QEMU and the clone resumes in one of its own.
+	tmpl2, err := d2.lookupOrLoad(spec.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.makeSpares(tmpl2, "warm")
+	s4 := waitSpare(t, d2, key)
+	if _, err := d2.CloneVM(ctx, &pb.CloneVMRequest{SourceId: spec.Id, SnapshotTag: "warm", Id: "c4", ResumeMemory: true}); err != nil {
+		t.Fatal(err)
+	}
+	d3 := newTestDriver(t, stateDir, `{"machine": "microvm"}`)
+	if _, _, err := d3.StartVM(ctx, "c4"); err != nil {
+		t.Fatalf("start c4, given a spare by the earlier plugin process: %v", err)
+	}
+	defer d3.DestroyVM(context.Background(), "c4", true)
+	if processAlive(s4.proc.pid) {
+		t.Error("the earlier plugin process's QEMU for c4 still runs")
+	}
+	if _, err := d3.WaitReady(ctx, "c4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := guestOutput(ctx, t, d3, "c4", "cat /proc/sys/kernel/random/boot_id"); got != bootID {
+		t.Errorf("c4 booted (boot id %q) instead of resuming", got)
+	}
+	if v4, _ := d3.lookup("c4"); v4.rec.StartedIn != "" {
+		t.Errorf("c4 runs its own QEMU but its record still names the spare's workspace %q", v4.rec.StartedIn)
+	}
+
+	// Deleting the snapshot ends its spare.
+	tmpl3, err := d3.lookupOrLoad(spec.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d3.makeSpares(tmpl3, "warm")
+	s5 := waitSpare(t, d3, key)
+	if err := d3.DeleteSnapshot(ctx, spec.Id, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	if processAlive(s5.proc.pid) {
+		t.Error("the snapshot is deleted and its spare still runs")
+	}
+	if pids := spareProcesses(t, stateDir); len(pids) != 0 {
+		t.Errorf("spare QEMUs %v outlived their snapshot", pids)
+	}
+	if entries, _ := os.ReadDir(spareDir(stateDir)); len(entries) != 0 {
+		t.Errorf("spare workspaces left: %v", entries)
+	}
+}
+
+// residentMiB is a process's resident memory.
+func residentMiB(t *testing.T, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb / 1024
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
+
+// forget drops what this plugin process holds of v's QEMU (its QMP and agent
+// connections), as the process ending would, for a second driver in the
+// same test to recover it.
+func forget(v *vm) {
+	v.mu.Lock()
+	m := v.mon
+	v.mon = nil
+	v.mu.Unlock()
+	if m != nil {
+		m.close()
+	}
+	v.closeAgent()
+}
