@@ -41,6 +41,7 @@ func benchFleet() []Node {
 
 // BenchmarkPlace: one placement decision over 2,000 nodes, with every verdict
 // recorded. The "refused" case is the worst: every node builds its reasons.
+// The "-short" cases are PlaceShort (the choice and the ten best).
 // No baseline: it reports decisions/s and the time of one decision as the
 // median of the decisions timed one by one, with its p10–p90.
 func BenchmarkPlace(b *testing.B) {
@@ -61,6 +62,20 @@ func BenchmarkPlace(b *testing.B) {
 			for b.Loop() {
 				t0 := time.Now()
 				_, _ = Place(nodes, tc.req, DefaultPolicy, BinPack)
+				took.Add(time.Since(t0))
+			}
+			reportDecisions(b, took)
+		})
+	}
+	// PlaceShort, as central's watched placement calls it: the choice and
+	// the ten best, no words for refusals.
+	for _, tc := range cases[:2] {
+		b.Run(tc.name+"-short", func(b *testing.B) {
+			b.ReportAllocs()
+			took := benchstat.NewSamples()
+			for b.Loop() {
+				t0 := time.Now()
+				_, _ = PlaceShort(nodes, tc.req, DefaultPolicy, BinPack, 10)
 				took.Add(time.Since(t0))
 			}
 			reportDecisions(b, took)

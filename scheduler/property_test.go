@@ -339,3 +339,84 @@ func FuzzPlace(f *testing.F) {
 		checkDecision(t, nodes, req, pol, d, err)
 	})
 }
+
+// Random fleets: PlaceShort chooses as Place does, with Place's reason or
+// Place's error, and its short list is the keep best-scored of Place's
+// fitting verdicts (the chosen one first among equals), in name order.
+func TestPlaceShortChoosesAsPlaceDoes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 5))
+	shortened := 0
+	for i := range 20000 {
+		nodes, req, pol, strategy := genCase(&bytesReader{b: randomBytes(rng, 400)})
+		keep := 1 + i%4
+		want, werr := Place(nodes, req, pol, strategy)
+		got, gerr := PlaceShort(nodes, req, pol, strategy, keep)
+		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+			t.Fatalf("case %d: Place says %v, PlaceShort %v", i, werr, gerr)
+		}
+		if werr != nil {
+			continue
+		}
+		if got.Node != want.Node || got.Reason != want.Reason {
+			t.Fatalf("case %d: PlaceShort chose %s (%s), Place %s (%s)", i, got.Node, got.Reason, want.Node, want.Reason)
+		}
+		if req.Node != "" {
+			continue // Place itself answered
+		}
+		var fit []Verdict
+		for _, v := range want.Considered {
+			if v.Fits {
+				fit = append(fit, v)
+			}
+		}
+		slices.SortStableFunc(fit, func(a, b Verdict) int {
+			switch {
+			case a.Score > b.Score:
+				return -1
+			case a.Score < b.Score:
+				return 1
+			}
+			return strings.Compare(a.Node, b.Node)
+		})
+		fit = fit[:min(len(fit), keep)]
+		slices.SortStableFunc(fit, func(a, b Verdict) int { return strings.Compare(a.Node, b.Node) })
+		if len(fit) < len(want.Considered) {
+			shortened++
+		}
+		if !slices.EqualFunc(fit, got.Considered, func(a, b Verdict) bool {
+			return a.Node == b.Node && a.Fits == b.Fits && a.Score == b.Score && len(b.Reasons) == 0
+		}) {
+			t.Fatalf("case %d (keep %d): short list %+v, want %+v", i, keep, got.Considered, fit)
+		}
+	}
+	if shortened < 1000 {
+		t.Fatalf("only %d cases had a list to shorten: the generator does not exercise PlaceShort", shortened)
+	}
+}
+
+// Equal scores: PlaceShort keeps Place's tie rule (the name that sorts first
+// wins) in its choice and its short list, whatever the input order.
+func TestPlaceShortBreaksTiesByName(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	nodes := make([]Node, 50)
+	for i := range nodes {
+		nodes[i] = host(fmt.Sprintf("n%02d", i))
+	}
+	rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	req := Request{Tenant: "t", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 256}
+	want, err := Place(nodes, req, DefaultPolicy, BinPack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := PlaceShort(nodes, req, DefaultPolicy, BinPack, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range got.Considered {
+		names = append(names, v.Node)
+	}
+	if want.Node != "n00" || got.Node != "n00" || !slices.Equal(names, []string{"n00", "n01", "n02"}) {
+		t.Fatalf("among equals Place chose %s, PlaceShort %s with list %v; want n00 and n00, n01, n02", want.Node, got.Node, names)
+	}
+}

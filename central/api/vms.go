@@ -172,7 +172,7 @@ func (s *Server) tenantGone(ctx context.Context, id string) bool {
 // scheduler weighs every node, but a body that grew with the fleet (200 kB
 // per launch at 2,000 nodes) cost more than the placement itself. A refusal
 // still lists every node: that is when "why not there?" is asked.
-const shortlistSize = 10
+const shortlistSize = placement.ShortList
 
 // shortlist is the chosen node's verdict and the best-scored other fitting
 // nodes, up to shortlistSize in all, in name order.

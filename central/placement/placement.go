@@ -190,7 +190,7 @@ func (p *Placer) PlaceAndReserve(ctx context.Context, req scheduler.Request, pol
 }
 
 // busy is the set of nodes this Placer is reserving on now (nil: none).
-func (p *Placer) busy() func(string) bool {
+func (p *Placer) busy() map[string]bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.inFlow) == 0 {
@@ -200,7 +200,7 @@ func (p *Placer) busy() func(string) bool {
 	for n := range p.inFlow {
 		set[n] = true
 	}
-	return func(node string) bool { return set[node] }
+	return set
 }
 
 func (p *Placer) flow(node string, delta int) {
