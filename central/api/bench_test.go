@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central"
-	"github.com/fluxvm/fluxvm/central/store/storetest"
+	"github.com/fluxvm/fluxvm/central/store/rawtxn"
 	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
 )
@@ -46,7 +46,7 @@ const (
 // boot's). One launch is the decision on the watched view, the reservation
 // transaction, the node's create and the ledger commit. One op is one round:
 // benchRound launches, and as many bare compare-and-put transactions
-// (storetest.RawTxns) from benchClients workers on the same etcd, in
+// (rawtxn.Rate) from benchClients workers on the same etcd, in
 // alternating order; the VMs are deleted between rounds, untimed, so the
 // quotas free. Sub-benchmarks: 3 nodes with one central and with two
 // centrals on one etcd taking turns, then 2,000 registered nodes (the 3 real
@@ -96,7 +96,7 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 			var lat []time.Duration
 			for round := range b.N {
 				raw := func() {
-					r, err := storetest.RawTxns(stA.Client(), benchClients, benchRound, 0)
+					r, err := rawtxn.Rate(stA.Client(), benchClients, benchRound, 0)
 					if err != nil {
 						b.Fatal(err)
 					}

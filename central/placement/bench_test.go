@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/central/store/rawtxn"
 	"github.com/fluxvm/fluxvm/central/store/storetest"
 	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/scheduler"
@@ -30,7 +31,7 @@ const (
 // (PlaceAndReserve), against an embedded etcd with fsync on, at 3, 100, 500
 // and 2,000 registered nodes. One op is one round: stepOps placements from
 // stepClients tenants at once, and stepOps bare compare-and-put transactions
-// (storetest.RawTxns) from as many workers, in alternating order; the
+// (rawtxn.Rate) from as many workers, in alternating order; the
 // reservations are released between rounds, untimed. It reports placements
 // per second and the ratio to raw transactions per second, each as the median
 // of the rounds with its p10–p90 spread (goal at 2,000 nodes: ≥ 0.5).
@@ -62,7 +63,7 @@ func BenchmarkPlacementStep(b *testing.B) {
 			b.ResetTimer()
 			for round := range b.N {
 				measureRaw := func() {
-					r, err := storetest.RawTxns(st.Client(), stepClients, stepOps, 0)
+					r, err := rawtxn.Rate(st.Client(), stepClients, stepOps, 0)
 					if err != nil {
 						b.Fatal(err)
 					}

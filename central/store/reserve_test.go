@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/central/store/rawtxn"
 	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -414,7 +415,6 @@ func BenchmarkReserveVsRawTxn(b *testing.B) {
 						nodes[w] = "n0"
 					}
 				}
-				revs := make([]int64, reserveWorkers)
 				var reserves, txns []float64
 				var gaveUp int64
 				b.ResetTimer()
@@ -424,7 +424,13 @@ func BenchmarkReserveVsRawTxn(b *testing.B) {
 							r, g := reserveRound(b, stores, tenants, nodes)
 							reserves, gaveUp = append(reserves, r), gaveUp+g
 						},
-						func() { txns = append(txns, rawTxnRound(b, host, revs)) })
+						func() {
+							r, err := rawtxn.Rate(host.client, reserveWorkers, reserveRoundOps, 0)
+							if err != nil {
+								b.Fatal(err)
+							}
+							txns = append(txns, r)
+						})
 				}
 				b.StopTimer()
 				rs, ts, ratio := benchstat.Of(reserves), benchstat.Of(txns), benchstat.Ratios(reserves, txns)
@@ -477,43 +483,6 @@ func reserveRound(b *testing.B, stores []*Store, tenants, nodes []string) (perSe
 		b.Fatal(err)
 	}
 	return float64(done.Load()) / elapsed.Seconds(), conflicts.Load()
-}
-
-// rawTxnRound runs reserveRoundOps bare compare-and-put transactions from
-// reserveWorkers goroutines, worker w on its own key, put if the key's
-// revision is still revs[w] (the one it last wrote), and returns
-// transactions per second.
-func rawTxnRound(b *testing.B, s *Store, revs []int64) float64 {
-	b.Helper()
-	ctx := testCtx(b)
-	var next atomic.Int64
-	errs := make([]error, reserveWorkers)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := range reserveWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("/bench/raw/%d", w)
-			for next.Add(1) <= reserveRoundOps {
-				resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", revs[w])).Then(clientv3.OpPut(key, "v")).Commit()
-				if err == nil && !resp.Succeeded {
-					err = errors.New("raw txn lost its compare")
-				}
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				revs[w] = resp.Header.Revision
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
-		b.Fatal(err)
-	}
-	return reserveRoundOps / elapsed.Seconds()
 }
 
 func TestCommitAfterTheLeaseWasLostRecordsTheVMAndReserveGetsANewLease(t *testing.T) {
