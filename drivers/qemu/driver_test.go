@@ -29,6 +29,17 @@ func newTestDriver(t *testing.T, stateDir, config string) *Driver {
 	return d
 }
 
+// guestImage is the guest image the real-guest tests boot, built by make
+// guest-image; a test fails with how to build it when it is missing.
+func guestImage(t *testing.T) string {
+	t.Helper()
+	img := image.DefaultDir()
+	if _, err := image.Load(img); err != nil {
+		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
+	}
+	return img
+}
+
 func TestStartVMReportsWhyQEMUFailed(t *testing.T) {
 	requireQEMU(t)
 	bundle, _ := testImages(t, t.TempDir()) // its kernel is not a kernel
@@ -62,10 +73,7 @@ func TestStartVMReportsWhyQEMUFailed(t *testing.T) {
 // holds a comma, which QEMU option strings must escape.
 func TestRealVMDetails(t *testing.T) {
 	requireQEMU(t)
-	img := image.DefaultDir()
-	if _, err := image.Load(img); err != nil {
-		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
-	}
+	img := guestImage(t)
 	state := filepath.Join(t.TempDir(), "a,b")
 	if err := os.Mkdir(state, 0o700); err != nil {
 		t.Fatal(err)

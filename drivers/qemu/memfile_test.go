@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/guest/image"
 	"github.com/fluxvm/fluxvm/plugins/driver"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
@@ -23,10 +22,7 @@ import (
 // that do not see each other's writes nor change the saved RAM file.
 func TestResumeMemoryClonesRunOnFromTheSavedGuestWithoutBooting(t *testing.T) {
 	requireQEMU(t)
-	img := image.DefaultDir()
-	if _, err := image.Load(img); err != nil {
-		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
-	}
+	img := guestImage(t)
 	d := newTestDriver(t, t.TempDir(), `{"machine": "microvm"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -145,10 +141,7 @@ func TestResumeMemoryClonesRunOnFromTheSavedGuestWithoutBooting(t *testing.T) {
 // its clones.
 func TestResumeFromAGuestSavedWithTheNICsAnnounceOn(t *testing.T) {
 	requireQEMU(t)
-	img := image.DefaultDir()
-	if _, err := image.Load(img); err != nil {
-		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
-	}
+	img := guestImage(t)
 	d := newTestDriver(t, t.TempDir(), `{"machine": "microvm"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

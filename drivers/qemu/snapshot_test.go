@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/guest/image"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
@@ -23,10 +22,7 @@ import (
 // id, while its source keeps running.
 func TestRealSnapshotsRestoreAndClone(t *testing.T) {
 	requireQEMU(t)
-	img := image.DefaultDir()
-	if _, err := image.Load(img); err != nil {
-		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
-	}
+	img := guestImage(t)
 	d := newTestDriver(t, t.TempDir(), `{}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fluxvm/fluxvm/guest/image"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
@@ -65,10 +64,7 @@ func waitSpare(t *testing.T, d *Driver, key spareKey) *spare {
 // process ends the spares an earlier one left.
 func TestResumedClonesTakeAQEMUStartedAhead(t *testing.T) {
 	requireQEMU(t)
-	img := image.DefaultDir()
-	if _, err := image.Load(img); err != nil {
-		t.Fatalf("no usable guest image in %s: run make guest-image (%v)", img, err)
-	}
+	img := guestImage(t)
 	stateDir := t.TempDir()
 	d := newTestDriver(t, stateDir, `{"machine": "microvm"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
