@@ -18,6 +18,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -340,7 +341,15 @@ func runPlugin(args []string) int {
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: args[0], Level: hclog.Trace, Output: os.Stderr, JSONFormat: true})
 	if newDriver, ok := builtinDrivers[args[0]]; ok {
-		driver.Serve(newDriver(logger), logger)
+		d := newDriver(logger)
+		driver.Serve(d, logger)
+		// The agent stopped the plugin: what the driver holds besides its VMs
+		// (the QEMU driver's QEMUs started ahead) goes with it; the VMs run on.
+		if c, ok := d.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				logger.Warn("close the driver", "error", err)
+			}
+		}
 		return 0
 	}
 	if newNetwork, ok := builtinNetworks[args[0]]; ok {

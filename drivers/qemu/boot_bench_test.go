@@ -157,7 +157,7 @@ func bootFastest(b *testing.B, accel string, m *image.Manifest) time.Duration {
 
 // waitAccel reads the acceleration verdict from the fingerprint, waiting out
 // the probe.
-func waitAccel(b *testing.B, p *driver.Plugin) string {
+func waitAccel(b testing.TB, p *driver.Plugin) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fps, err := p.Fingerprint(ctx)

@@ -46,9 +46,10 @@ import (
 // A snapshot has at most perSnapshot spares, the driver maxSpares in all;
 // a clone that finds none ready makes its own QEMU as before. A spare goes
 // when its snapshot or source VM is deleted, when it is found stale (the
-// snapshot's files are not the ones it opened) or its QEMU gone, and, left
-// by an earlier plugin process, when the next one is configured: a spare is
-// never recovered. A clone whose QEMU was started ahead but that was never
+// snapshot's files are not the ones it opened) or its QEMU gone, when the
+// agent stops the plugin process (Close), and, left by a plugin process
+// killed outright, when the next one is configured: a spare is never
+// recovered. A clone whose QEMU was started ahead but that was never
 // started itself before a plugin restart has that QEMU ended when it is
 // next loaded, and resumes in one of its own.
 
@@ -81,6 +82,8 @@ type spares struct {
 	mu     sync.Mutex
 	ready  map[spareKey][]*spare
 	making map[spareKey]int
+	closed bool           // Close was called: no more spares
+	makers sync.WaitGroup // spares being made
 }
 
 func (ss *spares) init() {
@@ -133,6 +136,34 @@ func clearSpares(stateDir string) {
 	}
 }
 
+// Close ends every spare, waiting for those being made; the plugin process
+// calls it when the agent stops it, so that no QEMU started ahead outlives
+// the plugin. The VMs run on.
+func (d *Driver) Close() error {
+	d.spares.mu.Lock()
+	d.spares.closed = true
+	d.spares.mu.Unlock()
+	// A spare being made ends once made (it sees closed); wait for that, but
+	// not for ever: a QEMU that does not start is given up on by startSpare.
+	made := make(chan struct{})
+	go func() { d.spares.makers.Wait(); close(made) }()
+	select {
+	case <-made:
+	case <-time.After(30 * time.Second):
+	}
+	d.spares.mu.Lock()
+	var gone []*spare
+	for k, r := range d.spares.ready {
+		gone = append(gone, r...)
+		delete(d.spares.ready, k)
+	}
+	d.spares.mu.Unlock()
+	for _, s := range gone {
+		s.discard()
+	}
+	return nil
+}
+
 // dropSpares ends the spares of source (of every tag when tag is "").
 func (d *Driver) dropSpares(source, tag string) {
 	d.spares.mu.Lock()
@@ -169,11 +200,12 @@ func (d *Driver) makeSpares(src *vm, tag string) {
 	for {
 		d.spares.mu.Lock()
 		d.spares.init()
-		if len(d.spares.ready[key])+d.spares.making[key] >= perSnapshot || d.spares.count() >= maxSpares {
+		if d.spares.closed || len(d.spares.ready[key])+d.spares.making[key] >= perSnapshot || d.spares.count() >= maxSpares {
 			d.spares.mu.Unlock()
 			return
 		}
 		d.spares.making[key]++
+		d.spares.makers.Add(1)
 		d.spares.mu.Unlock()
 		s, err := d.startSpare(src, tag)
 		d.spares.mu.Lock()
@@ -183,8 +215,8 @@ func (d *Driver) makeSpares(src *vm, tag string) {
 		src.mu.Lock()
 		gone := src.destroyed
 		src.mu.Unlock()
-		if err == nil && !gone && s.stale(src) != nil {
-			gone = true // the snapshot was deleted while the spare was made
+		if err == nil && !gone && (d.spares.closed || s.stale(src) != nil) {
+			gone = true // the snapshot was deleted, or the driver closed, while the spare was made
 		}
 		if err == nil && !gone {
 			d.spares.ready[key] = append(d.spares.ready[key], s)
@@ -192,12 +224,15 @@ func (d *Driver) makeSpares(src *vm, tag string) {
 		d.spares.mu.Unlock()
 		switch {
 		case err != nil:
+			d.spares.makers.Done()
 			d.logger.Warn("cannot prepare a QEMU ahead for the next resume; the next clone starts its own", "vm", src.id, "snapshot", tag, "error", err)
 			return
 		case gone:
 			s.discard() // the source or snapshot went while the spare was made (their deletion dropped the others)
+			d.spares.makers.Done()
 			return
 		}
+		d.spares.makers.Done()
 		d.logger.Debug("a QEMU waits for the next resume", "vm", src.id, "snapshot", tag, "spare", s.id, "pid", s.proc.pid)
 	}
 }

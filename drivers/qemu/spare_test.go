@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
+	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
 )
 
@@ -240,4 +242,77 @@ func forget(v *vm) {
 		m.close()
 	}
 	v.closeAgent()
+}
+
+// TestSparesEndWithThePluginProcess: the QEMUs a plugin process started
+// ahead end when the agent stops it, while the VMs run on.
+func TestSparesEndWithThePluginProcess(t *testing.T) {
+	requireQEMU(t)
+	img := guestImage(t)
+	bin := drivertest.Build(t, "../..", "./cmd/fluxvm-agent")
+	p := drivertest.LaunchCommand(bin, "plugin", "qemu")(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	stateDir := t.TempDir()
+	if err := p.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: []byte(`{"machine": "microvm"}`),
+		Agent: &basepb.AgentContext{StateDir: stateDir, NodeName: "spares"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitAccel(t, p)
+	spec := &pb.VMSpec{Id: "tmpl", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
+		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+	if _, err := p.CreateVM(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.StartVM(ctx, spec.Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.WaitReady(ctx, spec.Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.SnapshotVM(ctx, spec.Id, "warm", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.StopVM(ctx, spec.Id, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CloneVM(ctx, &pb.CloneVMRequest{SourceId: spec.Id, SnapshotTag: "warm", Id: "c1", ResumeMemory: true}); err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := p.StartVM(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.WaitReady(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(spareProcesses(t, stateDir)) < perSnapshot {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d QEMUs started ahead a minute after a resumed clone answered, want %d", len(spareProcesses(t, stateDir)), perSnapshot)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.Kill() // as the agent stops its plugins
+	deadline = time.Now().Add(10 * time.Second)
+	for len(spareProcesses(t, stateDir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("QEMUs started ahead %v outlived their plugin process by 10s", spareProcesses(t, stateDir))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The VM runs on: a new plugin process recovers it, and ends it.
+	p2 := drivertest.LaunchCommand(bin, "plugin", "qemu")(t)
+	if err := p2.SetConfig(ctx, &basepb.SetConfigRequest{ConfigJson: []byte(`{"machine": "microvm"}`),
+		Agent: &basepb.AgentContext{StateDir: stateDir, NodeName: "spares"}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p2.RecoverVM(ctx, h); err != nil || st.State != pb.VMState_VM_STATE_RUNNING {
+		t.Fatalf("recover c1 after its plugin process stopped: %v, %v", st, err)
+	}
+	for _, id := range []string{"c1", spec.Id} {
+		if err := p2.DestroyVM(ctx, id, true); err != nil {
+			t.Error(err)
+		}
+	}
 }
