@@ -27,8 +27,9 @@ import (
 // copying the snapshot's disk into the clone's overlay (qemu-img convert)
 // and starting QEMU, which loads some fifty libraries and sets up the
 // machine before it answers on QMP. Neither depends on which clone it is.
-// So once a clone resumed from a saved guest has answered, the driver
-// prepares the next ones: spares, each a workspace under state_dir/spares with
+// So once a memory_file VM holding a saved guest is stopped (a snapshot
+// pool's template), and again once a clone resumed from it has answered, the
+// driver prepares the next ones: spares, each a workspace under state_dir/spares with
 // the disk copied and the record written, and a QEMU started in it with
 // -incoming defer, waiting for the saved device state. A spare holds no
 // guest: the saved RAM file is mapped but not read until the state loads,
@@ -450,5 +451,26 @@ func (s *spare) waitIncoming(ctx context.Context) error {
 		case <-time.After(pause):
 		}
 		waited += pause
+	}
+}
+
+// sparesAfterStop prepares spares for a memory_file VM just stopped that
+// holds a saved guest: a snapshot pool's template, saved then stopped, is
+// what clones resume from next, so its first claim finds a QEMU waiting too.
+// Only its latest memory snapshot gets them.
+func (d *Driver) sparesAfterStop(id string) {
+	v, err := d.lookup(id)
+	if err != nil || !v.rec.MemoryFile {
+		return
+	}
+	snaps, err := v.readSnapshots()
+	if err != nil {
+		return
+	}
+	for i := len(snaps) - 1; i >= 0; i-- {
+		if snaps[i].GetMemory() && spareFor(v, snaps[i].GetTag()) {
+			go d.makeSpares(v, snaps[i].GetTag())
+			return
+		}
 	}
 }

@@ -55,11 +55,12 @@ func waitSpare(t *testing.T, d *Driver, key spareKey) *spare {
 	return nil
 }
 
-// TestResumedClonesTakeAQEMUStartedAhead: once a clone resumed from a saved
-// guest has answered, the driver starts the next clone's QEMU ahead (a
-// spare, holding no guest); the next clone takes it, resumes in it the saved
-// guest (same boot id, the template's RAM-only file), and its QEMU is the
-// spare's, moved into the clone's workspace. The VM is recovered by a new
+// TestResumedClonesTakeAQEMUStartedAhead: once a saved memory_file VM is
+// stopped, and again once a clone resumed from it has answered, the driver
+// starts the next clones' QEMUs ahead (spares, holding no guest; none while
+// the VM runs); a clone takes one, resumes in it the saved guest (same boot
+// id, the template's RAM-only file), and its QEMU is the spare's, moved into
+// the clone's workspace. The VM is recovered by a new
 // plugin process like any other; a clone given a spare but never started
 // before a plugin restart has that QEMU ended and starts one of its own;
 // deleting the snapshot or the source ends the spares; a new plugin
@@ -88,6 +89,10 @@ func TestResumedClonesTakeAQEMUStartedAhead(t *testing.T) {
 	if _, err := d.SnapshotVM(ctx, spec.Id, "warm", true); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(500 * time.Millisecond)
+	if pids := spareProcesses(t, stateDir); len(pids) != 0 {
+		t.Fatalf("spares %v for a template that still runs", pids)
+	}
 	if _, err := d.StopVM(ctx, spec.Id, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -114,32 +119,30 @@ func TestResumedClonesTakeAQEMUStartedAhead(t *testing.T) {
 		return h
 	}
 
-	// The first clone has no spare to take: none is made before a resume.
-	if pids := spareProcesses(t, stateDir); len(pids) != 0 {
-		t.Fatalf("spares %v before any clone resumed", pids)
-	}
-	resume(d, "c1")
-	defer d.DestroyVM(context.Background(), "c1", true)
-	v1, _ := d.lookup("c1")
-	if v1.rec.StartedIn != "" {
-		t.Fatal("the first clone says it took a spare")
-	}
+	// Stopping the saved template makes its spares: the first clone finds one.
 	s := waitSpare(t, d, key)
 	if rss := residentMiB(t, s.proc.pid); rss > 128 {
 		t.Errorf("a spare QEMU holds %d MiB resident: more than QEMU itself, as if it held the guest", rss)
 	} else {
 		t.Logf("a spare QEMU holds %d MiB resident (the guest has 256 MiB)", rss)
 	}
+	resume(d, "c1")
+	defer d.DestroyVM(context.Background(), "c1", true)
+	v1, _ := d.lookup("c1")
+	if v1.rec.StartedIn != s.ws || v1.rec.QEMUName != s.id {
+		t.Fatalf("c1's record says its QEMU started in %q as %q, want the spare's %q, %q", v1.rec.StartedIn, v1.rec.QEMUName, s.ws, s.id)
+	}
+	if c := qemuCmdline(t, stateDir, "c1"); !strings.Contains(c, s.ws+"/") {
+		t.Errorf("c1's QEMU is not the spare's: %q", c)
+	}
 
-	// The second takes it.
+	// The clone's answer tops the spares up; the second takes one, named as asked.
+	s2 := waitSpare(t, d, key)
 	h2 := resume(d, "c2")
 	defer d.DestroyVM(context.Background(), "c2", true)
 	v2, _ := d.lookup("c2")
-	if v2.rec.StartedIn != s.ws || v2.rec.QEMUName != s.id {
-		t.Fatalf("c2's record says its QEMU started in %q as %q, want the spare's %q, %q", v2.rec.StartedIn, v2.rec.QEMUName, s.ws, s.id)
-	}
-	if c := qemuCmdline(t, stateDir, "c2"); !strings.Contains(c, s.ws+"/") {
-		t.Errorf("c2's QEMU is not the spare's: %q", c)
+	if v2.rec.StartedIn != s2.ws {
+		t.Fatalf("c2's QEMU started in %q, want the spare's %q", v2.rec.StartedIn, s2.ws)
 	}
 	if v2.spec.GetName() != "copy c2" || v2.spec.GetId() != "c2" {
 		t.Errorf("c2's spec is %q named %q, want the clone request's id and name", v2.spec.GetId(), v2.spec.GetName())

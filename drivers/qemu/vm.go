@@ -784,7 +784,16 @@ func (d *Driver) WaitVM(ctx context.Context, id string) (*pb.ExitResult, error) 
 
 // StopVM shuts the VM down: the guest agent first, then the ACPI power
 // button, then QMP quit, then SIGKILL, sharing the timeout between them.
+// A stopped memory_file VM with a saved guest gets spares for it (spare.go).
 func (d *Driver) StopVM(ctx context.Context, id string, timeout time.Duration) (*pb.ExitResult, error) {
+	exit, err := d.stopVM(ctx, id, timeout)
+	if err == nil {
+		d.sparesAfterStop(id)
+	}
+	return exit, err
+}
+
+func (d *Driver) stopVM(ctx context.Context, id string, timeout time.Duration) (*pb.ExitResult, error) {
 	v, err := d.lookup(id)
 	if err != nil {
 		return nil, err
