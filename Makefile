@@ -93,6 +93,7 @@ bench: deps guest-image guest-image-stock
 	$(GO) test -run '^$$' -bench BenchmarkStatementAmongAMillionRows -benchtime 20x -timeout 30m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkBounds -benchtime 20x ./schemas/
 	$(GO) test -run '^$$' -bench BenchmarkTunnelRelay -benchtime 20x ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkTunnelThroughATCGGuest -benchtime 16x -timeout 10m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkTunnel20Memory -benchtime 5x ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkConsolePages200VMs -benchtime 5x -timeout 20m ./central/console/
 

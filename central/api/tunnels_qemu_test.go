@@ -16,6 +16,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/guest/image"
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
 )
 
@@ -235,13 +236,13 @@ func TestScreenTicketRelaysRFBFromARealQEMUVM(t *testing.T) {
 	}
 }
 
-// TestTunnelReachesAServerInARealQEMUGuest: an HTTP server started in a
-// real QEMU guest (busybox httpd on port 8080, through the guest agent)
-// answers through a tunnel client -> central -> node -> the QEMU driver's
-// loopback host forward -> the guest; then a byte echo in the guest
-// (busybox nc) carries 4 MiB both ways, and the time it takes is logged
-// as the throughput through a TCG guest.
-func TestTunnelReachesAServerInARealQEMUGuest(t *testing.T) {
+// tcgServersGuest boots a real QEMU guest through a central and a node (a
+// tenant's VM "web"), and starts in it busybox httpd on port 8080 (serving
+// hello-from-the-guest at /index.html) and an echo server, nc running cat,
+// on port 9000. It returns central's URL, the tenant's token, the node and
+// the VM's id.
+func tcgServersGuest(t testing.TB) (url, tok string, node *fxNode, vmID string) {
+	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Fatal("qemu-system-x86_64 not found: apt-get install qemu-system-x86 qemu-utils (make deps)")
 	}
@@ -249,8 +250,8 @@ func TestTunnelReachesAServerInARealQEMUGuest(t *testing.T) {
 	if _, err := image.Load(img); err != nil {
 		t.Fatalf("guest image in %s: %v (run make guest-image)", img, err)
 	}
-	url, _ := tnCentral(t)
-	node := startQemuFxNode(t, "qemu-1", url, img)
+	url, _ = tnCentral(t)
+	node = startQemuFxNode(t, "qemu-1", url, img)
 	t.Cleanup(func() {
 		var list sdk.VMList
 		if code, body := fxCall(t, "GET", node.url+"/v1/vms", node.admin, nil); code == http.StatusOK && json.Unmarshal(body, &list) == nil {
@@ -261,7 +262,7 @@ func TestTunnelReachesAServerInARealQEMUGuest(t *testing.T) {
 	})
 	fxWaitUp(t, url, "qemu-1")
 	fxMust(t, "PUT", url+"/fleet/images/debian-minimal", fxToken, map[string]any{"guest_os": "linux", "image": img, "vcpus": 1, "memory_mib": 256}, http.StatusCreated, nil)
-	_, tok := fxTenant(t, url, "acme", nil)
+	_, tok = fxTenant(t, url, "acme", nil)
 	var vm sdk.FleetCreateVMResponse
 	fxMust(t, "POST", url+"/fleet/vms", tok, map[string]any{"name": "web", "image": "debian-minimal"}, http.StatusCreated, &vm)
 	fxWait(t, "the guest agent of web", 3*time.Minute, func() bool {
@@ -276,11 +277,22 @@ func TestTunnelReachesAServerInARealQEMUGuest(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("start the servers in the guest: %+v", res)
 	}
+	return url, tok, node, vm.VM.ID
+}
+
+// TestTunnelReachesAServerInARealQEMUGuest: an HTTP server started in a
+// real QEMU guest (busybox httpd on port 8080, through the guest agent)
+// answers through a tunnel client -> central -> node -> the QEMU driver's
+// loopback host forward -> the guest; then a byte echo in the guest
+// (busybox nc) carries 4 MiB both ways, and the time it takes is logged
+// as the throughput through a TCG guest.
+func TestTunnelReachesAServerInARealQEMUGuest(t *testing.T) {
+	url, tok, _, vmID := tcgServersGuest(t)
 	fc, err := sdk.NewFleetClient(url, sdk.WithToken(tok))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := fc.DialWebSocket(t.Context(), "/fleet/vms/qemu-1/"+vm.VM.ID+"/tunnel?port=8080")
+	c, err := fc.DialWebSocket(t.Context(), "/fleet/vms/qemu-1/"+vmID+"/tunnel?port=8080")
 	if err != nil {
 		t.Fatalf("open a tunnel to port 8080: %v", err)
 	}
@@ -293,7 +305,7 @@ func TestTunnelReachesAServerInARealQEMUGuest(t *testing.T) {
 		t.Fatalf("the guest's httpd through the tunnel answered %q (%v)", reply, err)
 	}
 
-	echo, err := fc.DialWebSocket(t.Context(), "/fleet/vms/qemu-1/"+vm.VM.ID+"/tunnel?port=9000")
+	echo, err := fc.DialWebSocket(t.Context(), "/fleet/vms/qemu-1/"+vmID+"/tunnel?port=9000")
 	if err != nil {
 		t.Fatalf("open a tunnel to port 9000: %v", err)
 	}
@@ -305,4 +317,56 @@ func TestTunnelReachesAServerInARealQEMUGuest(t *testing.T) {
 	tnEcho(t, echo, data)
 	d := time.Since(start)
 	t.Logf("4 MiB each way through a TCG guest's nc: %v, %.1f MiB/s", d.Round(time.Millisecond), 4/d.Seconds())
+}
+
+// BenchmarkTunnelThroughATCGGuest measures a tunnel to a real QEMU guest's
+// echo server (busybox nc running cat, user-mode networking, TCG), where the
+// emulated guest sets the pace: 2 MiB each way per round through central
+// (client -> central -> node channel -> node -> the driver's host forward ->
+// the guest), against the same through the node's own tunnel endpoint alone
+// (client -> node -> host forward -> guest), interleaved. It reports both
+// rates and central/node round by round, each a median with its p10–p90:
+// what central's relay costs when the guest, not the relay, is the limit.
+func BenchmarkTunnelThroughATCGGuest(b *testing.B) {
+	url, tok, node, vmID := tcgServersGuest(b)
+	fc, err := sdk.NewFleetClient(url, sdk.WithToken(tok))
+	if err != nil {
+		b.Fatal(err)
+	}
+	nc, err := sdk.NewNodeClient(node.url, sdk.WithToken(node.admin))
+	if err != nil {
+		b.Fatal(err)
+	}
+	viaCentral, err := fc.DialWebSocket(b.Context(), "/fleet/vms/qemu-1/"+vmID+"/tunnel?port=9000")
+	if err != nil {
+		b.Fatalf("a tunnel through central: %v", err)
+	}
+	defer viaCentral.Close()
+	viaNode, err := nc.DialWebSocket(b.Context(), "/v1/vms/"+vmID+"/tunnel?port=9000")
+	if err != nil {
+		b.Fatalf("a tunnel through the node alone: %v", err)
+	}
+	defer viaNode.Close()
+	const chunk = 2 << 20
+	data := make([]byte, chunk)
+	_, _ = rand.Read(data)
+	var central, direct []float64 // MiB/s of each round
+	round := func(c io.ReadWriter) float64 {
+		start := time.Now()
+		tnEcho(b, c, data)
+		return float64(chunk) / time.Since(start).Seconds() / (1 << 20)
+	}
+	b.SetBytes(chunk)
+	b.ResetTimer()
+	for i := range b.N {
+		benchstat.Interleave(i,
+			func() { central = append(central, round(viaCentral)) },
+			func() { direct = append(direct, round(viaNode)) })
+	}
+	b.StopTimer()
+	cs, ns, rs := benchstat.Of(central), benchstat.Of(direct), benchstat.Ratios(central, direct)
+	benchstat.Report(b, cs, "central-MiB/s")
+	benchstat.Report(b, ns, "node-MiB/s")
+	benchstat.Report(b, rs, "central/node")
+	b.Logf("2 MiB each way per round to a TCG guest's nc: through central, MiB/s: %v; through the node alone, MiB/s: %v; central/node round by round %v", cs, ns, rs)
 }
