@@ -3,7 +3,7 @@
 // network's sheet (members, add and remove a node, rotate keys, delete).
 import { useState } from "preact/hooks";
 import { Me, ago, can, del, fmtTime, post } from "./api";
-import { ErrorNote, Sheet, Table, useAction, useData } from "./ui";
+import { ErrorNote, MissingSheet, Sheet, Table, useAction, useData } from "./ui";
 import { go } from "./router";
 
 const overlayPath = (name: string, ...rest: string[]) => ["/fleet/overlays", name, ...rest].map((p, i) => (i ? encodeURIComponent(p) : p)).join("/");
@@ -61,9 +61,7 @@ export function NetworksPage({ me, name }: { me: Me; name?: string }) {
         open ? (
           <NetworkSheet me={me} net={open} reload={reload} />
         ) : (
-          <Sheet title="Network" onClose={() => go("/networks")}>
-            <p class="empty">{data ? `You have no network ${name}.` : `Looking for network ${name}…`}</p>
-          </Sheet>
+          <MissingSheet title="Network" missing={`You have no network ${name}.`} looking={`Looking for network ${name}…`} loaded={!!data} back="/networks" />
         )
       ) : null}
     </section>

@@ -2,7 +2,6 @@
 // price list, a tenant's quotas and a tenant's statement. Each form sends
 // what was typed; central checks it and its refusal (with its hint) is
 // shown where the form is.
-import { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { Me, call, del, fmtMiB, fmtTime, get } from "./api";
 import { ErrorNote, Sheet, Table, useAction, useData } from "./ui";
@@ -47,10 +46,11 @@ function shown(v: any, kind: Kind): string | boolean {
 }
 
 // DocForm edits doc field by field and hands back the whole document with
-// the edits made (central's PUTs replace a whole document).
+// the edits made (central's PUTs replace a whole document). Beside its save
+// button it shows the save's error, or note once saved.
 function DocForm(props: {
   doc: any; skip?: string[]; jsonKeys?: string[]; label: string; save: string; busy: boolean;
-  onSave: (doc: any) => void; onBad: (e: Error) => void; children?: ComponentChildren;
+  onSave: (doc: any) => void; onBad: (e: Error) => void; error: any; note: string;
 }) {
   const fields = fieldsOf(props.doc, props.skip || [], props.jsonKeys || []);
   const initial = () => Object.fromEntries(fields.map((f) => [f.key, shown(at(props.doc, f.path), f.kind)]));
@@ -132,7 +132,10 @@ function DocForm(props: {
         ),
       )}
       <div class="sticky-save">
-        {props.children}
+        <div class="save-result" aria-live="polite">
+          <ErrorNote error={props.error} />
+          {props.note ? <p role="status">{props.note}</p> : null}
+        </div>
         <div class="actions left">
           <button class="primary" type="submit" disabled={props.busy}>
             {props.save}
@@ -168,12 +171,7 @@ export function PolicyPage() {
       <p class="hint">Every field with its value now. Saving replaces the whole policy; central checks every value.</p>
       <ErrorNote error={error} />
       {data ? (
-        <DocForm doc={{ ...data, egress: data.egress ?? null }} skip={["fleet_egress"]} jsonKeys={["egress"]} label="Fleet policy" save="Save policy" busy={act.busy} onSave={save} onBad={act.setError}>
-          <div class="save-result" aria-live="polite">
-            <ErrorNote error={act.error} />
-            {note ? <p role="status">{note}</p> : null}
-          </div>
-        </DocForm>
+        <DocForm doc={{ ...data, egress: data.egress ?? null }} skip={["fleet_egress"]} jsonKeys={["egress"]} label="Fleet policy" save="Save policy" busy={act.busy} onSave={save} onBad={act.setError} error={act.error} note={note} />
       ) : null}
       <p class="hint">
         Egress is the floor every tenant network is held to, as JSON: null for none (tenant networks may reach anywhere), or{" "}
@@ -227,12 +225,7 @@ export function PricesPage() {
         such as <code>[{`{"name": "m2-pro", "min_vcpus": 10, "min_memory_gib": 32, "per_hour": 1.2}`}]</code>.
       </p>
       {now ? (
-        <DocForm doc={now} skip={["effective_from"]} jsonKeys={["mac_classes"]} label="New prices" save="Publish prices" busy={act.busy} onSave={save} onBad={act.setError}>
-          <div class="save-result" aria-live="polite">
-            <ErrorNote error={act.error} />
-            {note ? <p role="status">{note}</p> : null}
-          </div>
-        </DocForm>
+        <DocForm doc={now} skip={["effective_from"]} jsonKeys={["mac_classes"]} label="New prices" save="Publish prices" busy={act.busy} onSave={save} onBad={act.setError} error={act.error} note={note} />
       ) : null}
     </section>
   );

@@ -2,7 +2,7 @@
 // (resize a detached volume, a pool's size; delete after typing the name).
 import { useState } from "preact/hooks";
 import { Me, ago, call, can, del, fmtMiB, fmtTime, post } from "./api";
-import { ErrorNote, Sheet, Table, useAction, useData } from "./ui";
+import { ErrorNote, MissingSheet, Sheet, Table, useAction, useData } from "./ui";
 import { go } from "./router";
 import { useNodes } from "./networks";
 
@@ -75,9 +75,7 @@ export function VolumesPage({ me, name }: { me: Me; name?: string }) {
         open ? (
           <VolumeSheet me={me} vol={open} reload={reload} />
         ) : (
-          <Sheet title="Volume" onClose={() => go("/volumes")}>
-            <p class="empty">{data ? `There is no volume ${name}.` : `Looking for volume ${name}…`}</p>
-          </Sheet>
+          <MissingSheet title="Volume" missing={`There is no volume ${name}.`} looking={`Looking for volume ${name}…`} loaded={!!data} back="/volumes" />
         )
       ) : null}
     </section>
@@ -230,9 +228,7 @@ export function PoolsPage({ me, name }: { me: Me; name?: string }) {
         open ? (
           <PoolSheet me={me} pool={open} reload={reload} />
         ) : (
-          <Sheet title="Warm pool" onClose={() => go("/pools")}>
-            <p class="empty">{data ? `There is no pool ${name}.` : `Looking for pool ${name}…`}</p>
-          </Sheet>
+          <MissingSheet title="Warm pool" missing={`There is no pool ${name}.`} looking={`Looking for pool ${name}…`} loaded={!!data} back="/pools" />
         )
       ) : null}
     </section>

@@ -2,6 +2,7 @@
 import { ComponentChildren } from "preact";
 import { useEffect, useRef, useState, useCallback } from "preact/hooks";
 import { get, APIError } from "./api";
+import { go } from "./router";
 
 // pending counts first loads in flight, on <body data-pending>, so a test
 // (or anyone) can tell when a page has everything it asked for.
@@ -103,6 +104,17 @@ export function Sheet(props: { title: string; onClose: () => void; children: Com
         <div class="sheet-body">{props.children}</div>
       </div>
     </div>
+  );
+}
+
+// MissingSheet stands for an item a page's address names but its list does
+// not hold: still looking while the list loads (loaded false), then saying
+// there is none. Closing it goes back to the list at back.
+export function MissingSheet(props: { title: string; missing: string; looking: string; loaded: boolean; back: string }) {
+  return (
+    <Sheet title={props.title} onClose={() => go(props.back)}>
+      <p class="empty">{props.loaded ? props.missing : props.looking}</p>
+    </Sheet>
   );
 }
 
