@@ -45,9 +45,10 @@ import (
 // linearizable read before it is returned, so staleness costs a retry, never a wrong answer.
 // If the condition
 // fails, the transaction's Else branch re-reads the same set at the new revision and the
-// loop goes again at once, so a retry costs one round trip, not two; after three lost races
-// it waits a jittered, growing pause and reads afresh (at most MaxTxnRetries tries, then
-// ErrConflict). Within one central, writers of the same counter also queue in process
+// loop goes again at once, so a retry costs one round trip, not two (a commit decided on a
+// watched view, ReserveRequest.Seen, has no Else branch and reads after a lost compare);
+// after three lost races it waits a jittered, growing pause and reads afresh (at most
+// MaxTxnRetries tries, then ErrConflict). Within one central, writers of the same counter also queue in process
 // (locks.go) so a burst does not send transactions that are bound to lose; that is only an
 // optimisation, since other centrals race through the transaction alone.
 //
@@ -156,23 +157,31 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 	}
 	defer unlock()
 	readTenant := req.Tenant != "" && req.Quotas == nil
-	reads := s.reserveReads(req.Tenant, req.Node, readTenant)
-	if req.Tenant != "" && req.Replaces != "" {
-		reads = append(reads, clientv3.OpGet(s.runningTenantPrefix(req.Tenant)+req.Replaces))
+	// The reads are built when first needed: a reservation decided on a watched view
+	// (Seen) usually commits without reading at all.
+	readOps := func(opts ...clientv3.OpOption) []clientv3.Op {
+		ops := s.reserveReads(req.Tenant, req.Node, readTenant, opts...)
+		if req.Tenant != "" && req.Replaces != "" {
+			ops = append(ops, clientv3.OpGet(s.runningTenantPrefix(req.Tenant)+req.Replaces, opts...))
+		}
+		return ops
 	}
-	// The first read may be served by any etcd member from its own state (serializable):
-	// it can be stale, but an admission decided on stale data fails its compare, and a
-	// refusal is confirmed with a linearizable read before it is returned.
-	localReads := s.reserveReads(req.Tenant, req.Node, readTenant, clientv3.WithSerializable())
-	if req.Tenant != "" && req.Replaces != "" {
-		localReads = append(localReads, clientv3.OpGet(s.runningTenantPrefix(req.Tenant)+req.Replaces, clientv3.WithSerializable()))
-	}
+	var reads []clientv3.Op
 	var resp *clientv3.TxnResponse
 	stale := false // resp came from a serializable read
 	read := func(serializable bool) error {
-		ops := reads
+		var ops []clientv3.Op
 		if serializable {
-			ops = localReads
+			// The first read may be served by any etcd member from its own state
+			// (serializable): it can be stale, but an admission decided on stale
+			// data fails its compare, and a refusal is confirmed with a
+			// linearizable read before it is returned.
+			ops = readOps(clientv3.WithSerializable())
+		} else {
+			if reads == nil {
+				reads = readOps()
+			}
+			ops = reads
 		}
 		r, err := s.kv(ctx).Txn(ctx).Then(ops...).Commit()
 		if err != nil {
@@ -268,7 +277,18 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 				clientv3.OpPut(s.resTenantPrefix(req.Tenant)+res.ID, mustJSON(res), lease),
 				clientv3.OpPut(s.usageTenantKey(req.Tenant), mustJSON(snap.tenantUsage)))
 		}
-		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Else(reads...).Commit()
+		// A commit on what the read gave carries the reads again as its Else branch, so a
+		// lost compare costs one round trip. One on the view's data carries none: it
+		// rarely loses (the view is this process's own and current to its last writes),
+		// and a smaller transaction is less for etcd to take in on every placement.
+		var elseReads []clientv3.Op
+		if !fromView {
+			if reads == nil {
+				reads = readOps()
+			}
+			elseReads = reads
+		}
+		r, err := s.kv(ctx).Txn(ctx).If(cmps...).Then(ops...).Else(elseReads...).Commit()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// Our lease expired (etcd unreachable past the TTL); take a new session and go again.
 			s.dropSession(sess)
@@ -287,6 +307,10 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 			}
 			out = res
 			return true, nil
+		}
+		if fromView {
+			// The view was behind: read what it missed, linearizably, and decide on that.
+			return false, read(false)
 		}
 		resp, stale = r, false // the Else branch read the same set at the new revision
 		return false, nil
