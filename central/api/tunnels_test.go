@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -226,7 +227,7 @@ func BenchmarkTunnelRelay(b *testing.B) {
 	url, _ := tnCentral(b)
 	images, img := fxImages(b)
 	echo := tnEchoServer(b)
-	startFxNode(b, "sim-1", url, images, 8, 8192, fmt.Sprintf(`    port_forwards = { "22" = %q }`, echo))
+	node := startFxNode(b, "sim-1", url, images, 8, 8192, fmt.Sprintf(`    port_forwards = { "22" = %q }`, echo))
 	fxWaitUp(b, url, "sim-1")
 	fxMust(b, "PUT", url+"/fleet/images/tiny", fxToken, map[string]any{"guest_os": "linux", "image": img, "vcpus": 1, "memory_mib": 64}, http.StatusCreated, nil)
 	_, tok := fxTenant(b, url, "acme", nil)
@@ -250,30 +251,74 @@ func BenchmarkTunnelRelay(b *testing.B) {
 	const chunk = 8 << 20
 	data := make([]byte, chunk)
 	_, _ = rand.Read(data)
-	// roundTrip sends chunk bytes and reads them back, concurrently.
-	roundTrip := func(c io.ReadWriter) time.Duration {
+	// Every process the bytes pass through: this one (client, central, echo
+	// server) and the node agent.
+	pids := []int{os.Getpid(), node.cmd.Process.Pid}
+	// roundTrip sends chunk bytes and reads them back, concurrently, and
+	// returns the time and the CPU those processes spent meanwhile.
+	roundTrip := func(c io.ReadWriter) (time.Duration, time.Duration) {
+		cpu0, err := benchstat.ProcessesCPU(pids...)
+		if err != nil {
+			b.Fatal(err)
+		}
 		start := time.Now()
 		go func() { _, _ = c.Write(data) }()
 		if _, err := io.CopyN(io.Discard, c, chunk); err != nil {
 			b.Fatal(err)
 		}
-		return time.Since(start)
+		wall := time.Since(start)
+		cpu1, err := benchstat.ProcessesCPU(pids...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return wall, cpu1 - cpu0
 	}
-	var viaTunnel, viaDirect []float64 // MiB/s of each round
-	mibps := func(d time.Duration) float64 { return float64(chunk) / d.Seconds() / (1 << 20) }
+	type path struct{ mibps, cores, cpuPerMiB []float64 }
+	var viaTunnel, viaDirect path
+	round := func(p *path, c io.ReadWriter) {
+		wall, cpu := roundTrip(c)
+		const mib = float64(chunk) / (1 << 20)
+		p.mibps = append(p.mibps, mib/wall.Seconds())
+		p.cores = append(p.cores, cpu.Seconds()/wall.Seconds())
+		p.cpuPerMiB = append(p.cpuPerMiB, cpu.Seconds()*1000/mib)
+	}
 	b.SetBytes(chunk)
 	b.ResetTimer()
 	for i := range b.N {
-		benchstat.Interleave(i,
-			func() { viaTunnel = append(viaTunnel, mibps(roundTrip(tun))) },
-			func() { viaDirect = append(viaDirect, mibps(roundTrip(direct))) })
+		benchstat.Interleave(i, func() { round(&viaTunnel, tun) }, func() { round(&viaDirect, direct) })
 	}
 	b.StopTimer()
-	ts, ds, rs := benchstat.Of(viaTunnel), benchstat.Of(viaDirect), benchstat.Ratios(viaTunnel, viaDirect)
+	// What this machine's cores allow: at the tunnel's CPU per MiB, all of
+	// them busy would carry cores/cpuPerMiB MiB/s; against the direct rate
+	// of the same round, that is the highest tunnel/direct they permit.
+	// And what they would permit to a relay with no cost of its own: the
+	// tunnel's bytes cross three TCP connections (client-central, the node's
+	// channel, node-guest port), each both ways, where the direct bytes cross
+	// one; at the direct path's CPU per MiB for each, that is at most
+	// cores/(3 x direct cores busy) of the direct rate.
+	cores := float64(runtime.NumCPU())
+	var bound, bound3 []float64
+	for i := range viaTunnel.cpuPerMiB {
+		bound = append(bound, cores*1000/viaTunnel.cpuPerMiB[i]/viaDirect.mibps[i])
+		bound3 = append(bound3, cores/(3*viaDirect.cores[i]))
+	}
+	ts, ds, rs := benchstat.Of(viaTunnel.mibps), benchstat.Of(viaDirect.mibps), benchstat.Ratios(viaTunnel.mibps, viaDirect.mibps)
 	benchstat.Report(b, ts, "tunnel-MiB/s")
 	benchstat.Report(b, ds, "direct-MiB/s")
 	benchstat.Report(b, rs, "tunnel/direct")
+	tc, dc := benchstat.Of(viaTunnel.cores), benchstat.Of(viaDirect.cores)
+	tm, dm := benchstat.Of(viaTunnel.cpuPerMiB), benchstat.Of(viaDirect.cpuPerMiB)
+	bs, b3 := benchstat.Of(bound), benchstat.Of(bound3)
+	benchstat.Report(b, tc, "tunnel-cores")
+	benchstat.Report(b, dc, "direct-cores")
+	benchstat.Report(b, tm, "tunnel-cpu-ms/MiB")
+	benchstat.Report(b, dm, "direct-cpu-ms/MiB")
+	benchstat.Report(b, bs, "cpu-bound-tunnel/direct")
+	benchstat.Report(b, b3, "three-connection-bound")
 	b.Logf("8 MiB each way per round: through the tunnel, MiB/s: %v; direct, MiB/s: %v; tunnel/direct round by round %v", ts, ds, rs)
+	b.Logf("CPU of this process and the node agent: tunnel %v cores busy, %v CPU-ms per MiB; direct %v cores busy, %v CPU-ms per MiB; "+
+		"at the tunnel's CPU per MiB this machine's %d cores allow at most %v of the direct rate, and a relay costing nothing beyond its three TCP connections at most %v",
+		tc, tm, dc, dm, runtime.NumCPU(), bs, b3)
 }
 
 // BenchmarkTunnel20Memory opens 20 tunnels and runs all of them at full
