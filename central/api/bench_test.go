@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -54,18 +55,36 @@ const (
 // scheduler weighs and refuses on every launch). Each reports launches/s,
 // txn/s, their ratio (goal ≥ 0.25 at 2,000 nodes) and the latency of one
 // launch, as medians of the rounds with p10–p90; the latency ratio of
-// 2,000 to 3 nodes (goal ≤ 1.5) is logged at the end. Run it with
-// -benchtime Nx (N rounds each).
+// 2,000 to 3 nodes (goal ≤ 1.5) is logged at the end. Each also reports the
+// CPU a launch costs (this process, which holds the clients, the centrals
+// and etcd, and the node agents with their plugins, apart) and the most
+// launches per bare transaction the machine's cores allow at that cost.
+// Run it with -benchtime Nx (N rounds each).
 func BenchmarkPlacementThroughAPI(b *testing.B) {
 	stA := fxStore(b, nil)
 	stB := fxStore(b, stA.Endpoints())
 	a, c := newFxCentral(b, stA), newFxCentral(b, stB)
 	images, img := fxImages(b)
 	var names []string
+	pids := []int{os.Getpid()} // the processes a launch runs in: this one (clients, centrals, etcd) and the nodes
 	for i := range benchNodes {
 		name := fmt.Sprintf("sim-%d", i+1)
 		names = append(names, name)
-		startFxNode(b, name, []*fxCentral{a, c}[i%2].url, images, 256, 1<<20)
+		n := startFxNode(b, name, []*fxCentral{a, c}[i%2].url, images, 256, 1<<20)
+		pids = append(pids, n.cmd.Process.Pid)
+	}
+	// cpuNow is the CPU spent so far by this process and by the nodes with
+	// their driver plugins.
+	cpuNow := func() (self, nodes time.Duration) {
+		self, err := benchstat.ProcessCPU(os.Getpid())
+		if err != nil {
+			b.Fatal(err)
+		}
+		all, err := benchstat.TreeCPU(pids...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return self, all - self
 	}
 	fxWaitUp(b, a.url, names...)
 	fxMust(b, "PUT", a.url+"/fleet/images/tiny", fxToken, map[string]any{"guest_os": "linux", "image": img, "vcpus": 1, "memory_mib": 64},
@@ -92,7 +111,7 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.StopTimer()
 			ctx := context.Background()
-			var launches, txns, ratios []float64
+			var launches, txns, ratios, cpuPer, selfPer, nodesPer, cores, bound, selfBound []float64
 			var lat []time.Duration
 			for round := range b.N {
 				raw := func() {
@@ -110,6 +129,7 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 				errs := make([]error, benchRound)
 				var wg sync.WaitGroup
 				b.StartTimer()
+				self0, nodes0 := cpuNow()
 				start := time.Now()
 				for w := range benchClients {
 					wg.Add(1)
@@ -125,13 +145,25 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 				}
 				wg.Wait()
 				elapsed := time.Since(start)
+				self1, nodes1 := cpuNow()
 				b.StopTimer()
 				launches = append(launches, float64(benchRound)/elapsed.Seconds())
+				self, nodes := self1-self0, nodes1-nodes0
+				selfPer = append(selfPer, self.Seconds()*1000/benchRound)
+				nodesPer = append(nodesPer, nodes.Seconds()*1000/benchRound)
+				cpuPer = append(cpuPer, (self+nodes).Seconds()*1000/benchRound)
+				cores = append(cores, (self+nodes).Seconds()/elapsed.Seconds())
 				lat = append(lat, took...)
 				if round%2 == 1 {
 					raw()
 				}
 				ratios = append(ratios, launches[len(launches)-1]/txns[len(txns)-1])
+				// The most launches/s the machine's cores allow at this round's CPU per
+				// launch, against the round's bare transactions: all of it, and this
+				// process's share alone (as if the nodes cost nothing).
+				ncpu := float64(runtime.NumCPU())
+				bound = append(bound, ncpu*1000/cpuPer[len(cpuPer)-1]/txns[len(txns)-1])
+				selfBound = append(selfBound, ncpu*1000/selfPer[len(selfPer)-1]/txns[len(txns)-1])
 				for i := range benchRound {
 					if errs[i] != nil {
 						b.Fatalf("create: %v", errs[i])
@@ -155,8 +187,19 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 			benchstat.Report(b, rs, "launch/txn")
 			b.ReportMetric(ms.Median*1000, "latency-ms")
 			b.ReportMetric(ms.P90*1000, "latency-p90-ms")
+			cs, ss, ns := benchstat.Of(cpuPer), benchstat.Of(selfPer), benchstat.Of(nodesPer)
+			co, bs, sb := benchstat.Of(cores), benchstat.Of(bound), benchstat.Of(selfBound)
+			benchstat.Report(b, cs, "cpu-ms/launch")
+			benchstat.Report(b, ss, "central-cpu-ms/launch")
+			benchstat.Report(b, ns, "nodes-cpu-ms/launch")
+			benchstat.Report(b, co, "cores")
+			benchstat.Report(b, bs, "cpu-bound-launch/txn")
+			benchstat.Report(b, sb, "central-cpu-bound-launch/txn")
 			b.Logf("launches/s %v; raw txn/s %v; launch/txn %v; latency of one launch %.1f ms (p10–p90 %.1f–%.1f)",
 				ls, ts, rs, ms.Median*1000, ms.P10*1000, ms.P90*1000)
+			b.Logf("CPU per launch: %v ms, of which this process (clients, centrals, etcd) %v ms and the nodes with their plugins %v ms; "+
+				"%v cores busy; at that CPU per launch the machine's %d cores allow at most %v launches per bare transaction, "+
+				"and at this process's share alone at most %v", cs, ss, ns, co, runtime.NumCPU(), bs, sb)
 			latency[name] = ms.Median
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,67 @@ func ProcessesCPU(pids ...int) (time.Duration, error) {
 		d, err := ProcessCPU(pid)
 		if err != nil {
 			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// TreeCPU is ProcessCPU summed over pids and every process descended from them (a node
+// agent and its driver plugins, say), as the process table stands at the call.
+func TreeCPU(pids ...int) (time.Duration, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // ended since the listing
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
+		// the fields after it start past the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var all []int
+	seen := map[int]bool{}
+	var walk func(int)
+	walk = func(pid int) {
+		if seen[pid] {
+			return
+		}
+		seen[pid] = true
+		all = append(all, pid)
+		for _, c := range children[pid] {
+			walk(c)
+		}
+	}
+	for _, pid := range pids {
+		walk(pid)
+	}
+	var sum time.Duration
+	for _, pid := range all {
+		d, err := ProcessCPU(pid)
+		if err != nil {
+			if slices.Contains(pids, pid) {
+				return 0, err
+			}
+			continue // a descendant that ended meanwhile
 		}
 		sum += d
 	}

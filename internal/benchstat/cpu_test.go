@@ -2,6 +2,7 @@ package benchstat
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 	"time"
@@ -46,4 +47,51 @@ func TestProcessCPUOfAProcessThatIsNotThere(t *testing.T) {
 	if _, err := ProcessCPU(1 << 30); err == nil {
 		t.Fatal("ProcessCPU of a pid that cannot exist: no error")
 	}
+}
+
+func TestTreeCPUCountsAChildProcess(t *testing.T) {
+	// A child (this test binary again) that spins for 300 ms of CPU, then waits to be read.
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "BENCHSTAT_SPIN=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		self, err := ProcessCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, err := TreeCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tree-self >= 250*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TreeCPU(self) = %v, ProcessCPU(self) = %v: the child's 300 ms of spinning does not show", tree, self)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := TreeCPU(1 << 30); err == nil {
+		t.Fatal("TreeCPU of a pid that cannot exist: no error")
+	}
+}
+
+// TestMain runs the child of TestTreeCPUCountsAChildProcess when BENCHSTAT_SPIN is set: it
+// spins for 300 ms and then sleeps until killed. Otherwise it runs the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("BENCHSTAT_SPIN") != "" {
+		end := time.Now().Add(300 * time.Millisecond)
+		x := 0
+		for time.Now().Before(end) {
+			x++
+		}
+		runtime.KeepAlive(x)
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }
