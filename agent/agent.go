@@ -116,6 +116,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	// channelDone closes when the channel to central has ended (at once
+	// without a central), so that stopping waits for its orderly close.
+	channelDone := make(chan struct{})
+	if cfg.Central == nil {
+		close(channelDone)
+	}
 	if c := cfg.Central; c != nil {
 		token, channelHandler := c.Token.Reveal(), handler
 		if token == "" {
@@ -136,6 +142,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 		go startLink(ctx, c, token, cfg.Name, ln.Addr(), host, mgr, opts.Version, log.Named("link"))
 		go func() {
+			defer close(channelDone)
 			_ = link.RunChannel(ctx, link.ChannelOptions{CentralURL: c.URL, Token: token, Node: cfg.Name,
 				Handler: channelHandler, Logger: log.Named("channel"), Version: opts.Version})
 		}()
@@ -148,6 +155,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	_ = srv.Shutdown(sctx)
+	select { // the channel's close message, so central logs an orderly end
+	case <-channelDone:
+	case <-sctx.Done():
+	}
 	log.Info("node agent stopped; VMs keep running")
 	return nil
 }

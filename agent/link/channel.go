@@ -11,6 +11,7 @@ import (
 
 	"github.com/fluxvm/fluxvm/central/channel"
 	"github.com/fluxvm/fluxvm/sdk"
+	"github.com/gorilla/websocket"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
 )
@@ -118,7 +119,12 @@ func serveChannel(ctx context.Context, client *sdk.FleetClient, opts ChannelOpti
 		conn.Close()
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { session.Close() })
+	// The agent stopping ends the channel in order: a WebSocket close message
+	// first (going away), so central reads an orderly end, not a broken one.
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.CloseWith(websocket.CloseGoingAway, "the node agent is stopping")
+		session.Close()
+	})
 	defer stop()
 	up()
 	srv := &http.Server{Handler: opts.Handler, ReadHeaderTimeout: 10 * time.Second,

@@ -26,6 +26,8 @@ type centralEnd struct {
 	addr string // host:port it listens on
 	// refused counts the upgrades refused for a wrong token.
 	refused atomic.Int32
+	// logs is what the registry logged.
+	logs *syncBuffer
 }
 
 func startCentralEnd(t *testing.T, addr string) *centralEnd {
@@ -34,7 +36,8 @@ func startCentralEnd(t *testing.T, addr string) *centralEnd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &centralEnd{reg: channel.New(channel.Options{}), addr: ln.Addr().String()}
+	c := &centralEnd{reg: channel.New(channel.Options{}), addr: ln.Addr().String(), logs: &syncBuffer{}}
+	log := hclog.New(&hclog.LoggerOptions{Output: c.logs, Level: hclog.Info})
 	c.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer fleet-token" {
 			c.refused.Add(1)
@@ -48,15 +51,15 @@ func startCentralEnd(t *testing.T, addr string) *centralEnd {
 		if err != nil {
 			return
 		}
-		_ = c.reg.Serve(r.Context(), name, wsconn.New(ws), hclog.NewNullLogger())
+		_ = c.reg.Serve(r.Context(), name, wsconn.New(ws), log)
 	})}
 	go func() { _ = c.srv.Serve(ln) }()
 	t.Cleanup(c.stop)
 	return c
 }
 
-// stop ends this central as a crash would for its nodes: every channel
-// drops and nothing listens any more.
+// stop ends this central: every channel is closed (with a close message,
+// as central stopping sends) and nothing listens any more.
 func (c *centralEnd) stop() {
 	c.reg.Close()
 	_ = c.srv.Close()
@@ -130,6 +133,9 @@ func TestChannelServesTheNodeAPIAndIsBackSoonAfterCentralRestarts(t *testing.T) 
 		t.Fatalf("through the new channel: %q", got)
 	}
 	out := logs.String()
+	if strings.Contains(out, "Failed to read header") {
+		t.Errorf("the node logged yamux's read error when central closed its channel in order:\n%s", out)
+	}
 	if n := strings.Count(out, "no channel to central"); n < 1 || n > 2 {
 		t.Errorf("the outage was logged %d times, want once (twice if its error changed):\n%s", n, out)
 	}
@@ -154,5 +160,29 @@ func TestChannelRefusedIsRetriedSlowlyAndLoggedOnce(t *testing.T) {
 	out := logs.String()
 	if strings.Count(out, "no channel to central") != 1 || !strings.Contains(out, "invalid token") || strings.Contains(out, "wrong-token") {
 		t.Errorf("want the refusal logged once, with central's words and without the token:\n%s", out)
+	}
+}
+
+// TestStoppingTheNodeEndsItsChannelInOrder: when the node agent stops
+// (RunChannel's context ends), the channel ends with a WebSocket close
+// message, so central logs the disconnect and no read error from yamux.
+func TestStoppingTheNodeEndsItsChannelInOrder(t *testing.T) {
+	c := startCentralEnd(t, "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- RunChannel(ctx, ChannelOptions{CentralURL: "http://" + c.addr, Token: "fleet-token", Node: "n1",
+			Handler: http.NotFoundHandler(), Logger: hclog.NewNullLogger()})
+	}()
+	waitUntil(t, "the channel", 5*time.Second, func() bool { return c.reg.Has("n1") })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("RunChannel: %v", err)
+	}
+	waitUntil(t, "central's disconnect log", 5*time.Second, func() bool {
+		return strings.Contains(c.logs.String(), "node channel disconnected: node=n1")
+	})
+	if out := c.logs.String(); strings.Contains(out, "Failed to read header") || strings.Contains(out, "[ERROR]") {
+		t.Errorf("central logged an error for a node that stopped in order:\n%s", out)
 	}
 }

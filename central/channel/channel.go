@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,10 +87,26 @@ type Registry struct {
 type session struct {
 	node  string
 	mux   *yamux.Session
+	conn  net.Conn
 	since time.Time
 	// reason is why central ended the channel (nil: the channel ended by
 	// itself); set under the registry's lock before mux is closed.
 	reason error
+}
+
+// end closes the channel from central's side, first telling the node why
+// in a WebSocket close message (going away, with the reason), so that the
+// node reads an orderly end, not a broken connection.
+func (s *session) end(why error) {
+	if c, ok := s.conn.(closeWither); ok {
+		_ = c.CloseWith(websocket.CloseGoingAway, why.Error())
+	}
+	s.mux.Close()
+}
+
+// closeWither is a connection that can say why it ends: a *wsconn.Conn.
+type closeWither interface {
+	CloseWith(code int, reason string) error
 }
 
 // New makes an empty Registry.
@@ -122,7 +139,7 @@ func (r *Registry) Serve(ctx context.Context, node string, conn net.Conn, log hc
 		conn.Close()
 		return fmt.Errorf("node %s channel: %w", node, err)
 	}
-	s := &session{node: node, mux: mux, since: r.now()}
+	s := &session{node: node, mux: mux, conn: conn, since: r.now()}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -139,7 +156,7 @@ func (r *Registry) Serve(ctx context.Context, node string, conn net.Conn, log hc
 	r.arrived = make(chan struct{})
 	r.mu.Unlock()
 	if old != nil {
-		old.mux.Close()
+		old.end(ErrReplaced)
 	}
 	log.Info("node channel connected", "node", node, "remote", conn.RemoteAddr().String(), "replaced_older", old != nil)
 
@@ -153,10 +170,11 @@ func (r *Registry) Serve(ctx context.Context, node string, conn net.Conn, log hc
 	}
 	reason := s.reason
 	r.mu.Unlock()
-	mux.Close()
-	if reason == nil {
+	if reason == nil && ctx.Err() != nil {
 		reason = ctx.Err()
+		s.end(ErrClosed) // the request ended: central is going away
 	}
+	mux.Close()
 	why := "the node closed it or stopped answering"
 	if reason != nil {
 		why = reason.Error()
@@ -257,7 +275,7 @@ func (r *Registry) Close() {
 	r.arrived = make(chan struct{})
 	r.mu.Unlock()
 	for _, s := range all {
-		s.mux.Close()
+		s.end(ErrClosed)
 	}
 }
 

@@ -61,6 +61,8 @@ func startCentral(t *testing.T, opts channel.Options) *central {
 // node is a node's end of a channel.
 type node struct {
 	session *yamux.Session
+	conn    *wsconn.Conn
+	logs    *logBuf // what its yamux logged
 }
 
 // connect opens node name's channel to c, through dial (nil: straight to
@@ -72,7 +74,8 @@ func connect(t *testing.T, c *central, name, tag string, dial func(ctx context.C
 	if err != nil {
 		t.Fatalf("dial the channel: %v", err)
 	}
-	s, err := yamux.Server(wsconn.New(ws), channel.YamuxConfig(hclog.NewNullLogger()))
+	conn, logs := wsconn.New(ws), &logBuf{}
+	s, err := yamux.Server(conn, channel.YamuxConfig(hclog.New(&hclog.LoggerOptions{Name: name, Output: logs, Level: hclog.Info})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +87,7 @@ func connect(t *testing.T, c *central, name, tag string, dial func(ctx context.C
 	}()
 	t.Cleanup(func() { s.Close() })
 	waitFor(t, "channel of "+name, 5*time.Second, func() bool { return c.reg.Has(name) })
-	return &node{session: s}
+	return &node{session: s, conn: conn, logs: logs}
 }
 
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
@@ -294,5 +297,52 @@ func TestCloseEndsEveryChannelAndRefusesDials(t *testing.T) {
 	}
 	if _, err := c.reg.DialContext(context.Background(), "n1"); !errors.Is(err, channel.ErrClosed) {
 		t.Errorf("dial after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestOrderlyEndsLogNoErrorOnEitherSide: a channel that one side ends on
+// purpose (the node stopping, a newer channel from the node, central
+// closing) ends with a WebSocket close message, which the other side reads
+// as the end of the stream. Neither side logs yamux's "Failed to read
+// header" error, as both did when the connection dropped without one.
+func TestOrderlyEndsLogNoErrorOnEitherSide(t *testing.T) {
+	c := startCentral(t, channel.Options{})
+	closed := func(n *node, what string) {
+		t.Helper()
+		select {
+		case <-n.session.CloseChan():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the node's end is still open", what)
+		}
+	}
+
+	// The node stops, saying so as the node agent does (agent/link).
+	stopping := connect(t, c, "n1", "a", nil)
+	if err := stopping.conn.CloseWith(websocket.CloseGoingAway, "the node agent is stopping"); err != nil {
+		t.Fatal(err)
+	}
+	stopping.session.Close()
+	waitFor(t, "central's disconnect log of n1", 5*time.Second, func() bool {
+		return strings.Contains(c.logs.String(), "node channel disconnected: node=n1")
+	})
+
+	// A newer channel replaces an older one: central tells the older why.
+	older := connect(t, c, "n2", "old", nil)
+	connect(t, c, "n2", "new", nil)
+	closed(older, "the replaced channel")
+
+	// Central closes: every node is told.
+	last := connect(t, c, "n3", "a", nil)
+	c.reg.Close()
+	closed(last, "a channel after Close")
+	waitFor(t, "central's disconnect log of n3", 5*time.Second, func() bool {
+		return strings.Contains(c.logs.String(), "node channel disconnected: node=n3")
+	})
+
+	for who, logs := range map[string]*logBuf{"central": c.logs, "the stopping node": stopping.logs,
+		"the replaced node": older.logs, "a node of the closed central": last.logs} {
+		if out := logs.String(); strings.Contains(out, "Failed to read header") || strings.Contains(out, "[ERROR]") {
+			t.Errorf("%s logged an error for an orderly end:\n%s", who, out)
+		}
 	}
 }
