@@ -68,16 +68,24 @@ func Resolve(ctx context.Context, cat Catalog, tenant string, req *sdk.FleetCrea
 		}
 		spec.Image, image = req.ImagePath, req.ImagePath
 	default:
-		names, err := CatalogNames(ctx, cat)
-		if err != nil {
-			return refuse(http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment")
+		// The catalog's names are read only for a refusal's hint: a create that
+		// names an image reads that one image.
+		badImage := func(msg string) (sdk.CreateVMRequest, string, error) {
+			names, err := CatalogNames(ctx, cat)
+			if err != nil {
+				return refuse(http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment")
+			}
+			return bad(msg, "catalog images: "+names)
 		}
 		if req.Image == "" {
-			return bad("image is required: a catalog image's name", "catalog images: "+names)
+			return badImage("image is required: a catalog image's name")
+		}
+		if !store.ValidName(req.Image) {
+			return badImage(fmt.Sprintf("no image %q in the catalog", jsonapi.Echo(req.Image)))
 		}
 		im, err := cat.GetImage(ctx, req.Image)
-		if !store.ValidName(req.Image) || errors.Is(err, store.ErrNotFound) {
-			return bad(fmt.Sprintf("no image %q in the catalog", jsonapi.Echo(req.Image)), "catalog images: "+names)
+		if errors.Is(err, store.ErrNotFound) {
+			return badImage(fmt.Sprintf("no image %q in the catalog", jsonapi.Echo(req.Image)))
 		}
 		if err != nil {
 			return refuse(http.StatusServiceUnavailable, "cannot read the image catalog", "retry in a moment")

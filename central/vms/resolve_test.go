@@ -68,3 +68,46 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("the operator's create: %v", err)
 	}
 }
+
+// listCounter is the real store, counting the whole-catalog reads.
+type listCounter struct {
+	*store.Store
+	lists int
+}
+
+func (c *listCounter) ListImages(ctx context.Context) ([]sdk.Image, error) {
+	c.lists++
+	return c.Store.ListImages(ctx)
+}
+
+// TestResolveReadsTheWholeCatalogOnlyToRefuse: a create that names a
+// catalog image reads that image alone; the list of every image's name is
+// read only for a refusal's hint, which still carries it.
+func TestResolveReadsTheWholeCatalogOnlyToRefuse(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	for _, name := range []string{"deb", "alpine"} {
+		if err := st.PutImage(ctx, &sdk.Image{Name: name, GuestOS: store.GuestLinux, Image: "/img/" + name, VCPUs: 1, MemoryMiB: 256}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cat := &listCounter{Store: st}
+	if _, _, err := Resolve(ctx, cat, "t-acme", &sdk.FleetCreateVMRequest{Name: "web", Image: "deb"}); err != nil {
+		t.Fatal(err)
+	}
+	if cat.lists != 0 {
+		t.Errorf("a create of a catalog image listed the catalog %d times; want none", cat.lists)
+	}
+	for _, req := range []sdk.FleetCreateVMRequest{{Name: "a", Image: "nope"}, {Name: "a"}, {Name: "a", Image: "Bad Name!"}} {
+		cat.lists = 0
+		_, _, err := Resolve(ctx, cat, "t-acme", &req)
+		var rf *jsonapi.Error
+		if !errors.As(err, &rf) {
+			t.Errorf("image %q: %v; want a refusal", req.Image, err)
+			continue
+		}
+		if rf.Status != http.StatusBadRequest || !strings.Contains(rf.Hint, "catalog images: alpine, deb") || cat.lists != 1 {
+			t.Errorf("image %q: %v (hint %q), %d lists; want a 400 naming the catalog's images, from one list", req.Image, err, rf.Hint, cat.lists)
+		}
+	}
+}
