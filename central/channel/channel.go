@@ -274,9 +274,13 @@ func (r *Registry) Close() {
 	close(r.arrived)
 	r.arrived = make(chan struct{})
 	r.mu.Unlock()
+	// All at once: a close message to a node that stopped reading can take
+	// up to its write deadline (a second).
+	var wg sync.WaitGroup
 	for _, s := range all {
-		s.end(ErrClosed)
+		wg.Go(func() { s.end(ErrClosed) })
 	}
+	wg.Wait()
 }
 
 // Describe implements prometheus.Collector.
