@@ -29,19 +29,18 @@ func guestImageDir(t testing.TB) string {
 	return dir
 }
 
-// rssMiB is a process's resident memory.
+// rssMiB is a process's resident memory, in whole MiB.
 func rssMiB(t testing.TB, pid string) int64 {
-	data, err := os.ReadFile("/proc/" + pid + "/status")
+	t.Helper()
+	n, err := strconv.Atoi(pid)
 	if err != nil {
-		t.Fatalf("read /proc/%s/status: %v", pid, err)
+		t.Fatalf("pid %q: %v", pid, err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb >> 10
-		}
+	mib, err := benchstat.ResidentMiB(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return 0
+	return int64(mib)
 }
 
 // qemusUnder lists the pids of the live processes working in a directory

@@ -102,7 +102,7 @@ func TestCentralActivityLogSurvivesAThousandRefusedMegabyteRequests(t *testing.T
 
 	settle := func() float64 {
 		time.Sleep(3 * time.Second)
-		return rssMiB(cmd.Process.Pid)
+		return rssMiB(t, cmd.Process.Pid)
 	}
 	// A fresh central's heap grows to its working size with any traffic
 	// (some 5 MiB over the first thousand small requests). The baseline is

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -103,8 +101,8 @@ func BenchmarkAgentMemoryWith20SimVMs(b *testing.B) {
 			n.must("POST", "/v1/vms", sdk.CreateVMRequest{Name: fmt.Sprintf("sim-%02d", j), Image: img, VCPUs: 1, MemoryMiB: 256}, http.StatusCreated, nil)
 		}
 		n.must("GET", "/v1/vms", nil, http.StatusOK, nil)
-		agents = append(agents, rssMiB(n.cmd.Process.Pid))
-		plugins = append(plugins, rssMiB(pluginPidOf(n.cmd.Process.Pid, "sim")))
+		agents = append(agents, rssMiB(b, n.cmd.Process.Pid))
+		plugins = append(plugins, rssMiB(b, pluginPidOf(n.cmd.Process.Pid, "sim")))
 		n.stop()
 	}
 	as, ps := benchstat.Of(agents), benchstat.Of(plugins)
@@ -121,13 +119,11 @@ func newBenchNode(b *testing.B, plugins string) *node {
 }
 
 // rssMiB is a process's resident set size in MiB.
-func rssMiB(pid int) float64 {
-	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
+func rssMiB(tb testing.TB, pid int) float64 {
+	tb.Helper()
+	mib, err := benchstat.ResidentMiB(pid)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return 0
+	return mib
 }

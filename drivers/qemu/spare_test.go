@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	basepb "github.com/fluxvm/fluxvm/plugins/base/proto"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	pb "github.com/fluxvm/fluxvm/plugins/driver/proto"
@@ -216,21 +217,14 @@ func TestResumedClonesTakeAQEMUStartedAhead(t *testing.T) {
 	}
 }
 
-// residentMiB is a process's resident memory.
+// residentMiB is a process's resident memory, in whole MiB.
 func residentMiB(t *testing.T, pid int) int64 {
 	t.Helper()
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	mib, err := benchstat.ResidentMiB(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb / 1024
-		}
-	}
-	t.Fatalf("no VmRSS for pid %d", pid)
-	return 0
+	return int64(mib)
 }
 
 // forget drops what this plugin process holds of v's QEMU (its QMP and agent

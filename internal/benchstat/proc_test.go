@@ -95,3 +95,22 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+func TestResidentMiBSeesMemoryThisProcessTouches(t *testing.T) {
+	before, err := ResidentMiB(os.Getpid())
+	if err != nil || before <= 0 {
+		t.Fatalf("ResidentMiB(self) = %v, %v; want a positive size", before, err)
+	}
+	held := make([]byte, 64<<20)
+	for i := range held {
+		held[i] = 1 // touched, so resident
+	}
+	after, err := ResidentMiB(os.Getpid())
+	if err != nil || after-before < 48 {
+		t.Fatalf("ResidentMiB after touching 64 MiB = %v (before %v), %v; want at least 48 MiB more", after, before, err)
+	}
+	runtime.KeepAlive(held)
+	if _, err := ResidentMiB(1 << 30); err == nil {
+		t.Fatal("ResidentMiB of a pid that cannot exist: no error")
+	}
+}

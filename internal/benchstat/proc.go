@@ -115,3 +115,21 @@ func TreeCPU(pids ...int) (time.Duration, error) {
 	}
 	return sum, nil
 }
+
+// ResidentMiB is the resident memory of process pid (VmRSS in /proc/<pid>/status), in MiB.
+func ResidentMiB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				return 0, fmt.Errorf("process %d: VmRSS %q: %w", pid, v, err)
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("process %d has no VmRSS (a kernel thread, or it has ended)", pid)
+}
