@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,8 +55,33 @@ func YamuxConfig(log hclog.Logger) *yamux.Config {
 	cfg.ConnectionWriteTimeout = WriteTimeout
 	cfg.StreamOpenTimeout = 10 * time.Second
 	cfg.LogOutput = nil
-	cfg.Logger = log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	cfg.Logger = stdlog.New(yamuxLog{log}, "", 0)
 	return cfg
+}
+
+// yamuxLog carries yamux's log lines into an hclog.Logger at their level
+// ("[ERR]", "[WARN]"), but for the lines that say the connection under the
+// channel broke: yamux calls those errors, and for a channel they are a
+// peer that went away without a close message (a crash, a cut network),
+// which each end reports itself (central's disconnect line, the node's
+// outage line). They are warnings.
+type yamuxLog struct{ log hclog.Logger }
+
+func (y yamuxLog) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level := hclog.Info
+	if msg, ok := strings.CutPrefix(line, "[ERR] "); ok {
+		level, line = hclog.Error, msg
+		for _, broke := range []string{"yamux: Failed to read header:", "yamux: Failed to write header:", "yamux: keepalive failed:"} {
+			if strings.HasPrefix(msg, broke) {
+				level = hclog.Warn
+			}
+		}
+	} else if msg, ok := strings.CutPrefix(line, "[WARN] "); ok {
+		level, line = hclog.Warn, msg
+	}
+	y.log.Log(level, line)
+	return len(p), nil
 }
 
 // Options configure a Registry.

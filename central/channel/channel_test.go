@@ -346,3 +346,33 @@ func TestOrderlyEndsLogNoErrorOnEitherSide(t *testing.T) {
 		}
 	}
 }
+
+// TestABrokenChannelIsAWarningAndYamuxErrorsStayErrors: a node whose
+// connection drops without a close message (a crash) makes central's yamux
+// log that it could not read, which is logged as a warning beside central's
+// own disconnect line; yamux's other errors keep their level.
+func TestABrokenChannelIsAWarningAndYamuxErrorsStayErrors(t *testing.T) {
+	c := startCentral(t, channel.Options{})
+	n := connect(t, c, "n1", "a", nil)
+	_ = n.conn.WebSocket().NetConn().Close() // no close message: the node crashed
+	waitFor(t, "central's disconnect log", 5*time.Second, func() bool {
+		return strings.Contains(c.logs.String(), "node channel disconnected: node=n1")
+	})
+	out := c.logs.String()
+	if !strings.Contains(out, "[WARN]  central.yamux: yamux: Failed to read header:") || strings.Contains(out, "[ERROR]") {
+		t.Errorf("a dropped channel: want yamux's read failure as a warning and no error:\n%s", out)
+	}
+
+	logs := &logBuf{}
+	cfg := channel.YamuxConfig(hclog.New(&hclog.LoggerOptions{Name: "y", Output: logs, Level: hclog.Debug}))
+	cfg.Logger.Printf("[ERR] yamux: duplicate stream declared")
+	cfg.Logger.Printf("[WARN] yamux: frame for missing stream: %v", 7)
+	cfg.Logger.Printf("[ERR] yamux: keepalive failed: %v", "i/o deadline reached")
+	got := logs.String()
+	for _, want := range []string{"[ERROR] y: yamux: duplicate stream declared", "[WARN]  y: yamux: frame for missing stream: 7",
+		"[WARN]  y: yamux: keepalive failed: i/o deadline reached"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("yamux's lines logged as\n%s\nwant a line %q", got, want)
+		}
+	}
+}
