@@ -240,25 +240,45 @@ func (s *Store) FleetProgress(ctx context.Context) error {
 // (ReserveRequest.Seen).
 type Wrote struct{ Node, Tenant int64 }
 
+// wroteCounter is a usage counter as this process last wrote it: the value and the
+// revision of the write.
+type wroteCounter struct {
+	rev int64
+	c   counter
+}
+
 // usageWrote is what this process last wrote of the node's and tenant's counters.
 func (s *Store) usageWrote(node, tenant string) Wrote {
 	var w Wrote
 	if v, ok := s.usageRevs.Load(s.usageNodeKey(node)); ok {
-		w.Node = v.(int64)
+		w.Node = v.(wroteCounter).rev
 	}
 	if tenant != "" {
 		if v, ok := s.usageRevs.Load(s.usageTenantKey(tenant)); ok {
-			w.Tenant = v.(int64)
+			w.Tenant = v.(wroteCounter).rev
 		}
 	}
 	return w
 }
 
-// noteUsageWrite records a successful write of the node's and tenant's counters at rev.
-// Callers hold both counters' locks (locks.go), so no other writer of this process races it.
-func (s *Store) noteUsageWrite(rev int64, node, tenant string) {
-	s.usageRevs.Store(s.usageNodeKey(node), rev)
+// lastWritten is the value this process last wrote to the counter at key, and the
+// revision of that write (ok false: none). It is the counter's value now only if the
+// counter's ModRevision is still rev: a write that relies on it compares that.
+func (s *Store) lastWritten(key string) (c counter, rev int64, ok bool) {
+	v, ok := s.usageRevs.Load(key)
+	if !ok {
+		return counter{}, 0, false
+	}
+	w := v.(wroteCounter)
+	return w.c, w.rev, true
+}
+
+// noteUsageWrite records a successful write, at rev, of the node's counter as nc and the
+// tenant's as tc (none without a tenant). Callers hold both counters' locks (locks.go), so
+// no other writer of this process races it.
+func (s *Store) noteUsageWrite(rev int64, node string, nc counter, tenant string, tc counter) {
+	s.usageRevs.Store(s.usageNodeKey(node), wroteCounter{rev, nc})
 	if tenant != "" {
-		s.usageRevs.Store(s.usageTenantKey(tenant), rev)
+		s.usageRevs.Store(s.usageTenantKey(tenant), wroteCounter{rev, tc})
 	}
 }

@@ -301,7 +301,7 @@ func (s *Store) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, 
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if r.Succeeded {
-			s.noteUsageWrite(r.Header.Revision, req.Node, req.Tenant)
+			s.noteUsageWrite(r.Header.Revision, req.Node, snap.nodeUsage, req.Tenant, snap.tenantUsage)
 			if fromView && req.Took != nil {
 				req.Took(r.Header.Revision, res)
 			}
@@ -717,41 +717,67 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 	var resp *clientv3.TxnResponse
 	warned := false
 	unknown := false // a write failed without saying whether it was applied (transient.go)
+	// The first try writes on the counters as this process last wrote them, when it has
+	// (the reservation being committed wrote them a moment ago, and this process's other
+	// writers of them wrote their values too), without reading: the compare of their
+	// ModRevisions proves nobody wrote them since, and a lost compare reads through the
+	// Else branch and goes on as below. The reservation must then still exist (compared
+	// too): a gone one is noticed and warned of on the read path.
+	triedLast := false
 	err = s.repeatLoop(ctx, what, func(afterPause bool) (bool, error) {
-		if resp == nil || afterPause {
-			r, err := s.kv(ctx).Txn(ctx).Then(reads...).Commit()
-			if err != nil {
-				return false, fmt.Errorf("%s: %w", what, err)
+		var nc, tc counter
+		var nrev, trev int64
+		fromLast := false
+		if resp == nil && !afterPause && !triedLast {
+			triedLast = true
+			nc, nrev, fromLast = s.lastWritten(s.usageNodeKey(e.Node))
+			if fromLast && e.Tenant != "" {
+				tc, trev, fromLast = s.lastWritten(s.usageTenantKey(e.Tenant))
 			}
-			resp = r
 		}
-		rs := resp.Responses
-		if rs[1].GetResponseRange().Count > 0 {
-			if unknown {
-				// The entry's id is the VM's: whoever wrote it, this VM is recorded
-				// (most likely by our own write, applied before its answer was lost).
-				return true, nil
+		if !fromLast {
+			if resp == nil || afterPause {
+				r, err := s.kv(ctx).Txn(ctx).Then(reads...).Commit()
+				if err != nil {
+					return false, fmt.Errorf("%s: %w", what, err)
+				}
+				resp = r
 			}
-			return false, fmt.Errorf("%s: %w", what, ErrExists)
-		}
-		if rs[2].GetResponseRange().Count > 0 {
-			return false, fmt.Errorf("%s: vm %s on node %s: %w", what, e.VMID, e.Node, ErrDeleted)
-		}
-		if res != nil && rs[resAt].GetResponseRange().Count == 0 && !warned {
-			warned = true
-			s.log.Warn("reservation was gone at commit (its central's lease expired); recording the VM anyway",
-				"reservation", res.ID, "tenant", res.Tenant, "node", res.Node)
+			rs := resp.Responses
+			if rs[1].GetResponseRange().Count > 0 {
+				if unknown {
+					// The entry's id is the VM's: whoever wrote it, this VM is recorded
+					// (most likely by our own write, applied before its answer was lost).
+					return true, nil
+				}
+				return false, fmt.Errorf("%s: %w", what, ErrExists)
+			}
+			if rs[2].GetResponseRange().Count > 0 {
+				return false, fmt.Errorf("%s: vm %s on node %s: %w", what, e.VMID, e.Node, ErrDeleted)
+			}
+			if res != nil && rs[resAt].GetResponseRange().Count == 0 && !warned {
+				warned = true
+				s.log.Warn("reservation was gone at commit (its central's lease expired); recording the VM anyway",
+					"reservation", res.ID, "tenant", res.Tenant, "node", res.Node)
+			}
+			var err error
+			if nrev, err = decodeOne(rs[0].GetResponseRange().Kvs, &nc); err != nil {
+				return false, err
+			}
+			if e.Tenant != "" {
+				if trev, err = decodeOne(rs[tenantAt].GetResponseRange().Kvs, &tc); err != nil {
+					return false, err
+				}
+			}
 		}
 		u := e.usage()
-		var nc, tc counter
-		nrev, err := decodeOne(rs[0].GetResponseRange().Kvs, &nc)
-		if err != nil {
-			return false, err
-		}
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(e.Node)), "=", nrev),
 			clientv3.Compare(clientv3.CreateRevision(lk), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(dk), "=", 0),
+		}
+		if fromLast && res != nil {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.resNodePrefix(res.Node)+res.ID), ">", 0))
 		}
 		nc.Usage, nc.Gen = nc.Usage.add(u), nc.Gen+1
 		body := mustJSON(&e)
@@ -764,10 +790,6 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 			ops = append(ops, clientv3.OpPut(s.specKey(e.ID), string(spec)))
 		}
 		if e.Tenant != "" {
-			trev, err := decodeOne(rs[tenantAt].GetResponseRange().Kvs, &tc)
-			if err != nil {
-				return false, err
-			}
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(e.Tenant)), "=", trev))
 			tc.Usage, tc.Gen = tc.Usage.add(u), tc.Gen+1
 			ops = append(ops,
@@ -786,7 +808,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 			return false, fmt.Errorf("%s: %w", what, err)
 		}
 		if r.Succeeded {
-			s.noteUsageWrite(r.Header.Revision, e.Node, e.Tenant)
+			s.noteUsageWrite(r.Header.Revision, e.Node, nc, e.Tenant, tc)
 			return true, nil
 		}
 		resp = r
@@ -882,7 +904,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 		}
 		out = &ended
 		if r.Succeeded {
-			s.noteUsageWrite(r.Header.Revision, e.Node, e.Tenant)
+			s.noteUsageWrite(r.Header.Revision, e.Node, nc, e.Tenant, tc)
 		}
 		return r.Succeeded, nil
 	})

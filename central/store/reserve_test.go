@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -529,6 +530,92 @@ func TestCommitAfterTheLeaseWasLostRecordsTheVMAndReserveGetsANewLease(t *testin
 	}
 	if res2.Lease != op.Lease {
 		t.Error("reserve did not keep using the new session")
+	}
+	if rep, err := s.Recount(ctx); err != nil || len(rep.Fixed) != 0 {
+		t.Errorf("recount = %+v, %v; want nothing to fix", rep, err)
+	}
+}
+
+// txnCounter counts the transactions a store sends: reads (no compare) and
+// guarded writes.
+type txnCounter struct {
+	clientv3.KV
+	reads, writes atomic.Int64
+}
+
+func (c *txnCounter) Txn(ctx context.Context) clientv3.Txn {
+	return &countedTxn{Txn: c.KV.Txn(ctx), c: c}
+}
+
+type countedTxn struct {
+	clientv3.Txn
+	c       *txnCounter
+	guarded bool
+}
+
+func (t *countedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.guarded = t.guarded || len(cs) > 0
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+func (t *countedTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *countedTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+func (t *countedTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.guarded {
+		t.c.writes.Add(1)
+	} else {
+		t.c.reads.Add(1)
+	}
+	return t.Txn.Commit()
+}
+
+// TestCommitWritesOnTheCountersThisProcessLastWrote: a commit right after its
+// reservation writes without reading first (the counters are as the
+// reservation wrote them, which the compare proves); when another central
+// wrote a counter in between, the compare is lost and the commit reads and
+// writes again; either way the counters stay exact.
+func TestCommitWritesOnTheCountersThisProcessLastWrote(t *testing.T) {
+	ctx := testCtx(t)
+	s := openEmbedded(t, Options{UnsafeNoFsync: true})
+	other := openPeer(t, s, Options{})
+	testNode(t, s, "n1", 16, 16384, 0)
+	tn := testTenant(t, s, "acme", sdk.Quotas{MaxVMs: 10})
+	counted := &txnCounter{KV: s.client.KV}
+	s.client.KV = counted
+
+	res, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 2, MemoryMiB: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted.reads.Store(0)
+	counted.writes.Store(0)
+	if _, err := s.Commit(ctx, res, LedgerEntry{VMID: "vm-1", Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, w := counted.reads.Load(), counted.writes.Load(); r != 0 || w != 1 {
+		t.Errorf("a commit after its reservation: %d reads and %d writes; want one write and no read", r, w)
+	}
+
+	// Another central takes room on the same node between this one's reservation
+	// and its commit: the node's counter moved, so the first write loses.
+	res2, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 1, MemoryMiB: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Reserve(ctx, ReserveRequest{Node: "n1", VCPUs: 1, MemoryMiB: 512}); err != nil {
+		t.Fatal(err)
+	}
+	counted.reads.Store(0)
+	counted.writes.Store(0)
+	if _, err := s.Commit(ctx, res2, LedgerEntry{VMID: "vm-2", Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, w := counted.reads.Load(), counted.writes.Load(); r != 0 || w != 2 {
+		t.Errorf("a commit after another central's write: %d reads and %d writes; want the lost write and one more (its Else read)", r, w)
+	}
+	nu, err := s.NodeUsage(ctx, "n1")
+	if err != nil || nu.Running.VCPUs != 3 || nu.Running.VMs != 2 || nu.Reserved.VCPUs != 1 {
+		t.Errorf("node usage = %+v, %v; want the two VMs running (3 vCPUs) and the other central's 1 reserved", nu, err)
 	}
 	if rep, err := s.Recount(ctx); err != nil || len(rep.Fixed) != 0 {
 		t.Errorf("recount = %+v, %v; want nothing to fix", rep, err)

@@ -104,7 +104,8 @@ type Store struct {
 	noRangeStream atomic.Bool
 	// ledgerIndexed: the ledger's month index is complete (its migration marker was seen).
 	ledgerIndexed atomic.Bool
-	// usageRevs: counter key -> revision of this process's latest write of it (fleetwatch.go).
+	// usageRevs: counter key -> this process's latest write of it, a wroteCounter
+	// (fleetwatch.go).
 	usageRevs sync.Map
 
 	mu      sync.Mutex
