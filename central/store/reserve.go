@@ -43,14 +43,14 @@ import (
 // fresh. The first read is serializable (any member answers from its own state): an
 // admission decided on stale data fails its compare, and a refusal is confirmed by a
 // linearizable read before it is returned, so staleness costs a retry, never a wrong answer.
-// If the condition
-// fails, the transaction's Else branch re-reads the same set at the new revision and the
-// loop goes again at once, so a retry costs one round trip, not two (a commit decided on a
-// watched view, ReserveRequest.Seen, has no Else branch and reads after a lost compare);
-// after three lost races it waits a jittered, growing pause and reads afresh (at most
-// MaxTxnRetries tries, then ErrConflict). Within one central, writers of the same counter also queue in process
-// (locks.go) so a burst does not send transactions that are bound to lose; that is only an
-// optimisation, since other centrals race through the transaction alone.
+// If the condition fails, the transaction's Else branch re-reads the same set at the new
+// revision and the loop goes again at once, so a retry costs one round trip, not two (a
+// commit decided on a watched view, ReserveRequest.Seen, has no Else branch and reads after
+// a lost compare); after three lost races it waits a jittered, growing pause and reads
+// afresh (at most MaxTxnRetries tries, then ErrConflict). Within one central, writers of the
+// same counter also queue in process (locks.go) so a burst does not send transactions that
+// are bound to lose; that is only an optimisation, since other centrals race through the
+// transaction alone.
 //
 // Why comparing the counters is enough, although the reservation prefixes are ranges whose
 // new keys no single ModRevision would reveal: every operation that can make running +
