@@ -40,6 +40,13 @@ func guestImage(t *testing.T) string {
 	return img
 }
 
+// memoryFileSpec is the spec of a memory_file guest the resume tests save
+// and clone: the guest image, 1 vCPU, 256 MiB, user-mode networking.
+func memoryFileSpec(id, img string) *pb.VMSpec {
+	return &pb.VMSpec{Id: id, GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
+		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+}
+
 func TestStartVMReportsWhyQEMUFailed(t *testing.T) {
 	requireQEMU(t)
 	bundle, _ := testImages(t, t.TempDir()) // its kernel is not a kernel

@@ -26,8 +26,7 @@ func TestResumeMemoryClonesRunOnFromTheSavedGuestWithoutBooting(t *testing.T) {
 	d := newTestDriver(t, t.TempDir(), `{"machine": "microvm"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	spec := &pb.VMSpec{Id: "tmpl", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
-		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+	spec := memoryFileSpec("tmpl", img)
 	if _, err := d.CreateVM(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +146,7 @@ func TestResumeFromAGuestSavedWithTheNICsAnnounceOn(t *testing.T) {
 	defer cancel()
 	_, stateDir := d.config()
 	cmdline := func(id string) string { return qemuCmdline(t, stateDir, id) }
-	spec := &pb.VMSpec{Id: "old", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
-		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+	spec := memoryFileSpec("old", img)
 	if _, err := d.CreateVM(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

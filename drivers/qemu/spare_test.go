@@ -73,8 +73,7 @@ func TestResumedClonesTakeAQEMUStartedAhead(t *testing.T) {
 	d := newTestDriver(t, stateDir, `{"machine": "microvm"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	spec := &pb.VMSpec{Id: "tmpl", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
-		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+	spec := memoryFileSpec("tmpl", img)
 	if _, err := d.CreateVM(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +255,7 @@ func TestSparesEndWithThePluginProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAccel(t, p)
-	spec := &pb.VMSpec{Id: "tmpl", GuestOs: pb.GuestOS_GUEST_OS_LINUX, Image: img, Vcpus: 1, MemoryMib: 256,
-		Network: &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_USER}, DriverConfigJson: []byte(`{"memory_file": true}`)}
+	spec := memoryFileSpec("tmpl", img)
 	if _, err := p.CreateVM(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
