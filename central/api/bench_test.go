@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -471,11 +470,11 @@ func heartbeatLoad(url string) int {
 	return 0
 }
 
-// cpuSelf is the CPU time this process has used (user + system).
+// cpuSelf is the CPU time this process has used.
 func cpuSelf(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := benchstat.ProcessCPU(os.Getpid())
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

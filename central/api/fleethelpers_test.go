@@ -22,6 +22,7 @@ import (
 	"github.com/fluxvm/fluxvm/central"
 	"github.com/fluxvm/fluxvm/central/api"
 	"github.com/fluxvm/fluxvm/central/store"
+	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/plugins/driver/drivertest"
 	"github.com/fluxvm/fluxvm/schemas"
 	"github.com/hashicorp/go-hclog"
@@ -306,19 +307,7 @@ func (n *fxNode) kill() {
 
 // childrenOf lists the pids whose parent is pid.
 func childrenOf(pid int) []int {
-	var out []int
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			out = append(out, child)
-		}
-	}
+	out, _ := benchstat.Children(pid)
 	return out
 }
 

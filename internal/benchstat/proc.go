@@ -58,33 +58,9 @@ func ProcessesCPU(pids ...int) (time.Duration, error) {
 // TreeCPU is ProcessCPU summed over pids and every process descended from them (a node
 // agent and its driver plugins, say), as the process table stands at the call.
 func TreeCPU(pids ...int) (time.Duration, error) {
-	entries, err := os.ReadDir("/proc")
+	children, err := childTable()
 	if err != nil {
 		return 0, err
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // ended since the listing
-		}
-		// "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
-		// the fields after it start past the last ')'.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil {
-			children[ppid] = append(children[ppid], pid)
-		}
 	}
 	var all []int
 	seen := map[int]bool{}
@@ -114,6 +90,45 @@ func TreeCPU(pids ...int) (time.Duration, error) {
 		sum += d
 	}
 	return sum, nil
+}
+
+// Children lists the live processes whose parent is pid.
+func Children(pid int) ([]int, error) {
+	children, err := childTable()
+	return children[pid], err
+}
+
+// childTable maps each live process's parent pid to its pids, from /proc/<pid>/stat.
+func childTable() (map[int][]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // ended since the listing
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
+		// the fields after it start past the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	return children, nil
 }
 
 // ResidentMiB is the resident memory of process pid (VmRSS in /proc/<pid>/status), in MiB.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -57,6 +58,10 @@ func TestTreeCPUCountsAChildProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	kids, err := Children(os.Getpid())
+	if err != nil || !slices.Contains(kids, cmd.Process.Pid) {
+		t.Fatalf("Children(self) = %v, %v; want the child %d among them", kids, err, cmd.Process.Pid)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		self, err := ProcessCPU(os.Getpid())
