@@ -294,13 +294,14 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, id, tag string) error {
 		if err != nil {
 			return err
 		}
+		release := d.holdSpares(id, tag) // no spare reads the snapshot while it goes
+		defer release()
 		if runs(v.currentState()) {
 			err = v.snapshotJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": []string{"disk0"}})
 		} else {
 			err = d.qemuImgSnapshot(ctx, "-d", tag, v.rec.Disk)
 		}
 		if err == nil {
-			d.dropSpares(id, tag)
 			err = v.removeSnapFiles(tag)
 		}
 		if err != nil {

@@ -83,14 +83,38 @@ type spares struct {
 	mu     sync.Mutex
 	ready  map[spareKey][]*spare
 	making map[spareKey]int
+	// held are the snapshots (a tag of "": every snapshot of the source)
+	// whose files are being removed, which no spare may start on (holdSpares);
+	// made is signalled whenever a spare being made is done.
+	held   map[spareKey]int
+	made   *sync.Cond
 	closed bool           // Close was called: no more spares
 	makers sync.WaitGroup // spares being made
 }
 
+// init makes the maps; callers hold mu.
 func (ss *spares) init() {
 	if ss.ready == nil {
-		ss.ready, ss.making = map[spareKey][]*spare{}, map[spareKey]int{}
+		ss.ready, ss.making, ss.held = map[spareKey][]*spare{}, map[spareKey]int{}, map[spareKey]int{}
+		ss.made = sync.NewCond(&ss.mu)
 	}
+}
+
+// isHeld reports whether key's snapshot is held (holdSpares); callers hold mu.
+func (ss *spares) isHeld(key spareKey) bool {
+	return ss.held[key] > 0 || ss.held[spareKey{key.source, ""}] > 0
+}
+
+// makingFor counts the spares being made for source's snapshot tag (every
+// tag when ""); callers hold mu.
+func (ss *spares) makingFor(source, tag string) int {
+	n := 0
+	for k, m := range ss.making {
+		if k.source == source && (tag == "" || k.tag == tag) {
+			n += m
+		}
+	}
+	return n
 }
 
 func (ss *spares) count() int {
@@ -165,19 +189,39 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// dropSpares ends the spares of source (of every tag when tag is "").
-func (d *Driver) dropSpares(source, tag string) {
-	d.spares.mu.Lock()
+// holdSpares is called before source's snapshot tag (every snapshot when
+// tag is "", the whole VM) is removed: it stops spares of it from being
+// made, waits for those being made, and ends the ready ones. A QEMU started
+// on a saved RAM file that is removed under it would make the file again
+// (QEMU creates a missing mem-path), in the source's workspace, and a
+// disk copy would read a snapshot being deleted. release lets spares be
+// made again (for a later snapshot of the same tag, or a VM of the same id).
+func (d *Driver) holdSpares(source, tag string) (release func()) {
+	ss := &d.spares
+	key := spareKey{source, tag}
+	ss.mu.Lock()
+	ss.init()
+	ss.held[key]++
+	for ss.makingFor(source, tag) > 0 {
+		ss.made.Wait()
+	}
 	var gone []*spare
-	for k, r := range d.spares.ready {
+	for k, r := range ss.ready {
 		if k.source == source && (tag == "" || k.tag == tag) {
 			gone = append(gone, r...)
-			delete(d.spares.ready, k)
+			delete(ss.ready, k)
 		}
 	}
-	d.spares.mu.Unlock()
+	ss.mu.Unlock()
 	for _, s := range gone {
 		s.discard()
+	}
+	return func() {
+		ss.mu.Lock()
+		if ss.held[key]--; ss.held[key] == 0 {
+			delete(ss.held, key)
+		}
+		ss.mu.Unlock()
 	}
 }
 
@@ -201,7 +245,7 @@ func (d *Driver) makeSpares(src *vm, tag string) {
 	for {
 		d.spares.mu.Lock()
 		d.spares.init()
-		if d.spares.closed || len(d.spares.ready[key])+d.spares.making[key] >= perSnapshot || d.spares.count() >= maxSpares {
+		if d.spares.closed || d.spares.isHeld(key) || len(d.spares.ready[key])+d.spares.making[key] >= perSnapshot || d.spares.count() >= maxSpares {
 			d.spares.mu.Unlock()
 			return
 		}
@@ -213,6 +257,7 @@ func (d *Driver) makeSpares(src *vm, tag string) {
 		if d.spares.making[key]--; d.spares.making[key] == 0 {
 			delete(d.spares.making, key)
 		}
+		d.spares.made.Broadcast()
 		src.mu.Lock()
 		gone := src.destroyed
 		src.mu.Unlock()

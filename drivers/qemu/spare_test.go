@@ -311,3 +311,52 @@ func TestSparesEndWithThePluginProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldSparesWaitsForSparesBeingMadeAndStartsNoNew: removing a snapshot's
+// files (or its VM's workspace) first holds its spares: the hold waits for
+// a spare being made (whose QEMU would make a removed RAM file again in the
+// source's workspace), and while it lasts no spare of it is started, of
+// that tag or, for a whole VM, of any.
+func TestHoldSparesWaitsForSparesBeingMadeAndStartsNoNew(t *testing.T) {
+	d := &Driver{}
+	key := spareKey{"tmpl", "warm"}
+	d.spares.mu.Lock()
+	d.spares.init()
+	d.spares.making[key] = 1 // a spare being made, as makeSpares counts it
+	d.spares.mu.Unlock()
+
+	held := make(chan func())
+	go func() { held <- d.holdSpares("tmpl", "") }()
+	select {
+	case <-held:
+		t.Fatal("the hold returned while a spare of the VM was being made")
+	case <-time.After(200 * time.Millisecond):
+	}
+	// The spare is made, as makeSpares ends one.
+	d.spares.mu.Lock()
+	delete(d.spares.making, key)
+	d.spares.made.Broadcast()
+	d.spares.mu.Unlock()
+	var release func()
+	select {
+	case release = <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hold did not return once the spare being made was done")
+	}
+
+	// Held: makeSpares starts nothing for any snapshot of the VM.
+	d.makeSpares(&vm{id: "tmpl"}, "other")
+	d.spares.mu.Lock()
+	making, ready := len(d.spares.making), len(d.spares.ready)
+	d.spares.mu.Unlock()
+	if making != 0 || ready != 0 {
+		t.Fatalf("a held VM got spares made: %d being made, %d ready", making, ready)
+	}
+	release()
+	d.spares.mu.Lock()
+	left := len(d.spares.held)
+	d.spares.mu.Unlock()
+	if left != 0 {
+		t.Errorf("after release %d holds are left", left)
+	}
+}

@@ -949,13 +949,14 @@ func (d *Driver) DestroyVM(ctx context.Context, id string, force bool) error {
 		}
 	}
 	v.closeAgent()
+	release := d.holdSpares(id, "")
+	defer release()
 	if err := os.RemoveAll(v.ws); err != nil {
 		return fmt.Errorf("destroy vm %s: remove workspace: %w", id, err)
 	}
 	v.mu.Lock()
 	v.destroyed = true
 	v.mu.Unlock()
-	d.dropSpares(id, "")
 	d.mu.Lock()
 	if d.vms[id] == v {
 		delete(d.vms, id)
