@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +43,8 @@ func benchFleet() []Node {
 
 // BenchmarkPlace: one placement decision over 2,000 nodes, with every verdict
 // recorded. The "refused" case is the worst: every node builds its reasons.
-// The "-short" cases are PlaceShort (the choice and the ten best).
+// The "-short" cases are PlaceShort (the choice and the ten best), the
+// "-memo" cases PlaceShortMemo with one node changed between decisions.
 // No baseline: it reports decisions/s and the time of one decision as the
 // median of the decisions timed one by one, with its p10–p90.
 func BenchmarkPlace(b *testing.B) {
@@ -76,6 +79,31 @@ func BenchmarkPlace(b *testing.B) {
 			for b.Loop() {
 				t0 := time.Now()
 				_, _ = PlaceShort(nodes, tc.req, DefaultPolicy, BinPack, 10)
+				took.Add(time.Since(t0))
+			}
+			reportDecisions(b, took)
+		})
+	}
+	// PlaceShortMemo, as central's view calls it: the list in name order, one
+	// node changed (and forgotten) before each decision, the requests of many
+	// tenants of one kind.
+	sorted := slices.Clone(nodes)
+	slices.SortFunc(sorted, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	for _, tc := range cases[:2] {
+		b.Run(tc.name+"-memo", func(b *testing.B) {
+			b.ReportAllocs()
+			took := benchstat.NewSamples()
+			var m Memo
+			i := 0
+			for b.Loop() {
+				k := i % len(sorted)
+				sorted[k].Used.VCPUs += int64(1 - 2*(i/len(sorted)%2)) // up one pass, down the next
+				m.Forget(k)
+				req := tc.req
+				req.Tenant = fmt.Sprintf("tenant-%02d", i%20)
+				i++
+				t0 := time.Now()
+				_, _ = PlaceShortMemo(sorted, &m, req, DefaultPolicy, BinPack, 10)
 				took.Add(time.Since(t0))
 			}
 			reportDecisions(b, took)

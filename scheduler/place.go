@@ -361,6 +361,11 @@ func choiceReason(n *Node, req *Request, strategy Strategy, fits int) string {
 // comparisons instead of 2,000 verdicts, most of them refusals written out.
 // keep below 1 counts as 1.
 func PlaceShort(nodes []Node, req Request, pol Policy, strategy Strategy, keep int) (Decision, error) {
+	return placeShort(nodes, nil, req, pol, strategy, keep)
+}
+
+// placeShort is PlaceShort, and PlaceShortMemo with a memo m.
+func placeShort(nodes []Node, m *Memo, req Request, pol Policy, strategy Strategy, keep int) (Decision, error) {
 	if req.GuestOS == "" {
 		req.GuestOS = GuestLinux
 	}
@@ -376,17 +381,34 @@ func PlaceShort(nodes []Node, req Request, pol Policy, strategy Strategy, keep i
 		score float64
 	}
 	top := make([]cand, 0, keep+1)
-	better := func(a, b cand) bool {
-		return a.score > b.score || (a.score == b.score && a.n.Name < b.n.Name)
+	// c comes later in the list than every node in top: in a list in name
+	// order, an equal score never makes it the better (nor reads a name).
+	byName := false
+	if m != nil {
+		m.prepare(nodes, &req, pol, strategy)
+		byName = m.byName
+	}
+	better := func(c, b cand) bool {
+		return c.score > b.score || (!byName && c.score == b.score && c.n.Name < b.n.Name)
 	}
 	fits := 0
 	for i := range nodes {
 		n := &nodes[i]
-		if f.broken(n) != 0 {
-			continue
+		var sc float64
+		if m != nil {
+			set, s := m.verdict(i, n, f, strategy)
+			if set != 0 {
+				continue
+			}
+			sc = s
+		} else {
+			if f.broken(n) != 0 {
+				continue
+			}
+			sc = score(n, &req, strategy)
 		}
 		fits++
-		c := cand{n, score(n, &req, strategy)}
+		c := cand{n, sc}
 		if len(top) == keep && !better(c, top[keep-1]) {
 			continue
 		}

@@ -31,7 +31,7 @@ type Store interface {
 	// LoadFleet, WatchFleet, FleetNow, FleetProgress and Context keep the
 	// watched view (view.go; store.WatchFleet).
 	LoadFleet(ctx context.Context) ([]store.FleetChange, int64, error)
-	WatchFleet(ctx context.Context, rev int64, apply func(rev int64, changes []store.FleetChange)) error
+	WatchFleet(ctx context.Context, rev int64, apply func(rev int64, changes []store.FleetChange), skip func(rev int64) bool) error
 	FleetNow(ctx context.Context) (int64, error)
 	FleetProgress(ctx context.Context) error
 	Context() context.Context

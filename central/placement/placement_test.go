@@ -3,7 +3,9 @@ package placement
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,5 +186,85 @@ func TestKeepChoosesAmongTheNodesItAccepts(t *testing.T) {
 	d, node, res, err := p.PlaceAndReserve(ctx, req, store.DefaultPolicy(), rr, func(n *store.Node) bool { return n.Name == "big" })
 	if err != nil || d.Node != "big" || node.Name != "big" || res.Node != "big" || len(d.Considered) != 1 {
 		t.Fatalf("placement keeping big = %+v, %v, %v; want big, the only node considered", d, res, err)
+	}
+}
+
+// countSkips is the real store, counting the watch events the view skips;
+// the watch waits for open to close before each event.
+type countSkips struct {
+	*store.Store
+	open    chan struct{}
+	skipped atomic.Int64
+}
+
+func (c *countSkips) WatchFleet(ctx context.Context, rev int64, apply func(int64, []store.FleetChange), skip func(int64) bool) error {
+	return c.Store.WatchFleet(ctx, rev, apply, func(r int64) bool {
+		<-c.open
+		s := skip(r)
+		if s {
+			c.skipped.Add(1)
+		}
+		return s
+	})
+}
+
+// TestTheViewSkipsItsOwnReservationsOnTheWatchAndStaysExact: the watch events
+// of reservations the view applied itself (view.took) are skipped, and the view
+// still equals one loaded afresh from etcd, after the reservations and after
+// some of them are released (which the watch brings).
+func TestTheViewSkipsItsOwnReservationsOnTheWatchAndStaysExact(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	putNode(t, st, "a", 64)
+	putNode(t, st, "b", 64)
+	tenant := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 100}}, TokenSHA256: store.HashToken("fvt_acme")}
+	if err := st.CreateTenant(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	// The watch waits until the reservations are made, so that each comes after
+	// the view applied it (else either may come first).
+	cs := &countSkips{Store: st, open: make(chan struct{})}
+	p := New(cs)
+	var held []*store.Reservation
+	for range 20 {
+		_, _, res, err := p.PlaceAndReserve(ctx, scheduler.Request{Tenant: tenant.ID, GuestOS: store.GuestLinux, VCPUs: 3, MemoryMiB: 256},
+			store.DefaultPolicy(), store.ReserveRequest{Tenant: tenant.ID, VCPUs: 3, MemoryMiB: 256}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, res)
+	}
+	close(cs.open)
+	same := func(when string) {
+		t.Helper()
+		_, got, err := p.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, want, err := New(st).Snapshot(ctx) // loaded afresh
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the view holds %+v, etcd %+v", when, got, want)
+		}
+		gt, gu := p.view(ctx).tenantUsage(tenant.ID)
+		wt, wu := New(st).view(ctx).tenantUsage(tenant.ID)
+		if gt == nil || wt == nil || gu != wu {
+			t.Fatalf("%s: the view holds tenant usage %+v, etcd %+v", when, gu, wu)
+		}
+	}
+	same("after 20 reservations")
+	if n := cs.skipped.Load(); n != 20*4 {
+		t.Fatalf("the watch skipped %d events of the view's own 20 reservations; want all 80 (4 keys each)", n)
+	}
+	for _, r := range held[:7] {
+		if err := st.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same("after 7 releases")
+	if _, sn, _ := p.Snapshot(ctx); sn[0].Used.VCPUs+sn[1].Used.VCPUs != 13*3 {
+		t.Fatalf("the view's nodes use %d and %d vCPUs; want 39 in all", sn[0].Used.VCPUs, sn[1].Used.VCPUs)
 	}
 }

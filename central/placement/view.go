@@ -37,6 +37,19 @@ type view struct {
 	list  []scheduler.Node
 	recs  []*store.Node
 	index map[string]int
+	// memo remembers each listed node's verdict on the last kind of request, so a
+	// decision works afresh only on the nodes changed since (scheduler.Memo). Changes
+	// tell it under mu; decisions, which hold mu only to read, take memoMu to use it.
+	memoMu sync.Mutex
+	memo   scheduler.Memo
+
+	// taken holds the revisions of this process's reservations that took applied and the
+	// watch has not yet brought: the watch skips their events (skip), which hold nothing
+	// took did not apply. Its own lock, since skip runs on the watch's goroutine for every
+	// event, before apply takes mu. Written under mu too (took, apply, reset), so an event
+	// skipped is one whose changes are in the view.
+	takenMu sync.Mutex
+	taken   map[int64]struct{}
 }
 
 type usageState struct {
@@ -58,20 +71,18 @@ func (u *usageState) apply(c *store.FleetChange) {
 			u.usage, u.gen, u.usageRev = c.Usage, c.Gen, c.ModRev
 		}
 	case store.FleetNodeReservation, store.FleetTenantReservation:
-		if c.Deleted {
+		// reserved is kept as the sum of res, one change at a time (a node filled by
+		// small VMs holds hundreds of reservations).
+		if old, ok := u.res[c.ID]; ok {
+			u.reserved = u.reserved.Sub(old)
 			delete(u.res, c.ID)
-		} else {
+		}
+		if !c.Deleted {
 			if u.res == nil {
 				u.res = map[string]store.Usage{}
 			}
 			u.res[c.ID] = c.Usage
-		}
-		u.reserved = store.Usage{}
-		for _, r := range u.res {
-			u.reserved.VMs += r.VMs
-			u.reserved.VCPUs += r.VCPUs
-			u.reserved.MemoryMiB += r.MemoryMiB
-			u.reserved.MacOS += r.MacOS
+			u.reserved = u.reserved.Add(c.Usage)
 		}
 	}
 }
@@ -105,7 +116,7 @@ func startView(ctx context.Context, st Store) (*view, error) {
 // run follows the watch from rev, loading afresh whenever the watch is lost, until ctx ends.
 func (v *view) run(ctx context.Context, rev int64) {
 	for ctx.Err() == nil {
-		err := v.st.WatchFleet(ctx, rev, v.apply)
+		err := v.st.WatchFleet(ctx, rev, v.apply, v.skip)
 		if ctx.Err() != nil || !errors.Is(err, store.ErrWatchLost) {
 			return
 		}
@@ -127,6 +138,9 @@ func (v *view) run(ctx context.Context, rev int64) {
 func (v *view) reset(rev int64, changes []store.FleetChange) {
 	v.mu.Lock()
 	v.nodes, v.tenants, v.index = map[string]*nodeState{}, map[string]*tenantState{}, nil
+	v.takenMu.Lock()
+	v.taken = nil
+	v.takenMu.Unlock()
 	v.mu.Unlock()
 	v.apply(rev, changes)
 }
@@ -135,12 +149,26 @@ func (v *view) reset(rev int64, changes []store.FleetChange) {
 func (v *view) apply(rev int64, changes []store.FleetChange) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.applyLocked(rev, changes, true)
+	v.applyLocked(rev, changes)
+	v.takenMu.Lock()
+	for r := range v.taken {
+		if r <= rev { // the watch is past it: nothing more of it will come
+			delete(v.taken, r)
+		}
+	}
+	v.takenMu.Unlock()
 }
 
-// applyLocked is apply under v.mu; toList false leaves the scheduler's list as it is (see
-// took).
-func (v *view) applyLocked(rev int64, changes []store.FleetChange, toList bool) {
+// skip tells the watch that the view already holds the changes made at rev (see taken).
+func (v *view) skip(rev int64) bool {
+	v.takenMu.Lock()
+	defer v.takenMu.Unlock()
+	_, ok := v.taken[rev]
+	return ok
+}
+
+// applyLocked is apply under v.mu.
+func (v *view) applyLocked(rev int64, changes []store.FleetChange) {
 	touched := map[string]*nodeState{}
 	for i := range changes {
 		c := &changes[i]
@@ -184,8 +212,9 @@ func (v *view) applyLocked(rev int64, changes []store.FleetChange, toList bool) 
 			continue
 		}
 		n.sched = SchedulerNode(n.rec, store.UsageView{Running: n.usage, Reserved: n.reserved})
-		if i, ok := v.index[name]; ok && toList {
+		if i, ok := v.index[name]; ok {
 			v.list[i], v.recs[i] = n.sched, n.rec
+			v.memo.Forget(i)
 		}
 	}
 	if v.index == nil {
@@ -201,6 +230,7 @@ func (v *view) applyLocked(rev int64, changes []store.FleetChange, toList bool) 
 			n := v.nodes[name]
 			v.list[i], v.recs[i], v.index[name] = n.sched, n.rec, i
 		}
+		v.memo.Reset()
 	}
 	if rev > v.rev {
 		v.rev = rev
@@ -290,7 +320,15 @@ func (v *view) decide(req scheduler.Request, pol scheduler.Policy, keep func(*st
 			}
 		}
 	}
-	d, err := scheduler.PlaceShort(nodes, req, pol, scheduler.BinPack, ShortList+len(busy))
+	var d scheduler.Decision
+	var err error
+	if keep == nil {
+		v.memoMu.Lock()
+		d, err = scheduler.PlaceShortMemo(nodes, &v.memo, req, pol, scheduler.BinPack, ShortList+len(busy))
+		v.memoMu.Unlock()
+	} else {
+		d, err = scheduler.PlaceShort(nodes, req, pol, scheduler.BinPack, ShortList+len(busy))
+	}
 	if err != nil {
 		return d, nil, err
 	}
@@ -306,9 +344,15 @@ func (v *view) decide(req scheduler.Request, pol scheduler.Policy, keep func(*st
 			d.Node = d.Considered[best].Node
 		}
 	}
-	for i := range nodes {
-		if nodes[i].Name == d.Node {
+	if keep == nil {
+		if i, ok := v.index[d.Node]; ok {
 			return d, recs[i], nil
+		}
+	} else {
+		for i := range nodes {
+			if nodes[i].Name == d.Node {
+				return d, recs[i], nil
+			}
 		}
 	}
 	return d, nil, errors.New("the scheduler chose a node it was not given")
@@ -373,7 +417,8 @@ func (v *view) seen(ctx context.Context, tenant, node string, wrote store.Wrote)
 // took applies a reservation that Reserve committed at rev on what seen gave: the
 // counters it rewrote (same usage, next generation) and the reservation keys it added.
 // Its compare proved nothing else had touched those counters, so this is their state at
-// rev; the watch brings the same changes again later, which changes nothing.
+// rev. Those are all the transaction wrote, so the watch skips its events when they come
+// (taken); should they come first, applying them again changes nothing.
 func (v *view) took(rev int64, res *store.Reservation) {
 	cs := []store.FleetChange{{Kind: store.FleetNodeReservation, Name: res.Node, ID: res.ID, ModRev: rev, Usage: res.Size()}}
 	if res.Tenant != "" {
@@ -387,10 +432,16 @@ func (v *view) took(rev int64, res *store.Reservation) {
 	if t := v.tenants[res.Tenant]; res.Tenant != "" && t != nil {
 		cs = append(cs, store.FleetChange{Kind: store.FleetTenantUsage, Name: res.Tenant, ModRev: rev, Usage: t.usage, Gen: t.gen + 1})
 	}
-	// 0: the view's own revision does not move. The scheduler's list catches up when the
-	// watch brings the same write (a copy of the list saved): a choice made meanwhile sees
-	// the node a little emptier, and Reserve, which decides on the exact state, corrects it.
-	v.applyLocked(0, cs, false)
+	// 0: the view's own revision does not move (writes before rev may still be on their way).
+	v.applyLocked(0, cs)
+	if rev > v.rev { // not yet brought by the watch
+		v.takenMu.Lock()
+		if v.taken == nil {
+			v.taken = map[int64]struct{}{}
+		}
+		v.taken[rev] = struct{}{}
+		v.takenMu.Unlock()
+	}
 }
 
 // tenantUsage is the tenant's record and running + reserved usage as the view has them (nil
@@ -402,10 +453,5 @@ func (v *view) tenantUsage(tenant string) (*store.Tenant, store.Usage) {
 	if t == nil || t.rec == nil {
 		return nil, store.Usage{}
 	}
-	u := t.usage
-	u.VMs += t.reserved.VMs
-	u.VCPUs += t.reserved.VCPUs
-	u.MemoryMiB += t.reserved.MemoryMiB
-	u.MacOS += t.reserved.MacOS
-	return t.rec, u
+	return t.rec, t.usage.Add(t.reserved)
 }

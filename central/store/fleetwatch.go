@@ -165,8 +165,11 @@ var ErrWatchLost = errors.New("the fleet watch was lost")
 // holding whole transactions, and with the revision the view is then current to (at least the
 // last change's). It returns when ctx ends (ctx's error) or the watch is lost (ErrWatchLost).
 // Progress notifications advance the revision without changes, so a waiter on the view's
-// revision is not kept waiting by a quiet fleet.
-func (s *Store) WatchFleet(ctx context.Context, rev int64, apply func(rev int64, changes []FleetChange)) error {
+// revision is not kept waiting by a quiet fleet. skip, when set, names the revisions whose
+// changes the caller already holds (transactions it committed and applied itself): their
+// events are neither decoded nor passed on.
+func (s *Store) WatchFleet(ctx context.Context, rev int64, apply func(rev int64, changes []FleetChange),
+	skip func(rev int64) bool) error {
 	from, end := s.fleetRange()
 	ctx, cancel := context.WithCancel(fleetStream(ctx))
 	defer cancel()
@@ -188,6 +191,9 @@ func (s *Store) WatchFleet(ctx context.Context, rev int64, apply func(rev int64,
 		}
 		var cs []FleetChange
 		for _, ev := range resp.Events {
+			if skip != nil && skip(ev.Kv.ModRevision) {
+				continue
+			}
 			c, ok, err := s.fleetChange(ev.Kv, ev.Type == clientv3.EventTypeDelete)
 			if err != nil {
 				// A record that does not decode is not placed on; the view

@@ -20,13 +20,13 @@ func seenFrom(cs []FleetChange, tenant, node string) *Seen {
 		case c.Kind == FleetNodeUsage && c.Name == node:
 			sn.NodeUsage, sn.NodeGen, sn.NodeUsageRev = c.Usage, c.Gen, c.ModRev
 		case c.Kind == FleetNodeReservation && c.Name == node:
-			sn.NodeReserved = sn.NodeReserved.add(c.Usage)
+			sn.NodeReserved = sn.NodeReserved.Add(c.Usage)
 		case c.Kind == FleetTenant && c.Name == tenant:
 			sn.Tenant, sn.TenantRev = c.Tenant, c.ModRev
 		case c.Kind == FleetTenantUsage && c.Name == tenant:
 			sn.TenantUsage, sn.TenantGen, sn.TenantUsageRev = c.Usage, c.Gen, c.ModRev
 		case c.Kind == FleetTenantReservation && c.Name == tenant:
-			sn.TenantReserved = sn.TenantReserved.add(c.Usage)
+			sn.TenantReserved = sn.TenantReserved.Add(c.Usage)
 		}
 	}
 	return sn
@@ -53,7 +53,7 @@ func TestFleetWatchDeliversAReservationAsOneTransaction(t *testing.T) {
 			mu.Lock()
 			batches = append(batches, cs)
 			mu.Unlock()
-		})
+		}, nil)
 	}()
 	res, err := s.Reserve(ctx, ReserveRequest{Tenant: tn.ID, Node: "n1", VCPUs: 2, MemoryMiB: 512})
 	if err != nil {

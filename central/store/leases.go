@@ -186,7 +186,7 @@ func (s *Store) CreateLease(ctx context.Context, req CreateLeaseRequest) (*Lease
 			return false, err
 		}
 		active := rs[5].GetResponseRange().Count
-		if reason := leasable(&n, nc.Usage.add(reserved), req.AllowBusy); reason != "" {
+		if reason := leasable(&n, nc.Usage.Add(reserved), req.AllowBusy); reason != "" {
 			return false, &LeaseRefusal{Node: n.Name, Reason: reason}
 		}
 		if q := t.Quota.MaxLeasedHosts; q > 0 && active+1 > q {

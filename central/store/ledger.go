@@ -226,9 +226,9 @@ func (s *Store) Recount(ctx context.Context) (*RecountReport, error) {
 				return nil
 			}
 			running++
-			want[s.usageNodeKey(e.Node)] = want[s.usageNodeKey(e.Node)].add(e.usage())
+			want[s.usageNodeKey(e.Node)] = want[s.usageNodeKey(e.Node)].Add(e.usage())
 			if e.Tenant != "" {
-				want[s.usageTenantKey(e.Tenant)] = want[s.usageTenantKey(e.Tenant)].add(e.usage())
+				want[s.usageTenantKey(e.Tenant)] = want[s.usageTenantKey(e.Tenant)].Add(e.usage())
 			}
 			return nil
 		})

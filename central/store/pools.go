@@ -422,14 +422,14 @@ func (s *Store) moveToTenant(ctx context.Context, e *LedgerEntry, tenant string,
 		return nil, nil, LedgerEntry{}, fmt.Errorf("%w: tenant %s is disabled", ErrInvalid, tenant)
 	}
 	u := e.usage()
-	if err := checkQuota(t.Quota, tc.Usage.add(reserved), u); err != nil {
+	if err := checkQuota(t.Quota, tc.Usage.Add(reserved), u); err != nil {
 		return nil, nil, LedgerEntry{}, err
 	}
 	ended := *e
 	ended.EndedAt, ended.EndReason = now.UTC(), "claimed"
 	moved := *e
 	moved.ID, moved.Tenant, moved.StartedAt = newID("l-"), tenant, now.UTC()
-	tc.Usage, tc.Gen = tc.Usage.add(u), tc.Gen+1
+	tc.Usage, tc.Gen = tc.Usage.Add(u), tc.Gen+1
 	body := mustJSON(&moved)
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(tenant)), "=", crev),

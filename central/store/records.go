@@ -435,11 +435,13 @@ type Usage struct {
 	MacOS     int64 `json:"macos"`
 }
 
-func (u Usage) add(v Usage) Usage {
+// Add is u + v, field by field.
+func (u Usage) Add(v Usage) Usage {
 	return Usage{u.VMs + v.VMs, u.VCPUs + v.VCPUs, u.MemoryMiB + v.MemoryMiB, u.MacOS + v.MacOS}
 }
 
-func (u Usage) sub(v Usage) Usage {
+// Sub is u - v, field by field.
+func (u Usage) Sub(v Usage) Usage {
 	return Usage{u.VMs - v.VMs, u.VCPUs - v.VCPUs, u.MemoryMiB - v.MemoryMiB, u.MacOS - v.MacOS}
 }
 

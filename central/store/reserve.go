@@ -360,17 +360,17 @@ func admit(req ReserveRequest, snap *reserveSnapshot, what string) error {
 	}
 	ask := req.ask()
 	if quotas != nil {
-		used := snap.tenantUsage.Usage.add(snap.tenantReserved)
+		used := snap.tenantUsage.Usage.Add(snap.tenantReserved)
 		if snap.replaced != nil {
 			// A replacement: the old VM leaves once this one runs, so the
 			// tenant's quota sees only one of them.
-			used = used.sub(snap.replaced.usage())
+			used = used.Sub(snap.replaced.usage())
 		}
 		if err := checkQuota(*quotas, used, ask); err != nil {
 			return err
 		}
 	}
-	if err := checkNode(snap.node, snap.nodeUsage.Usage.add(snap.nodeReserved), ask); err != nil {
+	if err := checkNode(snap.node, snap.nodeUsage.Usage.Add(snap.nodeReserved), ask); err != nil {
 		return err
 	}
 	return checkLessee(snap.node, req)
@@ -505,7 +505,7 @@ func sumReservations(kvs []*mvccpb.KeyValue) (Usage, error) {
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
 			return Usage{}, fmt.Errorf("decode %s: %w", kv.Key, err)
 		}
-		u = u.add(r.usage())
+		u = u.Add(r.usage())
 	}
 	return u, nil
 }
@@ -537,7 +537,7 @@ func (s *Store) QuotaLeft(ctx context.Context, req ReserveRequest) error {
 	if err != nil {
 		return err
 	}
-	return checkQuota(t.Quota, u.Running.add(u.Reserved), req.ask())
+	return checkQuota(t.Quota, u.Running.Add(u.Reserved), req.ask())
 }
 
 // QuotaRoom is a *QuotaError when quotas q, with used in use, have no room
@@ -779,7 +779,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 		if fromLast && res != nil {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.resNodePrefix(res.Node)+res.ID), ">", 0))
 		}
-		nc.Usage, nc.Gen = nc.Usage.add(u), nc.Gen+1
+		nc.Usage, nc.Gen = nc.Usage.Add(u), nc.Gen+1
 		body := mustJSON(&e)
 		ops := []clientv3.Op{
 			clientv3.OpPut(lk, body),
@@ -791,7 +791,7 @@ func (s *Store) record(ctx context.Context, res *Reservation, e LedgerEntry, spe
 		}
 		if e.Tenant != "" {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(e.Tenant)), "=", trev))
-			tc.Usage, tc.Gen = tc.Usage.add(u), tc.Gen+1
+			tc.Usage, tc.Gen = tc.Usage.Add(u), tc.Gen+1
 			ops = append(ops,
 				clientv3.OpPut(s.runningTenantPrefix(e.Tenant)+e.ID, body),
 				clientv3.OpPut(s.usageTenantKey(e.Tenant), mustJSON(tc)))
@@ -857,7 +857,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 		}
 		ended := *e
 		ended.EndedAt, ended.EndReason = at.UTC(), reason
-		nc.Usage, nc.Gen = nc.Usage.sub(u), nc.Gen+1
+		nc.Usage, nc.Gen = nc.Usage.Sub(u), nc.Gen+1
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(lk), "=", rev),
 			clientv3.Compare(clientv3.ModRevision(s.usageNodeKey(e.Node)), "=", nrev),
@@ -874,7 +874,7 @@ func (s *Store) EndEntry(ctx context.Context, id, reason string, at time.Time) (
 			if err != nil {
 				return false, err
 			}
-			tc.Usage, tc.Gen = tc.Usage.sub(u), tc.Gen+1
+			tc.Usage, tc.Gen = tc.Usage.Sub(u), tc.Gen+1
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.usageTenantKey(e.Tenant)), "=", trev))
 			ops = append(ops,
 				clientv3.OpDelete(s.runningTenantPrefix(e.Tenant)+id),
@@ -919,7 +919,7 @@ type UsageView struct {
 }
 
 // Total is running plus reserved, what quotas and capacity are checked against.
-func (v UsageView) Total() Usage { return v.Running.add(v.Reserved) }
+func (v UsageView) Total() Usage { return v.Running.Add(v.Reserved) }
 
 // TenantUsage reads a tenant's usage at one revision.
 func (s *Store) TenantUsage(ctx context.Context, tenant string) (UsageView, error) {

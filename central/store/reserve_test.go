@@ -339,7 +339,7 @@ func TestCountersStayExactThroughRandomConcurrentOps(t *testing.T) {
 		es, _ := host.RunningForTenant(ctx, tn)
 		var sum Usage
 		for i := range es {
-			sum = sum.add(es[i].usage())
+			sum = sum.Add(es[i].usage())
 		}
 		u, _ := host.TenantUsage(ctx, tn)
 		if u.Running != sum {
