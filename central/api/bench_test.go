@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/central"
+	"github.com/fluxvm/fluxvm/central/store"
 	"github.com/fluxvm/fluxvm/central/store/rawtxn"
 	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/sdk"
@@ -110,7 +111,7 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.StopTimer()
 			ctx := context.Background()
-			var launches, txns, ratios, cpuPer, selfPer, nodesPer, cores, bound, selfBound []float64
+			var launches, txns, ratios, cpuPer, selfPer, nodesPer, cores, bound, selfBound, etcdOnly []float64
 			var lat []time.Duration
 			for round := range b.N {
 				raw := func() {
@@ -157,6 +158,7 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 					raw()
 				}
 				ratios = append(ratios, launches[len(launches)-1]/txns[len(txns)-1])
+				etcdOnly = append(etcdOnly, launchShapedRate(b, stA)/txns[len(txns)-1])
 				// The most launches/s the machine's cores allow at this round's CPU per
 				// launch, against the round's bare transactions: all of it, and this
 				// process's share alone (as if the nodes cost nothing).
@@ -194,11 +196,16 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 			benchstat.Report(b, co, "cores")
 			benchstat.Report(b, bs, "cpu-bound-launch/txn")
 			benchstat.Report(b, sb, "central-cpu-bound-launch/txn")
+			eo := benchstat.Of(etcdOnly)
+			benchstat.Report(b, eo, "etcd-work-launch/txn")
 			b.Logf("launches/s %v; raw txn/s %v; launch/txn %v; latency of one launch %.1f ms (p10–p90 %.1f–%.1f)",
 				ls, ts, rs, ms.Median*1000, ms.P10*1000, ms.P90*1000)
 			b.Logf("CPU per launch: %v ms, of which this process (clients, centrals, etcd) %v ms and the nodes with their plugins %v ms; "+
 				"%v cores busy; at that CPU per launch the machine's %d cores allow at most %v launches per bare transaction, "+
 				"and at this process's share alone at most %v", cs, ss, ns, co, runtime.NumCPU(), bs, sb)
+			b.Logf("a launch's etcd work alone (launchShape: its reads and transactions, nothing else), from %d workers: "+
+				"%v of the bare rate, the most launches per bare transaction any central could reach with that work",
+				benchClients, eo)
 			latency[name] = ms.Median
 		})
 	}
@@ -209,6 +216,30 @@ func BenchmarkPlacementThroughAPI(b *testing.B) {
 	if l3, l2000 := latency["nodes=3/1-central"], latency["nodes=2000/1-central"]; l3 > 0 && l2000 > 0 {
 		b.Logf("median launch latency at %d nodes ÷ at %d nodes: %.2f (goal ≤ 1.5)", benchFleet, benchNodes, l2000/l3)
 	}
+}
+
+// launchShape is one launch's etcd work, as listed key by key while
+// developing (docs/benchmarks.md): five reads (the token, its tenant, the
+// image, the policy, the warm pools), the reservation (four compares, two
+// counters and two leased keys), the ledger commit (five compares; the
+// ledger entry, its two running keys and the two counters written, the two
+// reservation keys deleted) and the vm.created notification (the event, its
+// tenant copy, its outbox key and its once-key).
+var launchShape = rawtxn.Shape{Reads: 5, Txns: []rawtxn.TxnShape{
+	{Compares: 4, Puts: 4, Leased: 2, ValueBytes: 200},
+	{Compares: 5, Puts: 5, Fresh: 3, Deletes: 2, ValueBytes: 300},
+	{Compares: 1, Puts: 4, Fresh: 4, ValueBytes: 300},
+}}
+
+// launchShapedRate runs benchRound units of launchShape from benchClients
+// workers on st's etcd, untimed, and returns units per second.
+func launchShapedRate(b *testing.B, st *store.Store) float64 {
+	b.Helper()
+	r, err := rawtxn.ShapedRate(st.Client(), "/bench/launch-shaped/", benchClients, benchRound, launchShape)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
 }
 
 // registerFullNodes registers n nodes through the heartbeat API, each

@@ -3,7 +3,6 @@ package placement
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/fluxvm/fluxvm/internal/benchstat"
 	"github.com/fluxvm/fluxvm/scheduler"
 	"github.com/fluxvm/fluxvm/sdk"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 const (
@@ -79,7 +77,7 @@ func BenchmarkPlacementStep(b *testing.B) {
 				}
 				ratio = append(ratio, rate/raw[len(raw)-1])
 				b.StopTimer()
-				shaped = append(shaped, reserveShapedTxns(b, st, round))
+				shaped = append(shaped, reserveShapedTxns(b, st))
 				releaseAll(b, st, held)
 				// The decision alone, on this view, for reference.
 				t0 := time.Now()
@@ -104,54 +102,21 @@ func BenchmarkPlacementStep(b *testing.B) {
 	}
 }
 
-// reserveShapedTxns runs stepOps bare etcd transactions shaped like a
-// reservation from the view (four compares, two counters and two leased
-// keys written), stepClients at once, each on keys of its own, and returns
-// transactions per second: what etcd alone gives for that shape, untimed
-// by the benchmark and reported for reference.
-func reserveShapedTxns(b *testing.B, st *store.Store, round int) float64 {
+// reserveShape is a reservation from the view as etcd sees it: four compares,
+// two counters rewritten and two leased keys written.
+var reserveShape = rawtxn.Shape{Txns: []rawtxn.TxnShape{{Compares: 4, Puts: 4, Leased: 2, ValueBytes: 200}}}
+
+// reserveShapedTxns runs stepOps bare etcd transactions of a reservation's
+// shape, stepClients at once, each on keys of its own, and returns
+// transactions per second: what etcd alone gives for that shape, untimed by
+// the benchmark and reported for reference.
+func reserveShapedTxns(b *testing.B, st *store.Store) float64 {
 	b.Helper()
-	ctx := context.Background()
-	sess, err := st.Session(ctx)
+	r, err := rawtxn.ShapedRate(st.Client(), "/bench/shaped/", stepClients, stepOps, reserveShape)
 	if err != nil {
 		b.Fatal(err)
 	}
-	lease := clientv3.WithLease(sess.Lease())
-	val := strings.Repeat("x", 200)
-	var wg sync.WaitGroup
-	errs := make([]error, stepClients)
-	start := time.Now()
-	for w := range stepClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := fmt.Sprintf("/bench/shaped/%d/%d/", round, w)
-			for i := w; i < stepOps; i += stepClients {
-				_, err := st.Client().Txn(ctx).If(
-					clientv3.Compare(clientv3.ModRevision(k+"node"), ">", -1), clientv3.Compare(clientv3.ModRevision(k+"node-usage"), ">", -1),
-					clientv3.Compare(clientv3.ModRevision(k+"tenant"), ">", -1), clientv3.Compare(clientv3.ModRevision(k+"tenant-usage"), ">", -1),
-				).Then(
-					clientv3.OpPut(fmt.Sprintf("%sres-node-%d", k, i), val, lease), clientv3.OpPut(k+"node-usage", val),
-					clientv3.OpPut(fmt.Sprintf("%sres-tenant-%d", k, i), val, lease), clientv3.OpPut(k+"tenant-usage", val),
-				).Commit()
-				if err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := st.Client().Delete(ctx, fmt.Sprintf("/bench/shaped/%d/", round), clientv3.WithPrefix()); err != nil {
-		b.Fatal(err)
-	}
-	return float64(stepOps) / elapsed.Seconds()
+	return r
 }
 
 // registerNodes writes node records from-1 .. to-1 (128 vCPUs, 512 GiB each: 3 take a round),

@@ -26,6 +26,16 @@ func putNode(t *testing.T, st *store.Store, name string, vcpus int64) {
 	}
 }
 
+// putTenant creates the tenant acme with room for maxVMs VMs.
+func putTenant(t *testing.T, st *store.Store, maxVMs int64) *store.Tenant {
+	t.Helper()
+	tn := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: maxVMs}}, TokenSHA256: store.HashToken("fvt_acme")}
+	if err := st.CreateTenant(context.Background(), tn); err != nil {
+		t.Fatal(err)
+	}
+	return tn
+}
+
 // raceOnce is the real store, except that just before the first Reserve on
 // node it lets another create take all of that node's room (through the
 // same store; small has 8 vCPUs): the reservation then fails as it
@@ -55,10 +65,7 @@ func TestPlaceAndReserve(t *testing.T) {
 	st := storetest.Open(t)
 	putNode(t, st, "big", 16)
 	putNode(t, st, "small", 8)
-	tenant := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 2}}, TokenSHA256: store.HashToken("fvt_acme")}
-	if err := st.CreateTenant(ctx, tenant); err != nil {
-		t.Fatal(err)
-	}
+	tenant := putTenant(t, st, 2)
 	pol := store.DefaultPolicy()
 	ask := func(p *Placer, keep func(*store.Node) bool) (scheduler.Decision, *store.Reservation, error) {
 		d, _, res, err := p.PlaceAndReserve(ctx, scheduler.Request{Tenant: tenant.ID, GuestOS: store.GuestLinux, VCPUs: 4, MemoryMiB: 256},
@@ -121,10 +128,7 @@ func TestViewFollowsTheStoreAndNeverOvershoots(t *testing.T) {
 	}
 	cordon(false)
 
-	tenant := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 7}}, TokenSHA256: store.HashToken("fvt_acme")}
-	if err := st.CreateTenant(ctx, tenant); err != nil {
-		t.Fatal(err)
-	}
+	tenant := putTenant(t, st, 7)
 	placers := []*Placer{p, New(st), New(st)}
 	pol := store.DefaultPolicy()
 	var wg sync.WaitGroup
@@ -217,10 +221,7 @@ func TestTheViewSkipsItsOwnReservationsOnTheWatchAndStaysExact(t *testing.T) {
 	st := storetest.Open(t)
 	putNode(t, st, "a", 64)
 	putNode(t, st, "b", 64)
-	tenant := &store.Tenant{Tenant: sdk.Tenant{Name: "acme", Quota: sdk.Quotas{MaxVMs: 100}}, TokenSHA256: store.HashToken("fvt_acme")}
-	if err := st.CreateTenant(ctx, tenant); err != nil {
-		t.Fatal(err)
-	}
+	tenant := putTenant(t, st, 100)
 	// The watch waits until the reservations are made, so that each comes after
 	// the view applied it (else either may come first).
 	cs := &countSkips{Store: st, open: make(chan struct{})}

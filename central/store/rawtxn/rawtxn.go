@@ -6,10 +6,8 @@ package rawtxn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,37 +22,28 @@ import (
 func Rate(cli *clientv3.Client, workers, ops int, d time.Duration) (float64, error) {
 	ctx := context.Background()
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
 	start := time.Now()
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprintf("/bench/raw/%d", w)
-			var rev int64
-			for {
-				n := next.Add(1)
-				if (ops > 0 && n > int64(ops)) || (ops == 0 && time.Since(start) >= d) {
-					return
-				}
-				r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-					Then(clientv3.OpPut(key, strconv.FormatInt(n, 10))).Else(clientv3.OpGet(key)).Commit()
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				if r.Succeeded {
-					rev = r.Header.Revision
-				} else if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-					rev = kvs[0].ModRevision
-				}
+	elapsed, err := workersRun(workers, func(w int) error {
+		key := fmt.Sprintf("/bench/raw/%d", w)
+		var rev int64
+		for {
+			n := next.Add(1)
+			if (ops > 0 && n > int64(ops)) || (ops == 0 && time.Since(start) >= d) {
+				return nil
 			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
+			r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+				Then(clientv3.OpPut(key, strconv.FormatInt(n, 10))).Else(clientv3.OpGet(key)).Commit()
+			if err != nil {
+				return err
+			}
+			if r.Succeeded {
+				rev = r.Header.Revision
+			} else if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				rev = kvs[0].ModRevision
+			}
+		}
+	})
+	if err != nil {
 		return 0, fmt.Errorf("raw txn: %w", err)
 	}
 	done := next.Load() - int64(workers) // each worker's last Add did not run
