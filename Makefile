@@ -84,6 +84,7 @@ bench: deps guest-image guest-image-stock
 	$(GO) test -run '^$$' -bench BenchmarkReserveVsRawTxn -benchtime 10x -timeout 20m ./central/store/
 	$(GO) test -run '^$$' -bench BenchmarkPlacementThroughAPI -benchtime 10x -timeout 20m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkLaunchCentralVsNode -benchtime 30x ./central/api/
+	$(GO) test -run '^$$' -bench BenchmarkTenantVMList -benchtime 10x -timeout 20m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkHeartbeat2000Nodes -benchtime 5x -timeout 20m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkWarmPoolClaimVsCold -benchtime 5x -timeout 15m ./central/api/
 	$(GO) test -run '^$$' -bench BenchmarkRestoreVsCold -benchtime 12x -timeout 30m ./drivers/qemu/

@@ -251,7 +251,7 @@ func New(opts Options) *Server {
 	s.nodes = nodecall.New(opts.FleetToken)
 	s.place = placement.New(opts.Store)
 	s.vms = vms.New(opts.Store, s.nodes, opts.Now, opts.Logger)
-	s.lister = vms.NewLister(opts.Store, s.nodes)
+	s.lister = vms.NewLister(viewNodes{opts.Store, s.place}, s.nodes)
 	s.launch = vms.NewLauncher(opts.Store, s.place, s.nodes, s.fleetProm, opts.Now, opts.Logger)
 	s.drainer = drainer.New(opts.Store, s.nodes, s.place, s.vms, opts.Now, opts.Logger)
 	s.leases = leases.New(opts.Store, s.vms, opts.Now, opts.Logger)
@@ -550,3 +550,12 @@ func (r *statusRecorder) WriteHeader(status int) {
 	r.status = status
 	r.ResponseWriter.WriteHeader(status)
 }
+
+// viewNodes is the store with the node records read from placement's watched view
+// (placement.Placer.Nodes) rather than from etcd: the fleet-wide VM list's reads.
+type viewNodes struct {
+	*store.Store
+	place *placement.Placer
+}
+
+func (v viewNodes) ListNodes(ctx context.Context) ([]store.Node, error) { return v.place.Nodes(ctx) }

@@ -509,3 +509,68 @@ func cpuSelf(b *testing.B) time.Duration {
 	}
 	return d
 }
+
+// BenchmarkTenantVMList measures a tenant's GET /fleet/vms, its VMs on one
+// of 3 real sim nodes, first with those 3 registered and then with 1,997
+// more registered by a heartbeat each (addresses no test may reach: a list
+// that asked them would fail), and reports both latencies, each the median
+// of the calls with its p10–p90, and the ratio of the medians (2,000 nodes
+// ÷ 3; the baseline is the same list on the small fleet, same run). One op
+// is 20 lists. The sizes cannot take turns (the large fleet stays
+// registered), so every 3-node call comes first. Run it with -benchtime Nx.
+func BenchmarkTenantVMList(b *testing.B) {
+	st := fxStore(b, nil)
+	c := newFxCentral(b, st)
+	images, img := fxImages(b)
+	var names []string
+	for i := range benchNodes {
+		name := fmt.Sprintf("list-%d", i+1)
+		names = append(names, name)
+		startFxNode(b, name, c.url, images, 64, 65536)
+	}
+	fxWaitUp(b, c.url, names...)
+	fxMust(b, "PUT", c.url+"/fleet/images/tiny", fxToken, map[string]any{"guest_os": "linux", "image": img, "vcpus": 1, "memory_mib": 64},
+		http.StatusCreated, nil)
+	_, token := fxTenant(b, c.url, "lister", nil)
+	for i := range 4 {
+		fxMust(b, "POST", c.url+"/fleet/vms", token, map[string]any{"name": fmt.Sprintf("l-%d", i), "image": "tiny"}, http.StatusCreated, nil)
+	}
+	fc, err := sdk.NewFleetClient(c.url, sdk.WithToken(token))
+	if err != nil {
+		b.Fatal(err)
+	}
+	measure := func(b *testing.B) []time.Duration {
+		var took []time.Duration
+		for range b.N {
+			for range 20 {
+				t0 := time.Now()
+				list, err := fc.ListVMs(context.Background())
+				took = append(took, time.Since(t0))
+				if err != nil || len(list.VMs) != 4 || len(list.UnreachableNodes) != 0 {
+					b.Fatalf("the tenant's list = %+v, %v; want its 4 VMs and no unreachable node", list, err)
+				}
+			}
+		}
+		return took
+	}
+	var small, large []time.Duration
+	b.Run("nodes=3", func(b *testing.B) {
+		small = measure(b)
+		s := benchstat.Seconds(small)
+		b.ReportMetric(s.Median*1000, "list-ms")
+		b.ReportMetric(s.P10*1000, "list-ms-p10")
+		b.ReportMetric(s.P90*1000, "list-ms-p90")
+	})
+	registerFullNodes(b, c.url, benchFleet-benchNodes)
+	b.Run("nodes=2000", func(b *testing.B) {
+		large = measure(b)
+		s := benchstat.Seconds(large)
+		b.ReportMetric(s.Median*1000, "list-ms")
+		b.ReportMetric(s.P10*1000, "list-ms-p10")
+		b.ReportMetric(s.P90*1000, "list-ms-p90")
+		ratio := s.Median / benchstat.Seconds(small).Median
+		b.ReportMetric(ratio, "list-2000/3")
+		b.Logf("a tenant's GET /fleet/vms at %d nodes: %v s; at %d: %v s; ratio of the medians %.3g", benchNodes, benchstat.Seconds(small),
+			benchFleet, s, ratio)
+	})
+}

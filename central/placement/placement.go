@@ -90,6 +90,20 @@ func (p *Placer) Snapshot(ctx context.Context) ([]store.Node, []scheduler.Node, 
 	return p.read(ctx)
 }
 
+// Nodes is every node record, in name order, holding every write committed before it was
+// called: Snapshot's records, from the watched view without the etcd read and decode of
+// every record (or from etcd, should the view not load).
+func (p *Placer) Nodes(ctx context.Context) ([]store.Node, error) {
+	v := p.view(ctx)
+	if v == nil {
+		return p.st.ListNodes(ctx)
+	}
+	if err := v.sync(ctx); err != nil {
+		return nil, err
+	}
+	return v.records(), nil
+}
+
 // read reads the fleet from etcd: every node record and its usage.
 func (p *Placer) read(ctx context.Context) ([]store.Node, []scheduler.Node, error) {
 	ns, err := p.st.ListNodes(ctx)

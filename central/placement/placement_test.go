@@ -269,3 +269,34 @@ func TestTheViewSkipsItsOwnReservationsOnTheWatchAndStaysExact(t *testing.T) {
 		t.Fatalf("the view's nodes use %d and %d vCPUs; want 39 in all", sn[0].Used.VCPUs, sn[1].Used.VCPUs)
 	}
 }
+
+// TestNodesAreTheStoresRecords: Placer.Nodes, from the view, is what the
+// store's ListNodes reads, including a write made just before the call.
+func TestNodesAreTheStoresRecords(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	putNode(t, st, "b", 8)
+	putNode(t, st, "a", 16)
+	p := New(st)
+	for step := range 3 {
+		switch step {
+		case 1:
+			putNode(t, st, "c", 4) // joins after the view loaded
+		case 2:
+			if _, err := st.UpdateNode(ctx, "a", false, func(n *store.Node) error { n.Cordoned = true; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := p.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := st.ListNodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d: Nodes = %+v, ListNodes %+v", step, got, want)
+		}
+	}
+}

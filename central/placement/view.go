@@ -366,11 +366,22 @@ const ShortList = 10
 func (v *view) snapshot() ([]store.Node, []scheduler.Node) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.recordsLocked(), slices.Clone(v.list)
+}
+
+// records is a copy of every listed node's record, in name order (Placer.Nodes).
+func (v *view) records() []store.Node {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.recordsLocked()
+}
+
+func (v *view) recordsLocked() []store.Node {
 	stored := make([]store.Node, len(v.recs))
 	for i, r := range v.recs {
 		stored[i] = *r
 	}
-	return stored, slices.Clone(v.list)
+	return stored
 }
 
 // seen is what the view holds for a reservation on node by tenant, once it holds this

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fluxvm/fluxvm/sdk"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -148,8 +149,13 @@ func listJSON[T any](ctx context.Context, s *Store, prefix string, opts ...clien
 	if err != nil {
 		return nil, err
 	}
-	out := make([]T, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	return decodeAll[T](resp.Kvs)
+}
+
+// decodeAll decodes records read, in the order read.
+func decodeAll[T any](kvs []*mvccpb.KeyValue) ([]T, error) {
+	out := make([]T, 0, len(kvs))
+	for _, kv := range kvs {
 		var v T
 		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", kv.Key, err)

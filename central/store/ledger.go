@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -139,6 +140,36 @@ func (s *Store) RunningForTenant(ctx context.Context, tenant string) ([]LedgerEn
 		return nil, fmt.Errorf("list running entries of tenant %s: %w", tenant, err)
 	}
 	return es, nil
+}
+
+// TenantHoldings reads, at one revision, a tenant's running entries and the nodes its live
+// reservations hold room on (its creates under way), each node once, in name order. A
+// create's commit turns its reservation into a running entry in one transaction, so at one
+// revision each VM central made or is making for the tenant is in one or the other.
+func (s *Store) TenantHoldings(ctx context.Context, tenant string) ([]LedgerEntry, []string, error) {
+	what := "read the running entries and reservations of tenant " + tenant
+	if err := checkName("tenant id", tenant); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	r, err := s.kv(ctx).Txn(ctx).Then(clientv3.OpGet(s.runningTenantPrefix(tenant), clientv3.WithPrefix()),
+		clientv3.OpGet(s.resTenantPrefix(tenant), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	es, err := decodeAll[LedgerEntry](r.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	rs, err := decodeAll[Reservation](r.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var nodes []string
+	for _, res := range rs {
+		nodes = append(nodes, res.Node)
+	}
+	slices.Sort(nodes)
+	return es, slices.Compact(nodes), nil
 }
 
 // EntriesForTenant reads every entry of a tenant, running and ended, ordered by start. It

@@ -19,8 +19,9 @@ type ListStore interface {
 	GetNode(ctx context.Context, name string) (*store.Node, error)
 	// ListNodes reads every node record.
 	ListNodes(ctx context.Context) ([]store.Node, error)
-	// RunningForTenant reads a tenant's running ledger entries.
-	RunningForTenant(ctx context.Context, tenant string) ([]store.LedgerEntry, error)
+	// TenantHoldings reads, at one revision, a tenant's running ledger entries and the
+	// nodes its creates under way hold reservations on.
+	TenantHoldings(ctx context.Context, tenant string) ([]store.LedgerEntry, []string, error)
 	// RunningOnNode reads a node's running ledger entries.
 	RunningOnNode(ctx context.Context, node string) ([]store.LedgerEntry, error)
 }
@@ -34,29 +35,58 @@ type Lister struct {
 // NewLister makes a Lister.
 func NewLister(st ListStore, nodes *nodecall.Caller) *Lister { return &Lister{st: st, nodes: nodes} }
 
-// List merges every node's VM list, asking the nodes at once. Nodes that
+// List merges the nodes' VM lists, asking the nodes at once. Nodes that
 // are down or do not answer are named in UnreachableNodes and their VMs
 // shown as last reported (the heartbeat's, and the ledger's the heartbeat
 // did not carry yet). For a tenant ("" is the operator) only its own VMs,
 // by ledger or by stamp, and only the unreachable nodes that run them, are
-// listed, without the nodes' errors.
+// listed, without the nodes' errors; and only the nodes that hold its VMs
+// are asked: those its running ledger entries and its creates under way
+// (their reservations) name, read at one revision so that a create
+// committing meanwhile is in one or the other, and those whose last
+// heartbeat carries a VM stamped for it (one made outside central, or by a
+// central that stopped before recording it, shows from the heartbeat after).
+// A tenant's list on a fleet of thousands of nodes asks a few of them.
 func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, error) {
-	ns, err := l.st.ListNodes(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	// The tenant's running ledger entries are read while the nodes are
-	// asked, not before: the list waits for the slower of the two only.
+	// The tenant's holdings are read while the node records are.
 	var tenantEntries []store.LedgerEntry
+	var reservedOn []string
 	var ledgerErr error
 	ledgerRead := make(chan struct{})
 	if tenant != "" {
 		go func() {
 			defer close(ledgerRead)
-			tenantEntries, ledgerErr = l.st.RunningForTenant(ctx, tenant)
+			tenantEntries, reservedOn, ledgerErr = l.st.TenantHoldings(ctx, tenant)
 		}()
 	} else {
 		close(ledgerRead)
+	}
+	ns, err := l.st.ListNodes(ctx)
+	<-ledgerRead
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	if ledgerErr != nil {
+		return nil, fmt.Errorf("read the ledger: %w", ledgerErr)
+	}
+	// holds names the nodes a tenant's VMs can be on (nil: the operator's list, every node).
+	var holds map[string]bool
+	if tenant != "" {
+		holds = map[string]bool{}
+		for _, e := range tenantEntries {
+			holds[e.Node] = true
+		}
+		for _, n := range reservedOn {
+			holds[n] = true
+		}
+		for i := range ns {
+			for _, vm := range ns[i].VMs {
+				if vm.Tenant == tenant {
+					holds[ns[i].Name] = true
+					break
+				}
+			}
+		}
 	}
 
 	type answer struct {
@@ -68,6 +98,9 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 	answers := make([]answer, len(ns))
 	var wg sync.WaitGroup
 	for i := range ns {
+		if holds != nil && !holds[ns[i].Name] {
+			continue
+		}
 		if ns[i].State != store.NodeUp {
 			answers[i].err = errors.New("node is down: no heartbeat since " + ns[i].LastHeartbeat.Format(time.RFC3339))
 			continue
@@ -88,10 +121,6 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 		}()
 	}
 	wg.Wait()
-	<-ledgerRead
-	if ledgerErr != nil {
-		return nil, fmt.Errorf("read the ledger: %w", ledgerErr)
-	}
 	var owned map[string]bool // node/vm id of the tenant's ledger entries
 	if tenant != "" {
 		owned = map[string]bool{}
@@ -105,6 +134,9 @@ func (l *Lister) List(ctx context.Context, tenant string) (*sdk.FleetVMList, err
 
 	out := sdk.FleetVMList{VMs: []sdk.FleetVM{}, UnreachableNodes: []sdk.UnreachableNode{}}
 	for i, n := range ns {
+		if holds != nil && !holds[n.Name] {
+			continue
+		}
 		a := answers[i]
 		if a.err == nil {
 			// The catalog image's name, from the VM's ledger entry.

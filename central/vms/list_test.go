@@ -3,6 +3,10 @@ package vms
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,17 +17,24 @@ import (
 	"github.com/fluxvm/fluxvm/sdk/nodetest"
 )
 
-// TestListShowsEachTenantItsOwn: the list merges a real node's VMs with a
+// TestListShowsEachTenantItsOwn: the list merges real nodes' VMs with a
 // down node's last heartbeat and the ledger; a tenant sees only its own VMs
 // and only the unreachable nodes that run them, without their errors; the
-// operator sees everything.
+// operator sees everything. A tenant's list asks only the nodes that hold
+// its VMs (by ledger, reservation or heartbeat stamp), counted by the node's
+// own request metric.
 func TestListShowsEachTenantItsOwn(t *testing.T) {
 	ctx := context.Background()
-	node := nodetest.Start(t)
+	token := "fvt_shared-admin"
+	node := nodetest.Start(t, nodetest.WithAdminToken(token))
+	other := nodetest.Start(t, nodetest.WithAdminToken(token))
 	st := storetest.Open(t)
 	now := time.Now().UTC()
+	capacity := sdk.FleetNodeCapacity{Total: sdk.Resources{VCPUs: 8, MemoryMiB: 8192}, Free: sdk.Resources{VCPUs: 8, MemoryMiB: 8192}}
+	up := &store.Node{FleetNode: sdk.FleetNode{Name: "up", URL: node.URL, State: store.NodeUp, LastHeartbeat: now, Capacity: capacity}}
 	for _, n := range []*store.Node{
-		{FleetNode: sdk.FleetNode{Name: "up", URL: node.URL, State: store.NodeUp, LastHeartbeat: now}},
+		up,
+		{FleetNode: sdk.FleetNode{Name: "other", URL: other.URL, State: store.NodeUp, LastHeartbeat: now, Capacity: capacity}},
 		{FleetNode: sdk.FleetNode{Name: "down", URL: "http://127.0.0.1:1", State: store.NodeDown, LastHeartbeat: now.Add(-time.Hour),
 			VMs: []sdk.HeartbeatVM{{ID: "vm-d1", Name: "old", Tenant: "t-bob", State: sdk.StateRunning, VCPUs: 1, MemoryMiB: 64}}}},
 	} {
@@ -31,10 +42,15 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nc, err := sdk.NewNodeClient(node.URL, sdk.WithToken(node.AdminToken))
+	nc, err := sdk.NewNodeClient(node.URL, sdk.WithToken(token))
 	if err != nil {
 		t.Fatal(err)
 	}
+	oc, err := sdk.NewNodeClient(other.URL, sdk.WithToken(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b *sdk.VM
 	for _, v := range []struct{ name, tenant string }{{"a", "t-alice"}, {"b", "t-bob"}} {
 		vm, err := nc.CreateVM(ctx, sdk.CreateVMRequest{Name: v.name, Image: node.Image, VCPUs: 1, MemoryMiB: 64, Tenant: v.tenant})
 		if err != nil {
@@ -45,7 +61,17 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 				GuestOS: store.GuestLinux, Image: "tiny", StartedAt: now}); err != nil {
 				t.Fatal(err)
 			}
+		} else {
+			b = vm // made on the node outside central: no ledger entry
 		}
+	}
+	// Carol's create is under way on other: reserved, made on the node, not yet recorded.
+	if _, err := st.Reserve(ctx, store.ReserveRequest{Tenant: "t-carol", Node: "other", VCPUs: 1, MemoryMiB: 64,
+		Quotas: &sdk.Quotas{MaxVMs: 5, MaxVCPUs: 5, MaxMemoryMiB: 1024}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.CreateVM(ctx, sdk.CreateVMRequest{Name: "c", Image: other.Image, VCPUs: 1, MemoryMiB: 64, Tenant: "t-carol"}); err != nil {
+		t.Fatal(err)
 	}
 	imageOf := func(list *sdk.FleetVMList, name string) string {
 		for _, vm := range list.VMs {
@@ -55,7 +81,7 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 		}
 		return "(no vm " + name + ")"
 	}
-	l := NewLister(st, nodecall.New(node.AdminToken))
+	l := NewLister(st, nodecall.New(token))
 
 	names := func(list *sdk.FleetVMList) map[string]bool {
 		out := map[string]bool{}
@@ -64,20 +90,45 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 		}
 		return out
 	}
+	otherAsked := func() int { return listCalls(t, other) }
+	asked := otherAsked()
 	alice, err := l.List(ctx, "t-alice")
 	if err != nil || len(alice.VMs) != 1 || !names(alice)["up/a"] || len(alice.UnreachableNodes) != 0 {
 		t.Fatalf("alice's list = %+v, %v; want only up/a and no unreachable node", alice, err)
 	}
+	if n := otherAsked(); n != asked {
+		t.Fatalf("alice's list asked node other for its VMs (%d times); it holds none of hers", n-asked)
+	}
+	carol, err := l.List(ctx, "t-carol")
+	if err != nil || len(carol.VMs) != 1 || !names(carol)["other/c"] {
+		t.Fatalf("carol's list = %+v, %v; want other/c, whose create is under way", carol, err)
+	}
+	if n := otherAsked(); n != asked+1 {
+		t.Fatalf("carol's list asked node other %d times; want once", n-asked)
+	}
+	// Bob's b, made outside central, shows once a heartbeat carries it.
 	bob, err := l.List(ctx, "t-bob")
+	if err != nil || len(bob.VMs) != 1 || !names(bob)["down/old"] {
+		t.Fatalf("bob's list before a heartbeat carries b = %+v, %v; want down/old alone", bob, err)
+	}
+	up.VMs = []sdk.HeartbeatVM{{ID: b.ID, Name: b.Name, Tenant: "t-bob", State: b.State, VCPUs: 1, MemoryMiB: 64}}
+	if err := st.PutNode(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	bob, err = l.List(ctx, "t-bob")
 	if err != nil || len(bob.VMs) != 2 || !names(bob)["up/b"] || !names(bob)["down/old"] {
 		t.Fatalf("bob's list = %+v, %v; want up/b and down/old", bob, err)
 	}
 	if len(bob.UnreachableNodes) != 1 || bob.UnreachableNodes[0].Node != "down" || bob.UnreachableNodes[0].Error != "" {
 		t.Fatalf("bob's unreachable nodes = %+v; want down, without its error", bob.UnreachableNodes)
 	}
+	asked = otherAsked()
 	op, err := l.List(ctx, "")
-	if err != nil || len(op.VMs) != 3 || len(op.UnreachableNodes) != 1 || op.UnreachableNodes[0].Error == "" {
-		t.Fatalf("the operator's list = %+v, %v; want all three VMs and the down node's error", op, err)
+	if err != nil || len(op.VMs) != 4 || len(op.UnreachableNodes) != 1 || op.UnreachableNodes[0].Error == "" {
+		t.Fatalf("the operator's list = %+v, %v; want all four VMs and the down node's error", op, err)
+	}
+	if n := otherAsked(); n != asked+1 {
+		t.Fatalf("the operator's list asked node other %d times; want once", n-asked)
 	}
 	// The catalog image's name, where the ledger has it.
 	if imageOf(alice, "a") != "tiny" || imageOf(op, "a") != "tiny" || imageOf(op, "b") != "" {
@@ -113,4 +164,36 @@ func TestListShowsEachTenantItsOwn(t *testing.T) {
 	if _, err := l.Find(ctx, "nope", "same", "t-alice"); !errors.Is(err, ErrNoVM) {
 		t.Fatalf("a VM on an unknown node: %v, want ErrNoVM", err)
 	}
+}
+
+// listCalls is how many GET /v1/vms a real node has answered, from its own
+// request metric.
+func listCalls(t *testing.T, n *nodetest.Node) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, n.URL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+n.ReadOnlyToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the node's metrics: %d, %v", resp.StatusCode, err)
+	}
+	total := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "fluxvm_api_requests_total{") && strings.Contains(line, `route="GET /v1/vms"`) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			total += int(v)
+		}
+	}
+	return total
 }
