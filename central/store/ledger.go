@@ -123,6 +123,20 @@ func (s *Store) GetEntry(ctx context.Context, id string) (*LedgerEntry, error) {
 	return e, nil
 }
 
+// RunningVM reads the running entry of the VM vmID on node by its key (the id every writer
+// gives it, EntryID): one key, whatever else runs there. ErrNotFound when there is none
+// under that id (an entry recorded under another id is found by RunningOnNode).
+func (s *Store) RunningVM(ctx context.Context, node, vmID string) (*LedgerEntry, error) {
+	if err := checkName("node", node); err != nil {
+		return nil, err
+	}
+	e, _, err := getJSON[LedgerEntry](ctx, s, s.runningNodePrefix(node)+EntryID(node, vmID))
+	if err != nil {
+		return nil, fmt.Errorf("get the running entry of vm %s on node %s: %w", vmID, node, err)
+	}
+	return e, nil
+}
+
 // RunningOnNode reads the running entries on a node (through the running index: cost is
 // what runs there, not the ledger's size).
 func (s *Store) RunningOnNode(ctx context.Context, node string) ([]LedgerEntry, error) {

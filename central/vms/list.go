@@ -24,6 +24,8 @@ type ListStore interface {
 	TenantHoldings(ctx context.Context, tenant string) ([]store.LedgerEntry, []string, error)
 	// RunningOnNode reads a node's running ledger entries.
 	RunningOnNode(ctx context.Context, node string) ([]store.LedgerEntry, error)
+	// RunningVM reads the running entry of one VM on a node by its key.
+	RunningVM(ctx context.Context, node, vmID string) (*store.LedgerEntry, error)
 }
 
 // Lister lists and finds VMs across the fleet.
@@ -240,11 +242,22 @@ func (l *Lister) Find(ctx context.Context, node, id, tenant string) (*Target, er
 	if err != nil {
 		return nil, fmt.Errorf("read node %s: %w", node, err)
 	}
+	t := &Target{Node: n, ID: id}
+	// An id is looked up by its entry's key: one read, however many VMs the node runs. A
+	// name, or an id the ledger holds under another key (or not at all), is looked for
+	// among the node's running entries.
+	e, err := l.st.RunningVM(ctx, node, id)
+	switch {
+	case err == nil && e.VMID == id && (tenant == "" || e.Tenant == tenant):
+		t.Entry, t.ID, t.Name = e, e.VMID, e.Name
+		return t, nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("read the ledger: %w", err)
+	}
 	es, err := l.st.RunningOnNode(ctx, node)
 	if err != nil {
 		return nil, fmt.Errorf("read the ledger: %w", err)
 	}
-	t := &Target{Node: n, ID: id}
 	named := 0
 	for i := range es {
 		e := &es[i]

@@ -3,6 +3,7 @@ package vms
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -196,4 +197,49 @@ func listCalls(t *testing.T, n *nodetest.Node) int {
 		}
 	}
 	return total
+}
+
+// countScans is the real store, counting reads of a node's whole running list.
+type countScans struct {
+	*store.Store
+	scans int
+}
+
+func (c *countScans) RunningOnNode(ctx context.Context, node string) ([]store.LedgerEntry, error) {
+	c.scans++
+	return c.Store.RunningOnNode(ctx, node)
+}
+
+// TestFindByIDReadsOneEntry: a VM named by its id is found by its entry's key,
+// without reading everything the node runs; a name still is looked for among
+// the node's entries; another tenant's id is not found.
+func TestFindByIDReadsOneEntry(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t)
+	now := time.Now().UTC()
+	if err := st.PutNode(ctx, &store.Node{FleetNode: sdk.FleetNode{Name: "busy", URL: "http://127.0.0.1:1", State: store.NodeDown, LastHeartbeat: now}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		tenant := []string{"t-alice", "t-bob"}[i%2]
+		if _, err := st.RecordEntry(ctx, store.LedgerEntry{Tenant: tenant, Node: "busy", VMID: fmt.Sprintf("vm-%02d", i), Name: fmt.Sprintf("web-%02d", i),
+			VCPUs: 1, MemoryMiB: 64, StartedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := &countScans{Store: st}
+	l := NewLister(cs, nodecall.New(""))
+	got, err := l.Find(ctx, "busy", "vm-04", "t-alice")
+	if err != nil || got.Entry == nil || got.ID != "vm-04" || got.Name != "web-04" || cs.scans != 0 {
+		t.Fatalf("alice finding vm-04 = %+v, %v after %d scans; want her web-04 and no scan", got, err, cs.scans)
+	}
+	if got, err = l.Find(ctx, "busy", "web-06", "t-alice"); err != nil || got.ID != "vm-06" || cs.scans != 1 {
+		t.Fatalf("alice finding web-06 = %+v, %v after %d scans; want vm-06 after one scan", got, err, cs.scans)
+	}
+	if _, err := l.Find(ctx, "busy", "vm-05", "t-alice"); !errors.Is(err, ErrNoVM) {
+		t.Fatalf("alice finding bob's vm-05: %v, want ErrNoVM", err)
+	}
+	if got, err = l.Find(ctx, "busy", "vm-05", ""); err != nil || got.Entry == nil || got.Entry.Tenant != "t-bob" {
+		t.Fatalf("the operator finding vm-05 = %+v, %v; want bob's", got, err)
+	}
 }
