@@ -3,6 +3,7 @@ package scheduler
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -74,12 +75,15 @@ func (m *Memo) prepare(nodes []Node, req *Request, pol Policy, strategy Strategy
 	kind := memoKind{guestOS: req.GuestOS, vcpus: req.VCPUs, memoryMiB: req.MemoryMiB, nested: req.Nested,
 		network: req.TenantNetwork, pol: pol, strategy: strategy}
 	if len(req.NodeSelector) > 0 {
+		// Each key and value with its length first: no two selectors encode alike,
+		// whatever bytes their labels hold.
 		var b strings.Builder
 		for _, k := range slices.Sorted(maps.Keys(req.NodeSelector)) {
-			b.WriteString(k)
-			b.WriteByte(0)
-			b.WriteString(req.NodeSelector[k])
-			b.WriteByte(0)
+			for _, part := range []string{k, req.NodeSelector[k]} {
+				b.WriteString(strconv.Itoa(len(part)))
+				b.WriteByte(':')
+				b.WriteString(part)
+			}
 		}
 		kind.selector = b.String()
 	}

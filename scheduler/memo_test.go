@@ -104,3 +104,19 @@ func TestPlaceShortMemoDecidesOnWhatItWasTold(t *testing.T) {
 		t.Fatalf("after Forget(3): chose %s, want n3", d.Node)
 	}
 }
+
+// Selectors that a naive joining of their labels would confuse are two kinds
+// of request to the memo.
+func TestPlaceShortMemoTellsSelectorsApart(t *testing.T) {
+	nodes := []Node{host("n0", func(n *Node) { n.Labels = map[string]string{"a": "b\x00c\x00d"} }),
+		host("n1", func(n *Node) { n.Labels = map[string]string{"a": "b", "c": "d"} })}
+	var m Memo
+	for _, sel := range []map[string]string{{"a": "b\x00c\x00d"}, {"a": "b", "c": "d"}, {"a": "b\x00c\x00d"}} {
+		req := Request{Tenant: "acme", GuestOS: GuestLinux, VCPUs: 1, MemoryMiB: 256, NodeSelector: sel}
+		want, werr := PlaceShort(nodes, req, DefaultPolicy, BinPack, 2)
+		got, gerr := PlaceShortMemo(nodes, &m, req, DefaultPolicy, BinPack, 2)
+		if werr != nil || gerr != nil || got.Node != want.Node {
+			t.Fatalf("selector %q: PlaceShortMemo chose %s (%v), PlaceShort %s (%v)", sel, got.Node, gerr, want.Node, werr)
+		}
+	}
+}
